@@ -1,0 +1,24 @@
+//! skill-runner: run one command of an AI-agent Skill in a sandbox, with
+//! exactly the package bytes that were pinned.
+//!
+//! The crate is layered; each module is one concept:
+//!
+//! | module | concept |
+//! |---|---|
+//! | [`hash`] | package hash, file hash, set identity (pure) |
+//! | [`package`] | what a package may contain; `SKILL.md` front matter (pure) |
+//! | [`bundle`] | the transport JSON (pure) |
+//! | [`source`] | listing a package folder on the host |
+//! | [`store`] | the content-addressed store |
+//! | [`stage`] | building and verifying a snapshot root |
+//! | [`fsx`] | file-system primitives (no-follow opens, copies, locks) |
+
+pub mod bundle;
+pub mod fsx;
+pub mod hash;
+pub mod package;
+pub mod profile;
+pub mod seccomp;
+pub mod source;
+pub mod stage;
+pub mod store;

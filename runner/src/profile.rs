@@ -1,0 +1,316 @@
+//! Sandbox profiles as data (`profiles/*.toml`).
+//!
+//! A profile says which host paths a command sees, whether it has a
+//! network, which syscalls are refused, and the default limits. It is
+//! parsed with unknown fields refused, validated, and then rendered by
+//! [`crate::launch`] (bubblewrap) or the `seatbelt` crate (macOS). Built-in
+//! profiles are compiled into the binary from `profiles/`; a job may also
+//! name a profile file by path.
+//!
+//! Mount operations are an ordered list: later operations win. `mirror`
+//! depends on the host (symlink or folder), so [`Profile::resolve_mounts`]
+//! turns the list into concrete [`Mount`]s given a view of the host; the
+//! rendering itself stays pure.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Built-in profiles: (name, TOML text).
+pub const BUILTIN: &[(&str, &str)] = &[("default", include_str!("../../profiles/default.toml"))];
+
+/// Network policy of a profile or job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Network {
+    /// Empty network namespace; sockets other than AF_UNIX refused.
+    None,
+}
+
+/// Default limits of a profile; a job overrides each one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DefaultLimits {
+    pub timeout_ms: u64,
+    pub output_bytes: u64,
+    pub memory_bytes: u64,
+    pub pids: u64,
+    pub file_size_bytes: u64,
+    pub tmp_bytes: u64,
+    pub open_files: u64,
+}
+
+/// One mount operation as written in a profile.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum MountRule {
+    /// Bind `src` read-only at `dest`; `src` must exist.
+    RoBind { src: PathBuf, dest: PathBuf },
+    /// Like `ro-bind`, skipped when `src` is missing.
+    RoBindTry { src: PathBuf, dest: PathBuf },
+    /// A host symlink becomes the same symlink; a folder is bound
+    /// read-only; a missing path is skipped.
+    Mirror { src: PathBuf, dest: PathBuf },
+}
+
+/// A concrete mount after looking at the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mount {
+    RoBind { src: PathBuf, dest: PathBuf },
+    RoBindTry { src: PathBuf, dest: PathBuf },
+    Symlink { target: PathBuf, dest: PathBuf },
+}
+
+/// What a host path is, as far as `mirror` cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostEntry {
+    Missing,
+    Symlink(PathBuf),
+    Other,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinuxSection {
+    pub mounts: Vec<MountRule>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeccompSection {
+    pub deny: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MacosSection {
+    pub read_only_subpaths: Vec<String>,
+    pub read_only_literals: Vec<String>,
+}
+
+/// A validated profile.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub name: String,
+    pub description: String,
+    pub network: Network,
+    pub limits: DefaultLimits,
+    pub linux: LinuxSection,
+    pub seccomp: SeccompSection,
+    pub macos: MacosSection,
+}
+
+/// Why a profile could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("no built-in profile is named {name:?}; built-in profiles: {known}")]
+    Unknown { name: String, known: String },
+    #[error("cannot read profile {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("profile {origin} is not valid: {reason}")]
+    Invalid { origin: String, reason: String },
+}
+
+/// Paths the runner itself places in the sandbox; a profile may not mount
+/// over them.
+pub const RESERVED_DESTS: &[&str] = &[
+    "/",
+    "/skills",
+    "/skill-extensions",
+    "/workspace",
+    "/tmp",
+    "/proc",
+    "/dev",
+    "/etc/passwd",
+    "/etc/group",
+];
+
+impl Profile {
+    /// Loads a built-in profile by name, or a profile file when `spec`
+    /// contains a `/` (relative paths resolve against `base`).
+    pub fn load(spec: &str, base: &Path) -> Result<Profile, ProfileError> {
+        if spec.contains('/') {
+            let path = base.join(spec);
+            let text = std::fs::read_to_string(&path).map_err(|source| ProfileError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            return Profile::parse(&text, &path.display().to_string());
+        }
+        let (_, text) = BUILTIN
+            .iter()
+            .find(|(name, _)| *name == spec)
+            .ok_or_else(|| ProfileError::Unknown {
+                name: spec.to_owned(),
+                known: BUILTIN
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })?;
+        Profile::parse(text, &format!("built-in {spec:?}"))
+    }
+
+    /// Parses and validates profile TOML.
+    pub fn parse(text: &str, origin: &str) -> Result<Profile, ProfileError> {
+        let invalid = |reason: String| ProfileError::Invalid {
+            origin: origin.to_owned(),
+            reason,
+        };
+        let p: Profile = toml::from_str(text).map_err(|e| invalid(e.message().to_owned()))?;
+        for rule in &p.linux.mounts {
+            let (MountRule::RoBind { src, dest }
+            | MountRule::RoBindTry { src, dest }
+            | MountRule::Mirror { src, dest }) = rule;
+            for path in [src, dest] {
+                if !path.is_absolute()
+                    || path
+                        .components()
+                        .any(|c| matches!(c, std::path::Component::ParentDir))
+                {
+                    return Err(invalid(format!(
+                        "mount path {} must be absolute, without '..'",
+                        path.display()
+                    )));
+                }
+            }
+            let reserved = RESERVED_DESTS.iter().any(|r| {
+                let r = Path::new(r);
+                dest == r || (r != Path::new("/") && dest.starts_with(r))
+            });
+            if reserved {
+                return Err(invalid(format!(
+                    "mount destination {} is reserved for the runner",
+                    dest.display()
+                )));
+            }
+        }
+        for name in &p.seccomp.deny {
+            if crate::seccomp::syscall_number(name).is_none() {
+                return Err(invalid(format!("unknown syscall {name:?} in seccomp.deny")));
+            }
+        }
+        let l = &p.limits;
+        if l.timeout_ms == 0 || l.pids == 0 || l.memory_bytes == 0 || l.tmp_bytes == 0 {
+            return Err(invalid("limits must be positive".into()));
+        }
+        Ok(p)
+    }
+
+    /// Turns mount rules into concrete mounts, asking `host` what each
+    /// `mirror` source is. Order is kept.
+    pub fn resolve_mounts(&self, host: impl Fn(&Path) -> HostEntry) -> Vec<Mount> {
+        let mut out = Vec::with_capacity(self.linux.mounts.len());
+        for rule in &self.linux.mounts {
+            match rule.clone() {
+                MountRule::RoBind { src, dest } => out.push(Mount::RoBind { src, dest }),
+                MountRule::RoBindTry { src, dest } => out.push(Mount::RoBindTry { src, dest }),
+                MountRule::Mirror { src, dest } => match host(&src) {
+                    HostEntry::Missing => {}
+                    HostEntry::Symlink(target) => out.push(Mount::Symlink { target, dest }),
+                    HostEntry::Other => out.push(Mount::RoBind { src, dest }),
+                },
+            }
+        }
+        out
+    }
+}
+
+/// Looks at the real host for [`Profile::resolve_mounts`].
+pub fn host_entry(path: &Path) -> HostEntry {
+    match std::fs::symlink_metadata(path) {
+        Err(_) => HostEntry::Missing,
+        Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(path) {
+            Ok(target) => HostEntry::Symlink(target),
+            Err(_) => HostEntry::Missing,
+        },
+        Ok(_) => HostEntry::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_default_parses() {
+        let p = Profile::load("default", Path::new("/")).unwrap();
+        assert_eq!(p.name, "default");
+        assert_eq!(p.network, Network::None);
+        assert!(p.seccomp.deny.iter().any(|s| s == "ptrace"));
+    }
+
+    #[test]
+    fn unknown_builtin_is_named() {
+        let e = Profile::load("nope", Path::new("/")).unwrap_err();
+        assert!(e.to_string().contains("built-in profiles: default"), "{e}");
+    }
+
+    fn with_mounts(mounts: &str) -> String {
+        let base = BUILTIN[0].1;
+        let start = base.find("mounts = [").unwrap();
+        let end = start + base[start..].find("\n]\n").unwrap() + 3;
+        format!("{}mounts = [{mounts}]\n{}", &base[..start], &base[end..])
+    }
+
+    #[test]
+    fn reserved_and_relative_destinations_are_refused() {
+        for bad in [
+            r#"{ op = "ro-bind", src = "/etc", dest = "/skills" }"#,
+            r#"{ op = "ro-bind", src = "/etc", dest = "/skills/x" }"#,
+            r#"{ op = "ro-bind", src = "/etc", dest = "/etc/passwd" }"#,
+            r#"{ op = "ro-bind", src = "etc", dest = "/etc" }"#,
+            r#"{ op = "ro-bind", src = "/etc", dest = "/x/../skills" }"#,
+            r#"{ op = "bind", src = "/etc", dest = "/etc" }"#,
+        ] {
+            assert!(Profile::parse(&with_mounts(bad), "t").is_err(), "{bad}");
+        }
+        assert!(Profile::parse(
+            &with_mounts(r#"{ op = "ro-bind", src = "/opt", dest = "/opt" }"#),
+            "t"
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn unknown_fields_and_syscalls_are_refused() {
+        let base = BUILTIN[0].1;
+        assert!(Profile::parse(&format!("{base}\nextra = 1\n"), "t").is_err());
+        let bad = base.replace("\"ptrace\",", "\"no_such_call\",");
+        let e = Profile::parse(&bad, "t").unwrap_err();
+        assert!(e.to_string().contains("no_such_call"), "{e}");
+    }
+
+    #[test]
+    fn mirror_follows_the_host() {
+        let p = Profile::parse(
+            &with_mounts(
+                r#"{ op = "mirror", src = "/bin", dest = "/bin" }, { op = "mirror", src = "/lib", dest = "/lib" }, { op = "mirror", src = "/gone", dest = "/gone" }"#,
+            ),
+            "t",
+        )
+        .unwrap();
+        let mounts = p.resolve_mounts(|path| match path.to_str().unwrap() {
+            "/bin" => HostEntry::Symlink("usr/bin".into()),
+            "/lib" => HostEntry::Other,
+            _ => HostEntry::Missing,
+        });
+        assert_eq!(
+            mounts,
+            vec![
+                Mount::Symlink {
+                    target: "usr/bin".into(),
+                    dest: "/bin".into()
+                },
+                Mount::RoBind {
+                    src: "/lib".into(),
+                    dest: "/lib".into()
+                },
+            ]
+        );
+    }
+}
