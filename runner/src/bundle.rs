@@ -208,9 +208,12 @@ fn verify_skill(raw: RawSkill, limits: &Limits) -> Result<BundleSkill, BundleErr
     })
 }
 
+/// In-memory files of one package: `(path, bytes)`.
+pub type Files = Vec<(String, Vec<u8>)>;
+
 /// Renders skills (files already in memory, any order) as bundle JSON.
 /// The package hash is computed here, so the bundle is consistent.
-pub fn render(skills: &[(Binding, Vec<(String, Vec<u8>)>)]) -> String {
+pub fn render(skills: &[(Binding, Files)]) -> String {
     let engine = base64::engine::general_purpose::STANDARD;
     let raw = RawBundle {
         skills: skills

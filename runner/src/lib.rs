@@ -13,12 +13,22 @@
 //! | [`stage`] | building and verifying a snapshot root |
 //! | [`fsx`] | file-system primitives (no-follow opens, copies, locks) |
 
+pub mod alias;
 pub mod bundle;
+pub mod cgroup;
+pub mod doctor;
+pub mod exec;
 pub mod fsx;
 pub mod hash;
+pub mod job;
+pub mod launch;
+pub mod macos;
 pub mod package;
 pub mod profile;
+pub mod result;
 pub mod seccomp;
 pub mod source;
 pub mod stage;
 pub mod store;
+pub mod supervise;
+pub mod sys;

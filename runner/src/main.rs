@@ -1,1 +1,357 @@
-fn main() {}
+//! The `skill-runner` command line (DESIGN.md §8).
+//!
+//! Thin: parses arguments, calls the library, prints, and maps outcomes to
+//! exit codes. Errors reach the user as one sentence on stderr with exit
+//! code 125 (the runner refused or failed), as `docker run` does.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+
+use skill_runner::exec::{self, Config, OutputMode, RunOptions, Runner};
+use skill_runner::hash::Binding;
+use skill_runner::job::Job;
+use skill_runner::package::{self, Limits as PackageLimits};
+use skill_runner::result::{ErrorInfo, ExecResult, EXIT_RUNNER};
+use skill_runner::supervise::{Cancel, ForwardSink, NoSink};
+use skill_runner::{bundle, doctor, hash, source, stage};
+
+#[derive(Parser)]
+#[command(
+    name = "skill-runner",
+    version,
+    about = "Run AI-agent Skill commands in a sandbox, with exactly the pinned package bytes"
+)]
+struct Cli {
+    /// Data dir holding the store and per-execution folders.
+    #[arg(long, global = true, env = "SKILL_RUNNER_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a job: stage its skills, start the sandbox, stream its output,
+    /// exit with its code.
+    Run {
+        job: PathBuf,
+        /// Print the result document instead of streaming output.
+        #[arg(long)]
+        json: bool,
+        /// Keep the execution's private folder afterwards (debugging).
+        #[arg(long)]
+        keep: bool,
+    },
+    /// Print what a job would run, without running it.
+    Explain {
+        job: PathBuf,
+        /// Print JSON instead of a shell-quoted command.
+        #[arg(long)]
+        json: bool,
+        /// Platform to explain for: linux (bubblewrap) or macos (Seatbelt).
+        #[arg(long, default_value = "linux")]
+        platform: String,
+    },
+    /// Print the package hash of a folder.
+    Hash { dir: PathBuf },
+    /// Print a bundle (transport JSON) of a folder.
+    Pack {
+        dir: PathBuf,
+        #[command(flatten)]
+        meta: BindingArgs,
+    },
+    /// Publish into, or list, the local store.
+    #[command(subcommand)]
+    Store(StoreCommand),
+    /// Report what this host supports and what that means.
+    Doctor,
+    /// Serve the HTTP API (not built yet).
+    Serve,
+}
+
+#[derive(Args)]
+struct BindingArgs {
+    #[arg(long)]
+    id: String,
+    #[arg(long)]
+    revision: u64,
+    #[arg(long)]
+    version: String,
+}
+
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Publish folders as packages: `store add DIR --id ID --revision N --version V`.
+    Add {
+        dir: PathBuf,
+        #[command(flatten)]
+        meta: BindingArgs,
+    },
+    /// List published bindings.
+    List,
+}
+
+fn main() -> ExitCode {
+    init_tracing();
+    let cli = Cli::parse();
+    match real_main(cli) {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "skill-runner: {e:#}");
+            ExitCode::from(EXIT_RUNNER as u8)
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SKILL_RUNNER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn config(cli_data_dir: Option<PathBuf>, keep: bool) -> Config {
+    Config {
+        data_dir: cli_data_dir.unwrap_or_else(exec::default_data_dir),
+        package_limits: PackageLimits::default(),
+        keep,
+    }
+}
+
+fn real_main(cli: Cli) -> anyhow::Result<i32> {
+    let data_dir = cli.data_dir;
+    match cli.command {
+        Command::Run { job, json, keep } => run(&job, json, config(data_dir, keep)),
+        Command::Explain {
+            job,
+            json,
+            platform,
+        } => explain(&job, json, &platform, config(data_dir, false)),
+        Command::Hash { dir } => {
+            let h = stage::hash_dir(&dir, &PackageLimits::default())?;
+            println!("{h}");
+            Ok(0)
+        }
+        Command::Pack { dir, meta } => {
+            let limits = PackageLimits::default();
+            let files = source::read_dir_files(&dir, &limits)?;
+            let hash = hash::package_hash(files.iter().map(|(p, b)| (&p[..], &b[..])))?;
+            let binding = Binding {
+                id: meta.id,
+                revision: meta.revision,
+                version: meta.version,
+                hash,
+            };
+            package::check_binding(&binding)?;
+            let md = files
+                .iter()
+                .find(|f| f.0 == package::SKILL_MD)
+                .context("the folder has no SKILL.md")?;
+            let doc = package::parse_skill_md(&md.1)?;
+            for w in doc.warnings(Some(&binding.id)) {
+                eprintln!("skill-runner: warning: {w}");
+            }
+            let text = bundle::render(&[(binding, files)]);
+            // Prove the output verifies before printing it.
+            bundle::parse(text.as_bytes(), &limits)?;
+            println!("{text}");
+            Ok(0)
+        }
+        Command::Store(cmd) => {
+            let cfg = config(data_dir, false);
+            let store = skill_runner::store::Store::open(&cfg.data_dir)?;
+            match cmd {
+                StoreCommand::Add { dir, meta } => {
+                    let p = store.publish_dir(
+                        &dir,
+                        &meta.id,
+                        meta.revision,
+                        &meta.version,
+                        &cfg.package_limits,
+                    )?;
+                    for w in &p.warnings {
+                        eprintln!("skill-runner: warning: {w}");
+                    }
+                    println!("{}", serde_json::to_string(&p.binding)?);
+                }
+                StoreCommand::List => {
+                    for b in store.bindings()? {
+                        println!("{}", serde_json::to_string(&b)?);
+                    }
+                }
+            }
+            Ok(0)
+        }
+        Command::Doctor => {
+            let report = doctor::Report::gather();
+            print!("{}", report.render());
+            Ok(if report.can_run() { 0 } else { EXIT_RUNNER })
+        }
+        Command::Serve => {
+            bail!("the daemon (skill-runner serve) is not built yet; use skill-runner run JOB.json")
+        }
+    }
+}
+
+/// Reads and validates a job file; relative paths resolve against its folder.
+fn load_job(path: &Path) -> Result<Job, ErrorInfo> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        ErrorInfo::new(
+            "bad_job",
+            format!("cannot read job file {}: {e}", path.display()),
+        )
+    })?;
+    let base = path
+        .parent()
+        .map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })
+        .and_then(|p| p.canonicalize().ok());
+    Job::from_json(&bytes, base.as_deref()).map_err(|e| ErrorInfo::new("bad_job", e.to_string()))
+}
+
+fn run(job_path: &Path, json: bool, cfg: Config) -> anyhow::Result<i32> {
+    let job = match load_job(job_path) {
+        Ok(j) => j,
+        Err(e) => return Ok(report_rejected("", e, json)),
+    };
+    let runner = match Runner::new(cfg) {
+        Ok(r) => r,
+        Err(m) => {
+            return Ok(report_rejected(
+                &job.execution_id,
+                ErrorInfo::new("runner_failed", m),
+                json,
+            ))
+        }
+    };
+    let cancel = Cancel::new()?;
+    spawn_signal_thread(cancel.clone());
+    let result = if json {
+        runner.run(
+            &job,
+            RunOptions {
+                output: OutputMode::Capture,
+                sink: &mut NoSink,
+                cancel: Some(cancel),
+            },
+        )
+    } else {
+        runner.run(
+            &job,
+            RunOptions {
+                output: OutputMode::Forward,
+                sink: &mut ForwardSink,
+                cancel: Some(cancel),
+            },
+        )
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&result)?);
+    } else {
+        for w in &result.warnings {
+            eprintln!("skill-runner: warning: {w}");
+        }
+        if let Some(e) = &result.error {
+            eprintln!("skill-runner: {}: {}", e.kind, e.message);
+        }
+    }
+    Ok(result.cli_exit_code())
+}
+
+fn report_rejected(id: &str, e: ErrorInfo, json: bool) -> i32 {
+    let result = ExecResult::rejected(id, "bubblewrap", e);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&result).unwrap_or_default()
+        );
+    } else if let Some(e) = &result.error {
+        eprintln!("skill-runner: {}", e.message);
+    }
+    result.cli_exit_code()
+}
+
+/// SIGINT/SIGTERM/SIGHUP cancel the execution (the sandbox is killed and
+/// the folder removed) instead of killing the runner mid-way.
+fn spawn_signal_thread(cancel: std::sync::Arc<Cancel>) {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGINT);
+    set.add(Signal::SIGTERM);
+    set.add(Signal::SIGHUP);
+    // Blocked in this thread and every thread started after it; children
+    // get a clean mask from the standard library's spawn.
+    if set.thread_block().is_err() {
+        return;
+    }
+    std::thread::spawn(move || {
+        while set.wait().is_ok() {
+            cancel.cancel();
+        }
+    });
+}
+
+fn explain(job_path: &Path, json: bool, platform: &str, cfg: Config) -> anyhow::Result<i32> {
+    let job = load_job(job_path).map_err(|e| anyhow::anyhow!(e.message))?;
+    match platform {
+        "linux" => {
+            let runner = Runner::new(cfg).map_err(anyhow::Error::msg)?;
+            let (program, args) = runner
+                .explain(&job)
+                .map_err(|e| anyhow::anyhow!(e.message))?;
+            if json {
+                let doc = serde_json::json!({
+                    "sandbox": "bubblewrap",
+                    "program": program,
+                    "argv": args.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+                    "fds": {
+                        "3": "seccomp rules (BPF)",
+                        "4": "seccomp guard (BPF)",
+                        "5": "/etc/passwd",
+                        "6": "/etc/group",
+                        "7": "bwrap JSON status (written by bwrap)",
+                    },
+                });
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+            } else {
+                println!(
+                    "# bubblewrap; fds: 3,4 seccomp BPF, 5 /etc/passwd, 6 /etc/group, 7 status"
+                );
+                println!("{}", skill_runner::launch::shell_quote(&program, &args));
+            }
+            Ok(0)
+        }
+        "macos" => {
+            let (profile, argv) = skill_runner::macos::explain(&job, &cfg.data_dir)?;
+            if json {
+                let doc = serde_json::json!({
+                    "sandbox": "seatbelt",
+                    "profile": profile.profile,
+                    "params": profile.params.iter().map(|(k, v)| serde_json::json!({"name": k, "value": v})).collect::<Vec<_>>(),
+                    "argv": argv,
+                });
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+            } else {
+                println!(";; Seatbelt profile (pass with sandbox-exec -p)");
+                print!("{}", profile.profile);
+                println!(";; parameters (-D NAME=value)");
+                for (k, v) in &profile.params {
+                    println!(";; {k}={v}");
+                }
+            }
+            Ok(0)
+        }
+        other => bail!("unknown platform {other:?}; use linux or macos"),
+    }
+}

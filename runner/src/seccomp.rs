@@ -20,6 +20,9 @@
 //!
 //! Pure code: no I/O.
 
+// ioctl request constants are u64 on glibc but not on every libc.
+#![allow(clippy::unnecessary_cast)]
+
 use std::collections::BTreeMap;
 
 use seccompiler::{
@@ -117,7 +120,7 @@ fn clone_flags_arg() -> u8 {
 }
 
 // Classic BPF opcodes (linux/bpf_common.h) and seccomp return values.
-const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
 const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
 const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
 const BPF_RET_K: u16 = 0x06;

@@ -1,0 +1,416 @@
+//! Per-execution control groups: memory and process limits that hold for
+//! the whole sandbox, not one process at a time.
+//!
+//! Detection order: cgroup v2 where the runner's own cgroup offers the
+//! `memory` and `pids` controllers to children; else cgroup v1 hierarchies
+//! for `memory` and `pids` (this machine's kind); else none, and the caller
+//! falls back to rlimits and says so in the result.
+//!
+//! Each execution gets `<own cgroup>/skill-runner/<execution>` in every
+//! hierarchy used. The sandbox joins it from inside the forked child before
+//! `exec` (writing `0` to `cgroup.procs` moves the writer), so not a single
+//! process of the sandbox starts outside the limits. After the sandbox
+//! exits the runner reads whether a limit was hit, kills anything left and
+//! removes the folders.
+
+use std::fs::{self, File};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Which mechanism a cgroup uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    V2,
+}
+
+impl Version {
+    pub fn name(self) -> &'static str {
+        match self {
+            Version::V1 => "cgroup v1",
+            Version::V2 => "cgroup v2",
+        }
+    }
+}
+
+/// Where per-execution cgroups can be made on this host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Support {
+    V2 {
+        parent: PathBuf,
+    },
+    V1 {
+        memory: Option<PathBuf>,
+        pids: Option<PathBuf>,
+    },
+    None {
+        reason: String,
+    },
+}
+
+impl Support {
+    /// Looks at `/proc/self/mountinfo` and `/proc/self/cgroup`.
+    pub fn detect() -> Support {
+        let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let support = Support::from_tables(&mountinfo, &own);
+        // Usable only if we may create folders there.
+        match support {
+            Support::V2 { ref parent } => match probe_writable(parent) {
+                Ok(()) => support,
+                Err(e) => Support::None {
+                    reason: format!("cannot create cgroups under {}: {e}", parent.display()),
+                },
+            },
+            Support::V1 { memory, pids } => {
+                let memory = memory.filter(|p| probe_writable(p).is_ok());
+                let pids = pids.filter(|p| probe_writable(p).is_ok());
+                if memory.is_none() && pids.is_none() {
+                    Support::None {
+                        reason: "cgroup v1 memory and pids hierarchies are not writable".into(),
+                    }
+                } else {
+                    Support::V1 { memory, pids }
+                }
+            }
+            none => none,
+        }
+    }
+
+    /// Pure part of [`Support::detect`]: from mountinfo and own-cgroup text.
+    pub fn from_tables(mountinfo: &str, own_cgroup: &str) -> Support {
+        let mut v2_mount = None;
+        let mut v1: Vec<(PathBuf, String)> = Vec::new(); // (mount point, options)
+        for line in mountinfo.lines() {
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
+            let mut r = right.split_whitespace();
+            let fstype = r.next().unwrap_or("");
+            let _source = r.next();
+            let super_opts = r.next().unwrap_or("");
+            let mount_point = left.split_whitespace().nth(4).unwrap_or("");
+            match fstype {
+                "cgroup2" => v2_mount = Some(PathBuf::from(mount_point)),
+                "cgroup" => v1.push((PathBuf::from(mount_point), super_opts.to_owned())),
+                _ => {}
+            }
+        }
+        let own_path = |controller: &str| -> Option<String> {
+            own_cgroup.lines().find_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+                let hit = if controller.is_empty() {
+                    ctrls.is_empty()
+                } else {
+                    ctrls.split(',').any(|c| c == controller)
+                };
+                hit.then(|| path.to_owned())
+            })
+        };
+        let v1_memory = v1.iter().find(|(_, o)| o.split(',').any(|x| x == "memory"));
+        let v1_pids = v1.iter().find(|(_, o)| o.split(',').any(|x| x == "pids"));
+        if v1_memory.is_none() && v1_pids.is_none() {
+            if let (Some(mount), Some(own)) = (v2_mount, own_path("")) {
+                return Support::V2 {
+                    parent: join_cgroup(&mount, &own).join("skill-runner"),
+                };
+            }
+            return Support::None {
+                reason: "no cgroup hierarchy with memory or pids controllers is mounted".into(),
+            };
+        }
+        let under = |m: Option<&(PathBuf, String)>, c: &str| {
+            m.map(|(mount, _)| {
+                join_cgroup(mount, &own_path(c).unwrap_or_else(|| "/".into())).join("skill-runner")
+            })
+        };
+        Support::V1 {
+            memory: under(v1_memory, "memory"),
+            pids: under(v1_pids, "pids"),
+        }
+    }
+
+    /// The version in use, if any.
+    pub fn version(&self) -> Option<Version> {
+        match self {
+            Support::V2 { .. } => Some(Version::V2),
+            Support::V1 { .. } => Some(Version::V1),
+            Support::None { .. } => None,
+        }
+    }
+}
+
+fn join_cgroup(mount: &Path, own: &str) -> PathBuf {
+    mount.join(own.trim_start_matches('/'))
+}
+
+/// Creates the shared parent folder (and for v2 delegates the controllers);
+/// fails when this process may not.
+fn probe_writable(parent: &Path) -> io::Result<()> {
+    fs::create_dir_all(parent)?;
+    if parent.join("cgroup.subtree_control").exists() {
+        // v2: the parent must offer memory and pids to its children. This
+        // fails with EBUSY when the parent has processes of its own, which
+        // the runner's freshly made `skill-runner` folder does not.
+        if let Some(grand) = parent.parent() {
+            let controllers = fs::read_to_string(grand.join("cgroup.controllers"))?;
+            for c in ["memory", "pids"] {
+                if !controllers.split_whitespace().any(|x| x == c) {
+                    return Err(io::Error::other(format!("controller {c} is not delegated")));
+                }
+            }
+            fs::write(grand.join("cgroup.subtree_control"), "+memory +pids")?;
+        }
+        fs::write(parent.join("cgroup.subtree_control"), "+memory +pids")?;
+    }
+    Ok(())
+}
+
+/// One execution's cgroup(s).
+#[derive(Debug)]
+pub struct Cgroup {
+    version: Version,
+    memory: Option<PathBuf>,
+    pids: Option<PathBuf>,
+}
+
+impl Cgroup {
+    /// Creates the execution's cgroups and sets the limits.
+    pub fn create(
+        support: &Support,
+        name: &str,
+        memory_bytes: u64,
+        pids: u64,
+    ) -> io::Result<Cgroup> {
+        match support {
+            Support::V2 { parent } => {
+                let dir = parent.join(name);
+                fs::create_dir(&dir)?;
+                let cg = Cgroup {
+                    version: Version::V2,
+                    memory: Some(dir.clone()),
+                    pids: Some(dir.clone()),
+                };
+                fs::write(dir.join("memory.max"), memory_bytes.to_string())?;
+                // No swap: the limit is on real memory use.
+                let _ = fs::write(dir.join("memory.swap.max"), "0");
+                fs::write(dir.join("pids.max"), pids.to_string())?;
+                Ok(cg)
+            }
+            Support::V1 {
+                memory,
+                pids: pids_parent,
+            } => {
+                let mut cg = Cgroup {
+                    version: Version::V1,
+                    memory: None,
+                    pids: None,
+                };
+                if let Some(parent) = memory {
+                    let dir = parent.join(name);
+                    fs::create_dir(&dir)?;
+                    cg.memory = Some(dir.clone());
+                    fs::write(dir.join("memory.limit_in_bytes"), memory_bytes.to_string())?;
+                    // With swap accounting, the same bound on memory+swap.
+                    let _ = fs::write(
+                        dir.join("memory.memsw.limit_in_bytes"),
+                        memory_bytes.to_string(),
+                    );
+                }
+                if let Some(parent) = pids_parent {
+                    let dir = parent.join(name);
+                    fs::create_dir(&dir)?;
+                    cg.pids = Some(dir.clone());
+                    fs::write(dir.join("pids.max"), pids.to_string())?;
+                }
+                Ok(cg)
+            }
+            Support::None { reason } => Err(io::Error::other(reason.clone())),
+        }
+    }
+
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    pub fn limits_memory(&self) -> bool {
+        self.memory.is_some()
+    }
+
+    pub fn limits_pids(&self) -> bool {
+        self.pids.is_some()
+    }
+
+    /// `cgroup.procs` of every hierarchy, opened for the child to write `0`.
+    pub fn procs_files(&self) -> io::Result<Vec<File>> {
+        self.dirs()
+            .map(|d| {
+                fs::OpenOptions::new()
+                    .write(true)
+                    .open(d.join("cgroup.procs"))
+            })
+            .collect()
+    }
+
+    fn dirs(&self) -> impl Iterator<Item = &PathBuf> {
+        let pids = self
+            .pids
+            .as_ref()
+            .filter(|p| Some(*p) != self.memory.as_ref());
+        self.memory.iter().chain(pids)
+    }
+
+    /// True when the memory limit killed a process.
+    pub fn memory_exceeded(&self) -> bool {
+        let Some(dir) = &self.memory else {
+            return false;
+        };
+        match self.version {
+            Version::V2 => counter(&dir.join("memory.events"), "oom_kill") > 0,
+            Version::V1 => {
+                counter(&dir.join("memory.oom_control"), "oom_kill") > 0
+                    || counter(&dir.join("memory.oom_control"), "under_oom") > 0
+            }
+        }
+    }
+
+    /// True when a fork was refused by the pids limit.
+    pub fn pids_exceeded(&self) -> bool {
+        let Some(dir) = &self.pids else { return false };
+        counter(&dir.join("pids.events"), "max") > 0
+    }
+
+    /// Peak memory of the whole sandbox, where the kernel records it.
+    pub fn peak_memory(&self) -> Option<u64> {
+        let dir = self.memory.as_ref()?;
+        let file = match self.version {
+            Version::V2 => "memory.peak",
+            Version::V1 => "memory.max_usage_in_bytes",
+        };
+        fs::read_to_string(dir.join(file)).ok()?.trim().parse().ok()
+    }
+
+    /// Kills every process left in the cgroup(s).
+    pub fn kill_all(&self) {
+        for dir in self.dirs() {
+            if self.version == Version::V2 && fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+                continue;
+            }
+            for _ in 0..20 {
+                let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                let pids: Vec<i32> = procs
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect();
+                if pids.is_empty() {
+                    break;
+                }
+                for pid in pids {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        self.kill_all();
+        let dirs: Vec<PathBuf> = self.dirs().cloned().collect();
+        for dir in dirs {
+            // rmdir fails with EBUSY until the last process is gone.
+            for _ in 0..100 {
+                match fs::remove_dir(&dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        }
+    }
+}
+
+/// Reads `key N` from a flat-keyed cgroup file; 0 when absent.
+fn counter(path: &Path, key: &str) -> u64 {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == key).then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
+/// Sweeps execution cgroups left by a crashed runner: empty folders under
+/// the `skill-runner` parents whose name is not in `live`.
+pub fn sweep(support: &Support, live: &dyn Fn(&str) -> bool) {
+    let parents: Vec<&PathBuf> = match support {
+        Support::V2 { parent } => vec![parent],
+        Support::V1 { memory, pids } => memory.iter().chain(pids.iter()).collect(),
+        Support::None { .. } => vec![],
+    };
+    for parent in parents {
+        let Ok(entries) = fs::read_dir(parent) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if e.path().is_dir() && !live(name) {
+                let cg = Cgroup {
+                    version: support.version().unwrap_or(Version::V1),
+                    memory: Some(e.path()),
+                    pids: None,
+                };
+                drop(cg);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw";
+
+    #[test]
+    fn v1_hybrid_uses_own_paths() {
+        let own = "8:pids:/\n4:memory:/process_api/abc\n0::/\n";
+        assert_eq!(
+            Support::from_tables(HYBRID, own),
+            Support::V1 {
+                memory: Some("/sys/fs/cgroup/memory/process_api/abc/skill-runner".into()),
+                pids: Some("/sys/fs/cgroup/pids/skill-runner".into()),
+            }
+        );
+    }
+
+    #[test]
+    fn pure_v2() {
+        let mi = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate";
+        assert_eq!(
+            Support::from_tables(mi, "0::/user.slice/x.scope\n"),
+            Support::V2 {
+                parent: "/sys/fs/cgroup/user.slice/x.scope/skill-runner".into()
+            }
+        );
+    }
+
+    #[test]
+    fn nothing_mounted() {
+        assert!(matches!(Support::from_tables("", ""), Support::None { .. }));
+    }
+}

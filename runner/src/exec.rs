@@ -1,0 +1,725 @@
+//! One execution, end to end: stage, plan, launch, supervise, report.
+//!
+//! [`Runner`] holds what is shared by every execution of a process (data
+//! dir, store, what the host supports) and is immutable after
+//! [`Runner::new`], so it can serve concurrent executions. Each execution
+//! gets a private folder `<data>/executions/<id>.<random>` (guarded by a
+//! lock file, see [`crate::store::PrivateDir`]) holding its snapshot root
+//! and, unless the job names one, its workspace. It is removed when the
+//! execution ends unless `keep` is set; leftovers of crashed runners are
+//! swept by the next [`Runner::new`].
+//!
+//! Fail closed: anything that cannot be set up as asked (bwrap missing or
+//! lacking options, seccomp, a limit mechanism failing) rejects the
+//! execution before anything runs.
+
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::alias::{self, Spelling};
+use crate::cgroup::{self, Cgroup, Support};
+use crate::job::Job;
+use crate::launch::{self, BwrapFeatures, Plan};
+use crate::package::Limits as PackageLimits;
+use crate::profile;
+use crate::result::{
+    rfc3339, Applied, AppliedLimits, ErrorInfo, ExecResult, SkillsInfo, Status, Usage,
+    EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND,
+};
+use crate::seccomp;
+use crate::stage::{self, Selected, SkillSource, Snapshot};
+use crate::store::{PrivateDir, Store};
+use crate::supervise::{self, Cancel, OutputPolicy, Sink, Spawn};
+
+/// Settings of a runner process.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    pub package_limits: PackageLimits,
+    /// Keep each execution's private folder after it ends (debugging).
+    pub keep: bool,
+}
+
+/// The default data dir: `SKILL_RUNNER_DATA_DIR`, else
+/// `$XDG_STATE_HOME/skill-runner`, else `/var/lib/skill-runner` for root and
+/// `~/.local/state/skill-runner` for others.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("skill-runner");
+    }
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/var/lib/skill-runner");
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
+    PathBuf::from(home).join(".local/state/skill-runner")
+}
+
+/// The bubblewrap found on this host.
+#[derive(Debug, Clone)]
+pub struct Bwrap {
+    pub path: PathBuf,
+    pub version: String,
+    pub features: BwrapFeatures,
+}
+
+/// Options bwrap must support for our argv.
+pub const REQUIRED_BWRAP_OPTIONS: &[&str] = &[
+    "--add-seccomp-fd",
+    "--json-status-fd",
+    "--ro-bind-data",
+    "--size",
+    "--perms",
+    "--clearenv",
+    "--die-with-parent",
+    "--new-session",
+    "--cap-drop",
+    "--remount-ro",
+];
+
+impl Bwrap {
+    /// Finds bwrap on PATH once and checks its options.
+    pub fn find() -> Result<Bwrap, String> {
+        let path = which::which("bwrap").map_err(|_| {
+            "bubblewrap (bwrap) is not installed or not on PATH; install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)".to_owned()
+        })?;
+        let run = |arg: &str| -> Result<String, String> {
+            let out = std::process::Command::new(&path)
+                .arg(arg)
+                .output()
+                .map_err(|e| format!("cannot run {}: {e}", path.display()))?;
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr))
+        };
+        let version = run("--version")?.trim().to_owned();
+        let help = run("--help")?;
+        let has = |opt: &str| help.split_whitespace().any(|w| w == opt);
+        let missing: Vec<&str> = REQUIRED_BWRAP_OPTIONS
+            .iter()
+            .copied()
+            .filter(|o| !has(o))
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "{} ({version}) lacks {}; install bubblewrap 0.5 or newer",
+                path.display(),
+                missing.join(", ")
+            ));
+        }
+        Ok(Bwrap {
+            version,
+            features: BwrapFeatures {
+                disable_userns: has("--disable-userns"),
+            },
+            path,
+        })
+    }
+}
+
+/// What this host offers, probed once.
+#[derive(Debug, Clone)]
+pub struct Host {
+    pub bwrap: Result<Bwrap, String>,
+    pub cgroups: Support,
+    pub userns: Result<(), String>,
+}
+
+impl Host {
+    pub fn probe() -> Host {
+        Host {
+            bwrap: Bwrap::find(),
+            cgroups: Support::detect(),
+            userns: userns_available(),
+        }
+    }
+}
+
+/// Whether this process can create user namespaces (bwrap needs one).
+pub fn userns_available() -> Result<(), String> {
+    let read = |p: &str| fs::read_to_string(p).ok().map(|s| s.trim().to_owned());
+    if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+        return Err("user namespaces are disabled (user.max_user_namespaces = 0); enable them with sysctl -w user.max_user_namespaces=15000".into());
+    }
+    if !nix::unistd::geteuid().is_root() {
+        if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+            return Err("unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0); enable them or run as root".into());
+        }
+        if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+            return Err("AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1); allow bwrap in an AppArmor profile or run as root".into());
+        }
+    }
+    Ok(())
+}
+
+/// Shared state of a runner process.
+#[derive(Debug)]
+pub struct Runner {
+    pub config: Config,
+    pub store: Store,
+    pub host: Host,
+    executions: PathBuf,
+}
+
+/// How output is delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputMode {
+    /// Captured into the result (`--json`, daemon).
+    Capture,
+    /// Streamed to the runner's stdout/stderr, not captured.
+    Forward,
+}
+
+/// Per-execution options besides the job.
+#[allow(missing_debug_implementations)] // holds a `dyn Sink`
+pub struct RunOptions<'a> {
+    pub output: OutputMode,
+    pub sink: &'a mut dyn Sink,
+    pub cancel: Option<Arc<Cancel>>,
+}
+
+impl Runner {
+    /// Opens the data dir, probes the host and sweeps leftovers of crashed
+    /// runners.
+    pub fn new(config: Config) -> Result<Runner, String> {
+        let store = Store::open(&config.data_dir).map_err(|e| e.to_string())?;
+        let executions = config.data_dir.join("executions");
+        fs::create_dir_all(&executions)
+            .map_err(|e| format!("cannot create {}: {e}", executions.display()))?;
+        let host = Host::probe();
+        let runner = Runner {
+            config,
+            store,
+            host,
+            executions,
+        };
+        runner.sweep();
+        Ok(runner)
+    }
+
+    /// Removes execution folders and cgroups whose runner died.
+    pub fn sweep(&self) -> usize {
+        let removed = crate::store::sweep_locked_dirs(&self.executions).unwrap_or(0);
+        let executions = self.executions.clone();
+        cgroup::sweep(&self.host.cgroups, &|name| {
+            crate::fsx::is_locked(&executions.join(format!("{name}.lock")))
+        });
+        removed
+    }
+
+    /// Runs a validated job to completion. Never panics on bad input;
+    /// every failure is a result with `status` and `error`.
+    pub fn run(&self, job: &Job, opts: RunOptions<'_>) -> ExecResult {
+        let span = tracing::info_span!("execution", id = %job.execution_id);
+        let _guard = span.enter();
+        match self.prepare(job) {
+            Err(error) => {
+                tracing::info!(kind = %error.kind, "rejected: {}", error.message);
+                ExecResult::rejected(&job.execution_id, "bubblewrap", error)
+            }
+            Ok(prepared) => self.launch(job, prepared, opts),
+        }
+    }
+
+    /// Everything before the launch: checks, staging, folders.
+    fn prepare(&self, job: &Job) -> Result<Prepared, ErrorInfo> {
+        let bwrap = self
+            .host
+            .bwrap
+            .clone()
+            .map_err(|m| ErrorInfo::new("sandbox_unavailable", m))?;
+        self.host
+            .userns
+            .clone()
+            .map_err(|m| ErrorInfo::new("sandbox_unavailable", m))?;
+        let dir = PrivateDir::create_named(&self.executions, &format!("{}.", job.execution_id))
+            .map_err(|e| {
+                ErrorInfo::new(
+                    "staging_failed",
+                    format!("cannot create the execution folder: {e}"),
+                )
+            })?;
+        let mut dir = dir;
+        dir.keep = self.config.keep;
+
+        let selected = self.select(job)?;
+        let root = dir.path.join("skills");
+        let snapshot = stage::stage(&selected, &root, &self.config.package_limits)
+            .map_err(|e| ErrorInfo::new(e.kind(), e.to_string()))?;
+
+        let workspace = match &job.workspace {
+            Some(w) => {
+                fs::create_dir_all(w).map_err(|e| bad_path("workspace", w, e))?;
+                w.canonicalize().map_err(|e| bad_path("workspace", w, e))?
+            }
+            None => {
+                let w = dir.path.join("workspace");
+                fs::create_dir(&w).map_err(|e| bad_path("workspace", &w, e))?;
+                w
+            }
+        };
+        let extensions = match &job.extensions_dir {
+            Some(e) => e.clone(),
+            None => workspace.join(".sciencediscovery/skill-extensions"),
+        };
+        fs::create_dir_all(&extensions).map_err(|e| bad_path("extensions_dir", &extensions, e))?;
+        let extensions = extensions
+            .canonicalize()
+            .map_err(|e| bad_path("extensions_dir", &extensions, e))?;
+        // The cwd must be a folder inside the workspace after resolving
+        // symlinks: a symlink in the workspace must not lead it elsewhere.
+        if !job.cwd.is_empty() {
+            let cwd = workspace.join(&job.cwd);
+            let real = cwd.canonicalize().map_err(|_| {
+                ErrorInfo::new(
+                    "bad_job",
+                    format!("cwd {:?} does not exist in the workspace", job.cwd),
+                )
+            })?;
+            if !real.starts_with(&workspace) || !real.is_dir() {
+                return Err(ErrorInfo::new(
+                    "bad_job",
+                    format!("cwd {:?} leaves the workspace or is not a folder", job.cwd),
+                ));
+            }
+        }
+        Ok(Prepared {
+            dir,
+            snapshot,
+            workspace,
+            extensions,
+            bwrap,
+        })
+    }
+
+    /// Resolves each skill of the job to the source of its bytes.
+    fn select(&self, job: &Job) -> Result<Vec<Selected>, ErrorInfo> {
+        job.skills
+            .iter()
+            .map(|s| {
+                let source = match &s.path {
+                    Some(p) => {
+                        let real = p.canonicalize().map_err(|e| {
+                            ErrorInfo::new(
+                                "bad_job",
+                                format!(
+                                    "skill {:?}: cannot open its folder {}: {e}",
+                                    s.binding.id,
+                                    p.display()
+                                ),
+                            )
+                        })?;
+                        SkillSource::Dir(real)
+                    }
+                    None => SkillSource::Store(
+                        self.store
+                            .resolve(&s.binding)
+                            .map_err(|e| ErrorInfo::new(e.kind(), e.to_string()))?,
+                    ),
+                };
+                Ok(Selected {
+                    binding: s.binding.clone(),
+                    source,
+                })
+            })
+            .collect()
+    }
+
+    /// Builds the bwrap argv for a prepared execution.
+    pub fn plan_args(
+        &self,
+        job: &Job,
+        bwrap: &Bwrap,
+        snapshot_root: &Path,
+        workspace: &Path,
+        extensions: &Path,
+    ) -> Result<Vec<std::ffi::OsString>, ErrorInfo> {
+        let mounts = job.profile.resolve_mounts(profile::host_entry);
+        let argv = alias::rewrite_argv(&job.argv, Spelling::Sandbox)
+            .map_err(|e| ErrorInfo::new("bad_job", e.to_string()))?;
+        let env = launch::environment(&job.env);
+        Ok(launch::bwrap_args(&Plan {
+            mounts: &mounts,
+            snapshot_root,
+            extensions,
+            workspace,
+            cwd: &job.cwd,
+            env: &env,
+            argv: &argv,
+            tmp_bytes: job.limits.tmp_bytes,
+            features: bwrap.features,
+        }))
+    }
+
+    fn launch(&self, job: &Job, p: Prepared, opts: RunOptions<'_>) -> ExecResult {
+        let rejected = |e: ErrorInfo| ExecResult::rejected(&job.execution_id, "bubblewrap", e);
+        let args =
+            match self.plan_args(job, &p.bwrap, &p.snapshot.root, &p.workspace, &p.extensions) {
+                Ok(a) => a,
+                Err(e) => return rejected(e),
+            };
+        let filters = match seccomp::compile(&job.profile, job.network) {
+            Ok(f) => f,
+            Err(e) => return rejected(ErrorInfo::new("sandbox_unavailable", e.to_string())),
+        };
+        let fds = match sandbox_fds(&filters) {
+            Ok(f) => f,
+            Err(e) => {
+                return rejected(ErrorInfo::new(
+                    "sandbox_unavailable",
+                    format!("cannot prepare the sandbox's descriptors: {e}"),
+                ))
+            }
+        };
+        let l = job.limits;
+        let cg_name = p
+            .dir
+            .path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let (cgroup, cg_note) = match &self.host.cgroups {
+            Support::None { reason } => (None, Some(reason.clone())),
+            support => match Cgroup::create(support, &cg_name, l.memory_bytes, l.pids) {
+                Ok(cg) => (Some(cg), None),
+                Err(e) => {
+                    return rejected(ErrorInfo::new(
+                        "sandbox_unavailable",
+                        format!("cannot create the execution's cgroup: {e}"),
+                    ))
+                }
+            },
+        };
+        let cgroup_procs = match cgroup.as_ref().map(Cgroup::procs_files).transpose() {
+            Ok(f) => f.unwrap_or_default(),
+            Err(e) => {
+                return rejected(ErrorInfo::new(
+                    "sandbox_unavailable",
+                    format!("cannot open the execution's cgroup: {e}"),
+                ))
+            }
+        };
+        let (rlimits, applied) = limits_plan(&l, cgroup.as_ref(), cg_note);
+
+        let spawn = Spawn {
+            program: p.bwrap.path.clone(),
+            args,
+            fds,
+            rlimits,
+            cgroup_procs,
+            stdin: job.stdin.clone(),
+            status_fd: Some(launch::FD_STATUS),
+        };
+        tracing::debug!(
+            skills = p.snapshot.manifest.skills.len(),
+            bytes = p.snapshot.bytes,
+            "launching"
+        );
+        let outcome = supervise::supervise(
+            spawn,
+            Duration::from_millis(l.timeout_ms),
+            OutputPolicy {
+                cap: l.output_bytes,
+                capture: opts.output == OutputMode::Capture,
+            },
+            opts.sink,
+            opts.cancel.as_deref(),
+        );
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                return rejected(ErrorInfo::new(
+                    "sandbox_unavailable",
+                    format!("cannot start {}: {e}", p.bwrap.path.display()),
+                ))
+            }
+        };
+        let memory_hit = cgroup.as_ref().is_some_and(Cgroup::memory_exceeded);
+        let pids_hit = cgroup.as_ref().is_some_and(Cgroup::pids_exceeded);
+        let peak = cgroup.as_ref().and_then(Cgroup::peak_memory);
+        drop(cgroup); // kills stragglers, removes the cgroup
+        let finished_at = outcome.started_at + outcome.duration;
+
+        let mut result = ExecResult {
+            execution_id: job.execution_id.clone(),
+            status: Status::Exited,
+            exit_code: None,
+            signal: None,
+            stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
+            stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
+            stdout_truncated: outcome.stdout.truncated,
+            stderr_truncated: outcome.stderr.truncated,
+            duration_ms: outcome.duration.as_millis() as u64,
+            started_at: rfc3339(outcome.started_at),
+            finished_at: rfc3339(finished_at),
+            sandbox: "bubblewrap",
+            skills: Some(SkillsInfo {
+                identity: p.snapshot.identity.clone(),
+                manifest: p.snapshot.manifest.clone(),
+            }),
+            limits: Some(applied),
+            usage: Some(Usage {
+                cpu_ms: outcome.cpu_ms,
+                max_rss_bytes: peak
+                    .unwrap_or(outcome.max_rss_bytes)
+                    .max(outcome.max_rss_bytes),
+            }),
+            error: None,
+            warnings: p.snapshot.warnings.clone(),
+        };
+        classify(&mut result, &outcome, &l, memory_hit, pids_hit);
+        tracing::info!(status = ?result.status, code = ?result.exit_code, ms = result.duration_ms, "finished");
+        drop(p.dir);
+        result
+    }
+
+    /// What `explain` prints: the bwrap argv for a job, with the
+    /// per-execution folder shown as `<execution>`.
+    pub fn explain(&self, job: &Job) -> Result<(PathBuf, Vec<std::ffi::OsString>), ErrorInfo> {
+        let bwrap = self.host.bwrap.clone().unwrap_or(Bwrap {
+            path: PathBuf::from("bwrap"),
+            version: String::new(),
+            features: BwrapFeatures {
+                disable_userns: true,
+            },
+        });
+        let exec = PathBuf::from(format!(
+            "<data-dir>/executions/{}.<random>",
+            job.execution_id
+        ));
+        let workspace = job
+            .workspace
+            .clone()
+            .unwrap_or_else(|| exec.join("workspace"));
+        let extensions = job
+            .extensions_dir
+            .clone()
+            .unwrap_or_else(|| workspace.join(".sciencediscovery/skill-extensions"));
+        let args = self.plan_args(job, &bwrap, &exec.join("skills"), &workspace, &extensions)?;
+        Ok((bwrap.path, args))
+    }
+}
+
+struct Prepared {
+    dir: PrivateDir,
+    snapshot: Snapshot,
+    workspace: PathBuf,
+    extensions: PathBuf,
+    bwrap: Bwrap,
+}
+
+fn bad_path(field: &str, path: &Path, e: io::Error) -> ErrorInfo {
+    ErrorInfo::new(
+        "bad_job",
+        format!("{field} {} cannot be used: {e}", path.display()),
+    )
+}
+
+/// The descriptors the sandbox reads at start: seccomp programs and the
+/// account files, each in its own sealed memfd (nothing shared).
+fn sandbox_fds(filters: &seccomp::Filters) -> io::Result<Vec<(std::os::fd::OwnedFd, i32)>> {
+    let memfd = |name: &str, bytes: &[u8]| {
+        let name = CString::new(name).map_err(io::Error::other)?;
+        crate::sys::sealed_memfd(&name, bytes)
+    };
+    Ok(vec![
+        (
+            memfd("seccomp-rules", &filters.rules)?,
+            launch::FD_SECCOMP_RULES,
+        ),
+        (
+            memfd("seccomp-guard", &filters.guard)?,
+            launch::FD_SECCOMP_GUARD,
+        ),
+        (
+            memfd("passwd", launch::PASSWD.as_bytes())?,
+            launch::FD_PASSWD,
+        ),
+        (memfd("group", launch::GROUP.as_bytes())?, launch::FD_GROUP),
+    ])
+}
+
+type Rlimits = Vec<(nix::sys::resource::Resource, u64, u64)>;
+
+/// Chooses the mechanism for each limit.
+fn limits_plan(
+    l: &crate::job::Limits,
+    cg: Option<&Cgroup>,
+    cg_note: Option<String>,
+) -> (Rlimits, AppliedLimits) {
+    use nix::sys::resource::Resource;
+    let mut r: Rlimits = vec![
+        (Resource::RLIMIT_CORE, 0, 0),
+        (Resource::RLIMIT_FSIZE, l.file_size_bytes, l.file_size_bytes),
+        (Resource::RLIMIT_NOFILE, l.open_files, l.open_files),
+    ];
+    let cg_name = cg.map(|c| c.version().name());
+    let memory = match cg_name.filter(|_| cg.is_some_and(Cgroup::limits_memory)) {
+        Some(name) => Applied::by(Some(l.memory_bytes), name),
+        None => {
+            r.push((Resource::RLIMIT_AS, l.memory_bytes, l.memory_bytes));
+            Applied {
+                value: Some(l.memory_bytes),
+                enforced_by: "rlimit",
+                note: Some(format!(
+                    "RLIMIT_AS per process (address space, not resident memory){}",
+                    cg_note
+                        .as_ref()
+                        .map(|n| format!("; no cgroup: {n}"))
+                        .unwrap_or_default()
+                )),
+            }
+        }
+    };
+    let pids = match cg_name.filter(|_| cg.is_some_and(Cgroup::limits_pids)) {
+        Some(name) => Applied::by(Some(l.pids), name),
+        None if !nix::unistd::geteuid().is_root() => {
+            r.push((Resource::RLIMIT_NPROC, l.pids, l.pids));
+            Applied {
+                value: Some(l.pids),
+                enforced_by: "rlimit",
+                note: Some(
+                    "RLIMIT_NPROC counts every process of this user, not only the sandbox's".into(),
+                ),
+            }
+        }
+        None => Applied {
+            value: Some(l.pids),
+            enforced_by: "none",
+            note: Some("no pids cgroup, and RLIMIT_NPROC does not bind root".into()),
+        },
+    };
+    let cpu = match l.cpu_ms {
+        Some(ms) => {
+            let secs = ms.div_ceil(1000);
+            r.push((Resource::RLIMIT_CPU, secs, secs + 1));
+            Applied {
+                value: Some(ms),
+                enforced_by: "rlimit",
+                note: Some(format!("RLIMIT_CPU per process, rounded up to {secs} s")),
+            }
+        }
+        None => Applied::by(None, "none"),
+    };
+    (
+        r,
+        AppliedLimits {
+            timeout_ms: Applied::by(Some(l.timeout_ms), "supervisor"),
+            output_bytes: Applied::by(Some(l.output_bytes), "supervisor"),
+            memory_bytes: memory,
+            pids,
+            cpu_ms: cpu,
+            file_size_bytes: Applied::by(Some(l.file_size_bytes), "rlimit"),
+            tmp_bytes: Applied::by(Some(l.tmp_bytes), "tmpfs"),
+            open_files: Applied::by(Some(l.open_files), "rlimit"),
+        },
+    )
+}
+
+/// Sets status, codes and error from how the launcher ended.
+fn classify(
+    r: &mut ExecResult,
+    o: &supervise::Outcome,
+    l: &crate::job::Limits,
+    memory_hit: bool,
+    pids_hit: bool,
+) {
+    // bwrap reports the command's end as an exit code: N, or 128+N when
+    // the command was killed by signal N.
+    let (code, signal) = match o.status {
+        Ok(c) if c > 128 && c < 128 + 65 => (None, Some(c - 128)),
+        Ok(c) => (Some(c), None),
+        Err(sig) => (None, Some(sig)),
+    };
+    r.exit_code = code;
+    r.signal = signal;
+    let stderr_tail = String::from_utf8_lossy(&o.stderr.tail);
+    if o.cancelled {
+        r.status = Status::Cancelled;
+        r.error = Some(ErrorInfo::new(
+            "cancelled",
+            "the execution was cancelled and its sandbox killed",
+        ));
+    } else if o.timed_out {
+        r.status = Status::TimedOut;
+        r.error = Some(ErrorInfo::new(
+            "timed_out",
+            format!(
+                "the command ran past timeout_ms ({}) and its sandbox was killed",
+                l.timeout_ms
+            ),
+        ));
+    } else if !o.started {
+        r.status = Status::Failed;
+        r.exit_code = Some(crate::result::EXIT_RUNNER);
+        r.signal = None;
+        let msg = stderr_tail
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("bwrap:"))
+            .unwrap_or("bwrap exited before starting the command")
+            .to_owned();
+        r.error = Some(ErrorInfo::new(
+            "sandbox_failed",
+            format!("bubblewrap could not set up the sandbox ({msg}); run skill-runner doctor"),
+        ));
+    } else if let Some(line) = (code == Some(1))
+        .then(|| {
+            stderr_tail
+                .lines()
+                .rev()
+                .find(|l| l.starts_with("bwrap: execvp "))
+                .map(str::to_owned)
+        })
+        .flatten()
+    {
+        let not_executable = line.contains("Permission denied");
+        r.status = Status::Failed;
+        r.exit_code = Some(if not_executable {
+            EXIT_NOT_EXECUTABLE
+        } else {
+            EXIT_NOT_FOUND
+        });
+        r.error = Some(ErrorInfo::new(
+            if not_executable { "not_executable" } else { "not_found" },
+            format!(
+                "the command could not be started ({}); argv[0] is looked up in PATH=/usr/bin:/bin inside the sandbox, and staged files are 0444, so run scripts through their interpreter",
+                line.trim_start_matches("bwrap: ")
+            ),
+        ));
+    } else {
+        let mut hit: Vec<&str> = Vec::new();
+        if memory_hit {
+            hit.push("memory_bytes");
+        }
+        if pids_hit {
+            hit.push("pids");
+        }
+        match signal {
+            Some(s) if s == libc::SIGXCPU => hit.push("cpu_ms"),
+            Some(s) if s == libc::SIGXFSZ => hit.push("file_size_bytes"),
+            // RLIMIT_CPU's hard limit ends in SIGKILL.
+            Some(s)
+                if s == libc::SIGKILL
+                    && !memory_hit
+                    && o.cpu_ms >= l.cpu_ms.unwrap_or(u64::MAX) =>
+            {
+                hit.push("cpu_ms")
+            }
+            _ => {}
+        }
+        if !hit.is_empty() {
+            r.status = Status::LimitExceeded;
+            r.error = Some(ErrorInfo::new(
+                "limit_exceeded",
+                format!("the command passed its {} limit", hit.join(" and ")),
+            ));
+        } else if signal.is_some() {
+            r.status = Status::Signaled;
+        } else {
+            r.status = Status::Exited;
+        }
+    }
+}

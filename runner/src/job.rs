@@ -1,0 +1,408 @@
+//! The job document of DESIGN.md §6: parsed raw, then validated.
+//!
+//! [`RawJob`] mirrors the JSON with unknown fields refused. [`Job::validate`]
+//! turns it into a [`Job`] whose every field has been checked: the
+//! execution id, argv, environment names (reserved and dangerous ones are
+//! refused), cwd, skill bindings (no duplicates), host paths (absolute after
+//! resolving against the job file's folder), profile and limits (profile
+//! defaults filled in). Launch code accepts only a [`Job`].
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::alias::{EXTENSIONS_VAR, SKILLS_VAR};
+use crate::hash::Binding;
+use crate::package::{self, PackageError};
+use crate::profile::{Network, Profile, ProfileError};
+
+/// A skill entry of a job as written.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawSkillRef {
+    pub id: String,
+    pub revision: u64,
+    pub version: String,
+    pub hash: String,
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+}
+
+/// Limits as written; absent ones come from the profile.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    pub timeout_ms: Option<u64>,
+    pub output_bytes: Option<u64>,
+    pub memory_bytes: Option<u64>,
+    pub pids: Option<u64>,
+    pub cpu_ms: Option<u64>,
+    pub file_size_bytes: Option<u64>,
+    pub tmp_bytes: Option<u64>,
+}
+
+/// The job document as written.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawJob {
+    pub execution_id: Option<String>,
+    pub argv: Vec<String>,
+    pub stdin: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<String>,
+    pub workspace: Option<PathBuf>,
+    pub extensions_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub skills: Vec<RawSkillRef>,
+    pub session: Option<String>,
+    pub network: Option<String>,
+    pub profile: Option<String>,
+    #[serde(default)]
+    pub limits: RawLimits,
+}
+
+/// Limits in force for one execution.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Limits {
+    pub timeout_ms: u64,
+    pub output_bytes: u64,
+    pub memory_bytes: u64,
+    pub pids: u64,
+    pub cpu_ms: Option<u64>,
+    pub file_size_bytes: u64,
+    pub tmp_bytes: u64,
+    pub open_files: u64,
+}
+
+/// A selected skill: its pin, and optionally the host folder to package.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkillRef {
+    pub binding: Binding,
+    pub path: Option<PathBuf>,
+}
+
+/// A validated job.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub execution_id: String,
+    /// Whether the id was generated (not given by the caller).
+    pub generated_id: bool,
+    pub argv: Vec<String>,
+    pub stdin: Option<Vec<u8>>,
+    pub env: Vec<(String, String)>,
+    /// Normalized, relative to the workspace; empty for the workspace.
+    pub cwd: String,
+    pub workspace: Option<PathBuf>,
+    pub extensions_dir: Option<PathBuf>,
+    pub skills: Vec<SkillRef>,
+    pub network: Network,
+    pub profile: Profile,
+    pub limits: Limits,
+}
+
+/// Why a job was refused. Each message says what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error("the job is not valid JSON of the job format: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("execution_id {0:?} is not admissible: use 1 to 160 of A-Z a-z 0-9 _ : . -")]
+    ExecutionId(String),
+    #[error("argv is empty: give the program and its arguments")]
+    EmptyArgv,
+    #[error("argv element {index} contains a NUL byte")]
+    ArgvNul { index: usize },
+    #[error(
+        "env name {0:?} is not a valid variable name (A-Z a-z 0-9 _, not starting with a digit)"
+    )]
+    EnvName(String),
+    #[error("env {0:?} is reserved or dangerous and may not be set by a job")]
+    EnvReserved(String),
+    #[error("env {0:?} has a value with a NUL byte")]
+    EnvNul(String),
+    #[error("cwd {0:?} must be a relative path inside the workspace, without '..'")]
+    Cwd(String),
+    #[error("skill {id:?}: {source}")]
+    Skill { id: String, source: PackageError },
+    #[error("skill {0:?} is selected twice")]
+    DuplicateSkill(String),
+    #[error("sessions are not available in this version of skill-runner; list the skills in the job instead")]
+    Session,
+    #[error("network {0:?} is not supported; the only network mode is \"none\"")]
+    Network(String),
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
+    #[error("limit {name} must be a positive integer")]
+    Limit { name: &'static str },
+    #[error("{field} path {path:?} must be absolute when the job does not come from a file")]
+    RelativePath { field: &'static str, path: PathBuf },
+}
+
+/// Names a job may never set (§5), besides the `LD_*` and `BASH_FUNC_*`
+/// families.
+const RESERVED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    SKILLS_VAR,
+    EXTENSIONS_VAR,
+    "BASH_ENV",
+    "ENV",
+    "PYTHONHOME",
+    "PYTHONSTARTUP",
+    "IFS",
+    "PS4",
+    "PROMPT_COMMAND",
+    "CDPATH",
+    "SHELLOPTS",
+    "BASHOPTS",
+];
+
+/// True when a job may not set `name`.
+pub fn env_reserved(name: &str) -> bool {
+    RESERVED_ENV.contains(&name) || name.starts_with("LD_") || name.starts_with("BASH_FUNC_")
+}
+
+fn valid_env_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// True for an admissible execution id: `^[A-Za-z0-9_:.-]{1,160}$`.
+pub fn valid_execution_id(id: &str) -> bool {
+    (1..=160).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':' | b'.' | b'-'))
+}
+
+/// Normalizes a cwd; refuses absolute paths and `..`.
+fn normalize_cwd(cwd: &str) -> Option<String> {
+    if cwd.starts_with('/') || cwd.contains('\0') {
+        return None;
+    }
+    let mut parts = Vec::new();
+    for seg in cwd.split('/') {
+        match seg {
+            "" | "." => {}
+            ".." => return None,
+            s => parts.push(s),
+        }
+    }
+    Some(parts.join("/"))
+}
+
+impl Job {
+    /// Parses job JSON. `base` is the job file's folder, against which
+    /// relative paths resolve; `None` (daemon) refuses relative paths.
+    pub fn from_json(bytes: &[u8], base: Option<&Path>) -> Result<Job, JobError> {
+        let raw: RawJob = serde_json::from_slice(bytes)?;
+        Job::validate(raw, base)
+    }
+
+    /// Validates a raw job.
+    pub fn validate(raw: RawJob, base: Option<&Path>) -> Result<Job, JobError> {
+        let (execution_id, generated_id) = match raw.execution_id {
+            Some(id) if valid_execution_id(&id) => (id, false),
+            Some(id) => return Err(JobError::ExecutionId(id)),
+            None => (format!("exec-{}", crate::fsx::random_hex()), true),
+        };
+        if raw.argv.is_empty() || raw.argv[0].is_empty() {
+            return Err(JobError::EmptyArgv);
+        }
+        if let Some(index) = raw.argv.iter().position(|a| a.contains('\0')) {
+            return Err(JobError::ArgvNul { index });
+        }
+        let mut env = Vec::with_capacity(raw.env.len());
+        for (name, value) in raw.env {
+            if !valid_env_name(&name) {
+                return Err(JobError::EnvName(name));
+            }
+            if env_reserved(&name) {
+                return Err(JobError::EnvReserved(name));
+            }
+            if value.contains('\0') {
+                return Err(JobError::EnvNul(name));
+            }
+            env.push((name, value));
+        }
+        let cwd = match raw.cwd {
+            None => String::new(),
+            Some(c) => normalize_cwd(&c).ok_or(JobError::Cwd(c))?,
+        };
+        if raw.session.is_some() {
+            return Err(JobError::Session);
+        }
+        let network = match raw.network.as_deref() {
+            None | Some("none") => Network::None,
+            Some(other) => return Err(JobError::Network(other.to_owned())),
+        };
+        let resolve = |field: &'static str, p: PathBuf| -> Result<PathBuf, JobError> {
+            if p.is_absolute() {
+                Ok(p)
+            } else if let Some(base) = base {
+                Ok(base.join(p))
+            } else {
+                Err(JobError::RelativePath { field, path: p })
+            }
+        };
+        let mut skills: Vec<SkillRef> = Vec::with_capacity(raw.skills.len());
+        for s in raw.skills {
+            let binding = Binding {
+                id: s.id,
+                revision: s.revision,
+                version: s.version,
+                hash: s.hash,
+            };
+            package::check_binding(&binding).map_err(|source| JobError::Skill {
+                id: binding.id.clone(),
+                source,
+            })?;
+            if skills.iter().any(|k| k.binding.id == binding.id) {
+                return Err(JobError::DuplicateSkill(binding.id));
+            }
+            let path = s.path.map(|p| resolve("skill", p)).transpose()?;
+            skills.push(SkillRef { binding, path });
+        }
+        let workspace = raw.workspace.map(|p| resolve("workspace", p)).transpose()?;
+        let extensions_dir = raw
+            .extensions_dir
+            .map(|p| resolve("extensions_dir", p))
+            .transpose()?;
+        let profile_base = base.unwrap_or(Path::new("/"));
+        let profile = Profile::load(raw.profile.as_deref().unwrap_or("default"), profile_base)?;
+        let d = profile.limits;
+        let l = raw.limits;
+        let positive = |v: Option<u64>, default: u64, name| match v {
+            None => Ok(default),
+            Some(0) => Err(JobError::Limit { name }),
+            Some(v) => Ok(v),
+        };
+        let limits = Limits {
+            timeout_ms: positive(l.timeout_ms, d.timeout_ms, "timeout_ms")?,
+            output_bytes: positive(l.output_bytes, d.output_bytes, "output_bytes")?,
+            memory_bytes: positive(l.memory_bytes, d.memory_bytes, "memory_bytes")?,
+            pids: positive(l.pids, d.pids, "pids")?,
+            cpu_ms: match l.cpu_ms {
+                Some(0) => return Err(JobError::Limit { name: "cpu_ms" }),
+                v => v,
+            },
+            file_size_bytes: positive(l.file_size_bytes, d.file_size_bytes, "file_size_bytes")?,
+            tmp_bytes: positive(l.tmp_bytes, d.tmp_bytes, "tmp_bytes")?,
+            open_files: d.open_files,
+        };
+        Ok(Job {
+            execution_id,
+            generated_id,
+            argv: raw.argv,
+            stdin: raw.stdin.map(String::into_bytes),
+            env,
+            cwd,
+            workspace,
+            extensions_dir,
+            skills,
+            network,
+            profile,
+            limits,
+        })
+    }
+
+    /// The bindings of the selection.
+    pub fn bindings(&self) -> Vec<Binding> {
+        self.skills.iter().map(|s| s.binding.clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(json: &str) -> Result<Job, JobError> {
+        Job::from_json(json.as_bytes(), Some(Path::new("/jobs")))
+    }
+
+    const H: &str = "b5bcc438dc1139bc1aadc8ad73d72b6717577bf8b39c13207e5f9f583582227b";
+
+    #[test]
+    fn minimal_job_gets_profile_defaults() {
+        let j = job(r#"{"argv":["true"]}"#).unwrap();
+        assert!(j.generated_id);
+        assert_eq!(j.limits.timeout_ms, 30000);
+        assert_eq!(j.limits.cpu_ms, None);
+        assert_eq!(j.cwd, "");
+    }
+
+    #[test]
+    fn paths_resolve_against_the_job_folder() {
+        let j = job(&format!(
+            r#"{{"argv":["true"],"workspace":"ws","skills":[{{"id":"hello","revision":1,"version":"1","hash":"{H}","path":"../skills/hello"}}]}}"#
+        ))
+        .unwrap();
+        assert_eq!(j.workspace.as_deref(), Some(Path::new("/jobs/ws")));
+        assert_eq!(
+            j.skills[0].path.as_deref(),
+            Some(Path::new("/jobs/../skills/hello"))
+        );
+        let e = Job::from_json(br#"{"argv":["true"],"workspace":"ws"}"#, None).unwrap_err();
+        assert!(matches!(e, JobError::RelativePath { .. }));
+    }
+
+    #[test]
+    fn bad_jobs_are_refused_with_a_reason() {
+        let cases = [
+            (r#"{"argv":["true"],"extra":1}"#, "unknown field"),
+            (r#"{"argv":[]}"#, "argv is empty"),
+            (r#"{"argv":"true"}"#, "invalid type"),
+            (r#"{"argv":["true"],"env":{"PATH":"/x"}}"#, "reserved"),
+            (r#"{"argv":["true"],"env":{"LD_PRELOAD":"/x"}}"#, "reserved"),
+            (
+                r#"{"argv":["true"],"env":{"BASH_FUNC_x%%":"() { :; }"}}"#,
+                "not a valid",
+            ),
+            (
+                r#"{"argv":["true"],"env":{"SCIENCEDISCOVERY_SKILLS_DIR":"/x"}}"#,
+                "reserved",
+            ),
+            (r#"{"argv":["true"],"env":{"1X":"y"}}"#, "not a valid"),
+            (r#"{"argv":["true"],"cwd":"../x"}"#, "cwd"),
+            (r#"{"argv":["true"],"cwd":"/etc"}"#, "cwd"),
+            (r#"{"argv":["true"],"execution_id":"a b"}"#, "execution_id"),
+            (r#"{"argv":["true"],"network":"host"}"#, "network"),
+            (r#"{"argv":["true"],"session":"s1"}"#, "sessions"),
+            (r#"{"argv":["true"],"profile":"strict"}"#, "built-in"),
+            (
+                r#"{"argv":["true"],"limits":{"timeout_ms":0}}"#,
+                "timeout_ms",
+            ),
+            (
+                r#"{"argv":["true"],"limits":{"walltime":5}}"#,
+                "unknown field",
+            ),
+            (
+                r#"{"argv":["true"],"skills":[{"id":"x","revision":1,"version":"1","hash":"ABC"}]}"#,
+                "64 lowercase hex",
+            ),
+            (
+                r#"{"argv":["true"],"skills":[{"id":"Bad","revision":1,"version":"1","hash":"x"}]}"#,
+                "ids match",
+            ),
+            ("{not json", "not valid JSON"),
+        ];
+        for (json, needle) in cases {
+            let e = job(json).expect_err(json).to_string();
+            assert!(e.contains(needle), "{json}: {e}");
+        }
+        let upper = H.to_uppercase();
+        let e = job(&format!(
+            r#"{{"argv":["true"],"skills":[{{"id":"x","revision":1,"version":"1","hash":"{upper}"}}]}}"#
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("lowercase"), "{e}");
+        let e = job(&format!(
+            r#"{{"argv":["true"],"skills":[{{"id":"x","revision":1,"version":"1","hash":"{H}"}},{{"id":"x","revision":2,"version":"1","hash":"{H}"}}]}}"#
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("selected twice"), "{e}");
+    }
+}

@@ -1,0 +1,358 @@
+//! Rendering a launch plan to a bubblewrap argv.
+//!
+//! [`bwrap_args`] is a pure function from a [`Plan`] (profile mounts, the
+//! execution's host folders, environment, argv) to the argument vector of
+//! `bwrap`. Nothing here spawns; [`crate::supervise`] does. The data the
+//! sandbox reads at start (seccomp programs, `/etc/passwd`, `/etc/group`)
+//! reaches bwrap on file descriptors with fixed numbers, so the argv is the
+//! same for every execution with the same plan, and no file is shared or
+//! rewritten between concurrent executions.
+//!
+//! Order of operations (bwrap applies them in order; later ones win):
+//! namespaces and process flags, the profile's system mounts, the synthetic
+//! account files, `/proc`, `/dev`, the private `/tmp`, then `/skills`
+//! (read-only), `/skill-extensions` and `/workspace` (writable), and last
+//! `--remount-ro /` so the sandbox cannot create files at its root.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use crate::alias::{EXTENSIONS_VAR, SKILLS_VAR};
+use crate::profile::Mount;
+
+/// Child fd carrying the seccomp rules program.
+pub const FD_SECCOMP_RULES: i32 = 3;
+/// Child fd carrying the seccomp guard program.
+pub const FD_SECCOMP_GUARD: i32 = 4;
+/// Child fd carrying `/etc/passwd`.
+pub const FD_PASSWD: i32 = 5;
+/// Child fd carrying `/etc/group`.
+pub const FD_GROUP: i32 = 6;
+/// Child fd bwrap writes its JSON status to.
+pub const FD_STATUS: i32 = 7;
+
+/// The user the command runs as inside the sandbox.
+pub const SANDBOX_UID: u32 = 1000;
+pub const SANDBOX_GID: u32 = 1000;
+
+/// `/etc/passwd` inside the sandbox.
+pub const PASSWD: &str = "sandbox:x:1000:1000:sandbox:/tmp:/bin/sh\n\
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
+/// `/etc/group` inside the sandbox.
+pub const GROUP: &str = "sandbox:x:1000:\nnogroup:x:65534:\n";
+
+/// Mount points of the runner's own folders inside the sandbox.
+pub const SKILLS_DIR: &str = "/skills";
+pub const EXTENSIONS_DIR: &str = "/skill-extensions";
+pub const WORKSPACE_DIR: &str = "/workspace";
+
+/// What the installed bwrap can do (probed once, see [`crate::doctor`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BwrapFeatures {
+    /// `--disable-userns` (bubblewrap ≥ 0.8).
+    pub disable_userns: bool,
+}
+
+/// Everything the argv depends on.
+#[derive(Debug, Clone)]
+pub struct Plan<'a> {
+    pub mounts: &'a [Mount],
+    pub snapshot_root: &'a Path,
+    pub extensions: &'a Path,
+    pub workspace: &'a Path,
+    /// Relative to the workspace; empty for the workspace itself.
+    pub cwd: &'a str,
+    /// The complete environment (see [`environment`]).
+    pub env: &'a [(String, String)],
+    /// The command, aliases already rewritten.
+    pub argv: &'a [String],
+    pub tmp_bytes: u64,
+    pub features: BwrapFeatures,
+}
+
+/// The environment of §5: the fixed baseline, then the job's variables
+/// (already validated not to touch a reserved name).
+pub fn environment(job_env: &[(String, String)]) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = [
+        ("HOME", "/tmp"),
+        ("PATH", "/usr/bin:/bin"),
+        ("LANG", "C.UTF-8"),
+        (SKILLS_VAR, SKILLS_DIR),
+        (EXTENSIONS_VAR, EXTENSIONS_DIR),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    env.extend(job_env.iter().cloned());
+    env
+}
+
+/// Renders the bwrap argv (without the program name).
+pub fn bwrap_args(plan: &Plan<'_>) -> Vec<OsString> {
+    let mut a = Args::default();
+    // Namespaces and process: every namespace new (user, pid, net, ipc, uts,
+    // cgroup, mount); no nested user namespaces; killed with the runner; no
+    // controlling terminal; no capabilities; nothing of the runner's env.
+    a.flag("--unshare-all");
+    a.flag("--unshare-user");
+    if plan.features.disable_userns {
+        a.flag("--disable-userns");
+    }
+    a.flag("--die-with-parent");
+    a.flag("--new-session");
+    a.opt("--cap-drop", "ALL");
+    a.opt("--uid", SANDBOX_UID.to_string());
+    a.opt("--gid", SANDBOX_GID.to_string());
+    a.opt("--hostname", "sandbox");
+    a.flag("--clearenv");
+    // System view from the profile, in order.
+    for m in plan.mounts {
+        match m {
+            Mount::RoBind { src, dest } => a.pair("--ro-bind", src, dest),
+            Mount::RoBindTry { src, dest } => a.pair("--ro-bind-try", src, dest),
+            Mount::Symlink { target, dest } => a.pair("--symlink", target, dest),
+        }
+    }
+    a.pair("--ro-bind-data", FD_PASSWD.to_string(), "/etc/passwd");
+    a.pair("--ro-bind-data", FD_GROUP.to_string(), "/etc/group");
+    a.opt("--proc", "/proc");
+    a.opt("--dev", "/dev");
+    a.opt("--size", plan.tmp_bytes.to_string());
+    a.opt("--perms", "1777");
+    a.opt("--tmpfs", "/tmp");
+    // The execution's folders.
+    a.pair("--ro-bind", plan.snapshot_root, SKILLS_DIR);
+    a.pair("--bind", plan.extensions, EXTENSIONS_DIR);
+    a.pair("--bind", plan.workspace, WORKSPACE_DIR);
+    a.opt("--remount-ro", "/");
+    let cwd = if plan.cwd.is_empty() {
+        WORKSPACE_DIR.to_owned()
+    } else {
+        format!("{WORKSPACE_DIR}/{}", plan.cwd)
+    };
+    a.opt("--chdir", &cwd);
+    for (k, v) in plan.env {
+        a.pair("--setenv", k, v);
+    }
+    a.opt("--add-seccomp-fd", FD_SECCOMP_RULES.to_string());
+    a.opt("--add-seccomp-fd", FD_SECCOMP_GUARD.to_string());
+    a.opt("--json-status-fd", FD_STATUS.to_string());
+    a.flag("--");
+    for arg in plan.argv {
+        a.flag(arg);
+    }
+    a.0
+}
+
+#[derive(Default)]
+struct Args(Vec<OsString>);
+
+impl Args {
+    fn flag(&mut self, f: impl AsRef<std::ffi::OsStr>) {
+        self.0.push(f.as_ref().to_owned());
+    }
+    fn opt(&mut self, f: &str, v: impl AsRef<std::ffi::OsStr>) {
+        self.flag(f);
+        self.flag(v);
+    }
+    fn pair(&mut self, f: &str, a: impl AsRef<std::ffi::OsStr>, b: impl AsRef<std::ffi::OsStr>) {
+        self.flag(f);
+        self.flag(a);
+        self.flag(b);
+    }
+}
+
+/// Quotes an argv for a POSIX shell, one option group per line, for
+/// `explain`.
+pub fn shell_quote(program: &Path, args: &[OsString]) -> String {
+    fn q(s: &str) -> String {
+        if !s.is_empty()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"/._-=:,+@%".contains(&b))
+        {
+            s.to_owned()
+        } else {
+            format!("'{}'", s.replace('\'', r"'\''"))
+        }
+    }
+    let mut out = q(&program.to_string_lossy());
+    let mut after_dashdash = false;
+    for arg in args {
+        let s = arg.to_string_lossy();
+        if !after_dashdash && s.starts_with("--") {
+            out.push_str(" \\\n  ");
+        } else {
+            out.push(' ');
+        }
+        if s == "--" {
+            after_dashdash = true;
+        }
+        out.push_str(&q(&s));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_args(features: BwrapFeatures, cwd: &str) -> Vec<String> {
+        let mounts = vec![
+            Mount::RoBind {
+                src: "/usr".into(),
+                dest: "/usr".into(),
+            },
+            Mount::Symlink {
+                target: "usr/bin".into(),
+                dest: "/bin".into(),
+            },
+            Mount::RoBindTry {
+                src: "/etc/ssl/certs".into(),
+                dest: "/etc/ssl/certs".into(),
+            },
+        ];
+        let env = environment(&[("GREETING".into(), "hi there".into())]);
+        let argv = vec![
+            "sh".to_string(),
+            "/skills/hello/s.sh".into(),
+            "world".into(),
+        ];
+        bwrap_args(&Plan {
+            mounts: &mounts,
+            snapshot_root: Path::new("/data/executions/e1/skills"),
+            extensions: Path::new("/ws/.sciencediscovery/skill-extensions"),
+            workspace: Path::new("/ws"),
+            cwd,
+            env: &env,
+            argv: &argv,
+            tmp_bytes: 1024,
+            features,
+        })
+        .into_iter()
+        .map(|s| s.into_string().unwrap())
+        .collect()
+    }
+
+    #[test]
+    fn whole_argv() {
+        let got = plan_args(
+            BwrapFeatures {
+                disable_userns: true,
+            },
+            "sub/dir",
+        );
+        let want: Vec<&str> = vec![
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--uid",
+            "1000",
+            "--gid",
+            "1000",
+            "--hostname",
+            "sandbox",
+            "--clearenv",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--symlink",
+            "usr/bin",
+            "/bin",
+            "--ro-bind-try",
+            "/etc/ssl/certs",
+            "/etc/ssl/certs",
+            "--ro-bind-data",
+            "5",
+            "/etc/passwd",
+            "--ro-bind-data",
+            "6",
+            "/etc/group",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--size",
+            "1024",
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/tmp",
+            "--ro-bind",
+            "/data/executions/e1/skills",
+            "/skills",
+            "--bind",
+            "/ws/.sciencediscovery/skill-extensions",
+            "/skill-extensions",
+            "--bind",
+            "/ws",
+            "/workspace",
+            "--remount-ro",
+            "/",
+            "--chdir",
+            "/workspace/sub/dir",
+            "--setenv",
+            "HOME",
+            "/tmp",
+            "--setenv",
+            "PATH",
+            "/usr/bin:/bin",
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--setenv",
+            "SCIENCEDISCOVERY_SKILLS_DIR",
+            "/skills",
+            "--setenv",
+            "SCIENCEDISCOVERY_SKILL_EXTENSIONS_DIR",
+            "/skill-extensions",
+            "--setenv",
+            "GREETING",
+            "hi there",
+            "--add-seccomp-fd",
+            "3",
+            "--add-seccomp-fd",
+            "4",
+            "--json-status-fd",
+            "7",
+            "--",
+            "sh",
+            "/skills/hello/s.sh",
+            "world",
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn what_must_not_appear() {
+        let got = plan_args(BwrapFeatures::default(), "");
+        assert!(!got.iter().any(|a| a == "--disable-userns"));
+        for forbidden in ["--share-net", "--cap-add", "--dev-bind", "--bind-try"] {
+            assert!(!got.iter().any(|a| a == forbidden), "{forbidden}");
+        }
+        // /skills only ever read-only.
+        let i = got.iter().position(|a| a == "/skills").unwrap();
+        assert_eq!(got[i - 2], "--ro-bind");
+        assert!(got.contains(&"/workspace".to_string()));
+        let chdir = got.iter().position(|a| a == "--chdir").unwrap();
+        assert_eq!(got[chdir + 1], "/workspace");
+    }
+
+    #[test]
+    fn quoting_for_explain() {
+        let s = shell_quote(
+            Path::new("/usr/bin/bwrap"),
+            &[
+                "--setenv".into(),
+                "A".into(),
+                "it's".into(),
+                "--".into(),
+                "--x".into(),
+            ],
+        );
+        assert_eq!(s, "/usr/bin/bwrap \\\n  --setenv A 'it'\\''s' \\\n  -- --x");
+    }
+}

@@ -1,0 +1,122 @@
+//! The macOS backend: the same profile data rendered to a Seatbelt profile
+//! (by the pure `seatbelt` crate) and launched with `/usr/bin/sandbox-exec`.
+//!
+//! On macOS there is no mount namespace: packages stay at their real host
+//! path and `SCIENCEDISCOVERY_SKILLS_DIR` holds that path; argv aliases are
+//! rewritten to host paths ([`crate::alias::Spelling::Host`]). Every host
+//! path is canonicalized the macOS way before it becomes a profile
+//! parameter (`/tmp` → `/private/tmp`, `/var` → `/private/var`, symlinks).
+//!
+//! This module builds and is tested on Linux (`explain --platform macos`);
+//! nothing in it has been run on a Mac (see docs/seatbelt.md).
+
+use std::path::{Path, PathBuf};
+
+use crate::alias::{self, Spelling};
+use crate::job::Job;
+
+/// Why a Seatbelt launch could not be planned.
+#[derive(Debug, thiserror::Error)]
+pub enum MacosError {
+    #[error("cannot canonicalize {path}: {source}")]
+    Canonicalize {
+        path: PathBuf,
+        source: seatbelt::CanonicalizeError,
+    },
+    #[error("cannot render the Seatbelt profile: {0}")]
+    Render(#[from] seatbelt::RenderError),
+    #[error(transparent)]
+    Alias(#[from] alias::AliasError),
+}
+
+/// Reads a symlink on this host, for [`seatbelt::canonicalize`].
+fn read_link(p: &str) -> Option<String> {
+    std::fs::read_link(p)
+        .ok()
+        .and_then(|t| t.to_str().map(str::to_owned))
+}
+
+fn canonical(path: &Path) -> Result<String, MacosError> {
+    seatbelt::canonicalize(&path.to_string_lossy(), &read_link).map_err(|source| {
+        MacosError::Canonicalize {
+            path: path.to_owned(),
+            source,
+        }
+    })
+}
+
+/// The host folders of one execution on macOS.
+#[derive(Debug, Clone)]
+pub struct Folders {
+    pub snapshot_root: PathBuf,
+    pub workspace: PathBuf,
+    pub extensions: PathBuf,
+    pub tmp: PathBuf,
+}
+
+/// Renders the profile and the full `sandbox-exec` argv for a job whose
+/// folders are `f`.
+pub fn plan(job: &Job, f: &Folders) -> Result<(seatbelt::Rendered, Vec<String>), MacosError> {
+    let roots = seatbelt::Roots {
+        snapshot_root: canonical(&f.snapshot_root)?,
+        extensions_dir: canonical(&f.extensions)?,
+        workspace: canonical(&f.workspace)?,
+        tmp_dir: canonical(&f.tmp)?,
+    };
+    let policy = seatbelt::SystemPolicy {
+        read_only_subpaths: job.profile.macos.read_only_subpaths.clone(),
+        read_only_literals: job.profile.macos.read_only_literals.clone(),
+        network: seatbelt::Network::None,
+    };
+    let rendered = seatbelt::render(&policy, &roots)?;
+    let argv = alias::rewrite_argv(
+        &job.argv,
+        Spelling::Host {
+            skills: Path::new(&roots.snapshot_root),
+            extensions: Path::new(&roots.extensions_dir),
+        },
+    )?;
+    let full = seatbelt::sandbox_exec_argv(&rendered, &argv);
+    Ok((rendered, full))
+}
+
+/// The environment of §5 on macOS: host paths for the two variables, and
+/// `HOME`/`TMPDIR` in the private temp folder (`/tmp` is not writable).
+pub fn environment(job: &Job, f: &Folders) -> Result<Vec<(String, String)>, MacosError> {
+    let tmp = canonical(&f.tmp)?;
+    let mut env = vec![
+        ("HOME".to_owned(), tmp.clone()),
+        ("TMPDIR".to_owned(), tmp),
+        ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
+        ("LANG".to_owned(), "C.UTF-8".to_owned()),
+        (alias::SKILLS_VAR.to_owned(), canonical(&f.snapshot_root)?),
+        (alias::EXTENSIONS_VAR.to_owned(), canonical(&f.extensions)?),
+    ];
+    env.extend(job.env.iter().cloned());
+    Ok(env)
+}
+
+/// `explain --platform macos`: the plan with the per-execution folder
+/// shown under `<data-dir>/executions/<id>.RANDOM`.
+pub fn explain(
+    job: &Job,
+    data_dir: &Path,
+) -> Result<(seatbelt::Rendered, Vec<String>), MacosError> {
+    let exec = data_dir
+        .join("executions")
+        .join(format!("{}.RANDOM", job.execution_id));
+    let workspace = job
+        .workspace
+        .clone()
+        .unwrap_or_else(|| exec.join("workspace"));
+    let folders = Folders {
+        snapshot_root: exec.join("skills"),
+        extensions: job
+            .extensions_dir
+            .clone()
+            .unwrap_or_else(|| workspace.join(".sciencediscovery/skill-extensions")),
+        workspace,
+        tmp: exec.join("tmp"),
+    };
+    plan(job, &folders)
+}

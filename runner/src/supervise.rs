@@ -1,0 +1,559 @@
+//! Supervising one sandboxed process: the only place that spawns.
+//!
+//! [`supervise`] starts the launcher (bwrap, or sandbox-exec), feeds its
+//! stdin, drains stdout and stderr, enforces the wall-clock timeout and
+//! cancellation, and reaps it with its resource usage.
+//!
+//! Invariants:
+//! - output is read in fixed-size chunks; at most `output_bytes` per stream
+//!   is kept or forwarded, the rest is drained and counted, so a flood of
+//!   any size costs constant memory and never blocks the command;
+//! - on timeout or cancel the launcher is killed with SIGKILL; bubblewrap's
+//!   `--die-with-parent` then takes pid 1 of the sandbox's pid namespace
+//!   down, and with it every process in it (also one that ignores SIGTERM or
+//!   double-forked into a new session). The caller's cgroup kill is the
+//!   second line;
+//! - the child is reaped only after the supervisor stops signalling it, so a
+//!   kill never reaches a recycled pid;
+//! - descriptors other than 0–2 reach the child only where asked for, at
+//!   fixed numbers (everything else the runner opens is close-on-exec).
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+use crate::sys::{self, ChildSetup};
+
+/// Which output stream a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Receives output as it arrives (at most `output_bytes` per stream).
+pub trait Sink: Send {
+    fn chunk(&mut self, stream: Stream, bytes: &[u8]);
+    /// Called once per stream when its cap is first passed.
+    fn truncated(&mut self, _stream: Stream, _cap: u64) {}
+}
+
+/// Discards output (it is still captured when asked).
+#[derive(Debug, Default)]
+pub struct NoSink;
+impl Sink for NoSink {
+    fn chunk(&mut self, _: Stream, _: &[u8]) {}
+}
+
+/// Forwards output to the runner's own stdout and stderr.
+#[derive(Debug, Default)]
+pub struct ForwardSink;
+impl Sink for ForwardSink {
+    fn chunk(&mut self, stream: Stream, bytes: &[u8]) {
+        // A closed terminal is not the command's problem: ignore errors.
+        let _ = match stream {
+            Stream::Stdout => io::stdout().lock().write_all(bytes),
+            Stream::Stderr => io::stderr().lock().write_all(bytes),
+        };
+    }
+    fn truncated(&mut self, stream: Stream, cap: u64) {
+        let name = match stream {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        };
+        let _ = writeln!(
+            io::stderr().lock(),
+            "\nskill-runner: {name} passed output_bytes ({cap}); the rest is dropped"
+        );
+    }
+}
+
+/// A cancellation switch: a pipe the supervisor polls.
+#[derive(Debug)]
+pub struct Cancel {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+impl Cancel {
+    pub fn new() -> io::Result<Arc<Cancel>> {
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        Ok(Arc::new(Cancel { read, write }))
+    }
+
+    /// Asks the supervised execution to stop. Safe to call many times and
+    /// from a signal-handling thread.
+    pub fn cancel(&self) {
+        let _ = nix::unistd::write(&self.write, b"x");
+    }
+}
+
+/// What to start.
+#[derive(Debug)]
+pub struct Spawn {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    /// Descriptors for the child: `(fd, number in the child)`.
+    pub fds: Vec<(OwnedFd, RawFd)>,
+    pub rlimits: Vec<(nix::sys::resource::Resource, u64, u64)>,
+    pub cgroup_procs: Vec<File>,
+    pub stdin: Option<Vec<u8>>,
+    /// Child fd number for bwrap's `--json-status-fd`, if used.
+    pub status_fd: Option<RawFd>,
+}
+
+/// Output kept from one stream.
+#[derive(Debug, Clone, Default)]
+pub struct Captured {
+    /// The first `output_bytes` bytes (when capturing).
+    pub bytes: Vec<u8>,
+    /// All bytes the command wrote.
+    pub total: u64,
+    pub truncated: bool,
+    /// The last bytes written (≤ 4 KiB), kept even when not capturing, for
+    /// diagnosing launcher failures.
+    pub tail: Vec<u8>,
+}
+
+const TAIL: usize = 4096;
+
+/// How the launcher ended.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// `Ok(code)` or `Err(signal)` of the launcher process.
+    pub status: Result<i32, i32>,
+    pub timed_out: bool,
+    pub cancelled: bool,
+    /// bwrap reported that it started the command (setup succeeded).
+    pub started: bool,
+    pub stdout: Captured,
+    pub stderr: Captured,
+    pub started_at: SystemTime,
+    pub duration: Duration,
+    pub cpu_ms: u64,
+    pub max_rss_bytes: u64,
+}
+
+/// Output policy for [`supervise`].
+#[derive(Debug, Clone, Copy)]
+pub struct OutputPolicy {
+    pub cap: u64,
+    pub capture: bool,
+}
+
+/// Runs `spawn` to completion under the timeout.
+pub fn supervise(
+    spawn: Spawn,
+    timeout: Duration,
+    output: OutputPolicy,
+    sink: &mut dyn Sink,
+    cancel: Option<&Cancel>,
+) -> io::Result<Outcome> {
+    let mut cmd = Command::new(&spawn.program);
+    cmd.args(&spawn.args)
+        .env_clear()
+        .stdin(if spawn.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own process group: a Ctrl-C at the terminal reaches the
+        // runner, which then stops the sandbox itself.
+        .process_group(0);
+
+    let mut keep_alive: Vec<OwnedFd> = Vec::new();
+    let mut fd_map: Vec<(RawFd, RawFd)> = Vec::new();
+    for (fd, target) in spawn.fds {
+        fd_map.push((fd.as_raw_fd(), target));
+        keep_alive.push(fd);
+    }
+    let status_read = match spawn.status_fd {
+        Some(target) => {
+            let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+            fd_map.push((w.as_raw_fd(), target));
+            keep_alive.push(w);
+            Some(File::from(r))
+        }
+        None => None,
+    };
+    ChildSetup {
+        fd_map,
+        rlimits: spawn.rlimits,
+        cgroup_procs: spawn.cgroup_procs.iter().map(|f| f.as_raw_fd()).collect(),
+        die_with_parent: true,
+    }
+    .install(&mut cmd);
+
+    let started_at = SystemTime::now();
+    let start = Instant::now();
+    let mut child = cmd.spawn()?;
+    // The child has its copies; ours would keep pipes open.
+    drop(keep_alive);
+    drop(spawn.cgroup_procs);
+    let pid = child.id() as libc::pid_t;
+
+    let stdin = child
+        .stdin
+        .take()
+        .map(|s| (s, spawn.stdin.unwrap_or_default()));
+    let stdout = child.stdout.take().map(File::from_std_stdout);
+    let stderr = child.stderr.take().map(File::from_std_stderr);
+    let (exit_r, exit_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+
+    std::thread::scope(|scope| -> io::Result<Outcome> {
+        // Waiter: learns of the exit without reaping.
+        scope.spawn(move || {
+            let _ = sys::wait_exit_nowait(pid);
+            let _ = nix::unistd::write(&exit_w, b"x");
+        });
+        let io_thread =
+            scope.spawn(move || pump(stdin, stdout, stderr, status_read, stop_r, output, sink));
+
+        let deadline = start + timeout;
+        let mut timed_out = false;
+        let mut cancelled = false;
+        let mut killed = false;
+        loop {
+            let wait = if killed {
+                PollTimeout::NONE
+            } else {
+                let left = deadline.saturating_duration_since(Instant::now());
+                PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
+                    .unwrap_or(PollTimeout::MAX)
+            };
+            let mut fds = vec![PollFd::new(exit_r.as_fd(), PollFlags::POLLIN)];
+            if let Some(c) = cancel {
+                fds.push(PollFd::new(c.read.as_fd(), PollFlags::POLLIN));
+            }
+            let n = match poll(&mut fds, wait) {
+                Ok(n) => n,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let exited = fds[0].revents().is_some_and(|r| !r.is_empty());
+            let cancel_now = fds
+                .get(1)
+                .and_then(|f| f.revents())
+                .is_some_and(|r| !r.is_empty());
+            if exited {
+                break;
+            }
+            if !killed && (n == 0 || cancel_now) {
+                if cancel_now {
+                    cancelled = true;
+                } else {
+                    timed_out = true;
+                }
+                // The pid is not reaped yet, so it is still ours.
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                killed = true;
+            }
+        }
+        let reaped = sys::reap(pid)?;
+        // Don't let `child`'s drop try anything: it has been reaped.
+        std::mem::forget(child);
+        let duration = start.elapsed();
+        let _ = nix::unistd::write(&stop_w, b"x");
+        let pumped = io_thread
+            .join()
+            .map_err(|_| io::Error::other("output thread panicked"))?;
+        Ok(Outcome {
+            status: reaped.status,
+            timed_out,
+            cancelled,
+            started: pumped.started,
+            stdout: pumped.stdout,
+            stderr: pumped.stderr,
+            started_at,
+            duration,
+            cpu_ms: reaped.cpu_ms,
+            max_rss_bytes: reaped.max_rss_bytes,
+        })
+    })
+}
+
+trait FromStd {
+    fn from_std_stdout(s: std::process::ChildStdout) -> File;
+    fn from_std_stderr(s: std::process::ChildStderr) -> File;
+}
+impl FromStd for File {
+    fn from_std_stdout(s: std::process::ChildStdout) -> File {
+        File::from(OwnedFd::from(s))
+    }
+    fn from_std_stderr(s: std::process::ChildStderr) -> File {
+        File::from(OwnedFd::from(s))
+    }
+}
+
+struct Pumped {
+    stdout: Captured,
+    stderr: Captured,
+    started: bool,
+}
+
+/// How long output may keep flowing after the launcher was reaped (only a
+/// process that escaped the pid namespace could still hold the pipes).
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+
+/// Moves bytes: stdin in, stdout/stderr out, bwrap's status out.
+fn pump(
+    stdin: Option<(std::process::ChildStdin, Vec<u8>)>,
+    stdout: Option<File>,
+    stderr: Option<File>,
+    status: Option<File>,
+    stop: OwnedFd,
+    policy: OutputPolicy,
+    sink: &mut dyn Sink,
+) -> Pumped {
+    let mut stdin = stdin.map(|(pipe, data)| (File::from(OwnedFd::from(pipe)), data, 0usize));
+    if let Some((f, _, _)) = &stdin {
+        let _ = nix::fcntl::fcntl(
+            f,
+            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+        );
+    }
+    let mut outs: [(Option<File>, Stream, Captured); 2] = [
+        (stdout, Stream::Stdout, Captured::default()),
+        (stderr, Stream::Stderr, Captured::default()),
+    ];
+    let mut status = status;
+    let mut status_text = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut stop_deadline: Option<Instant> = None;
+    let mut stop = Some(stop);
+
+    loop {
+        // Poll set: stdin (while data remains), both outputs, status, stop.
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(5);
+        let mut which: Vec<u8> = Vec::with_capacity(5);
+        if let Some((f, data, off)) = &stdin {
+            if *off < data.len() {
+                fds.push(PollFd::new(f.as_fd(), PollFlags::POLLOUT));
+                which.push(0);
+            }
+        }
+        for (i, (f, _, _)) in outs.iter().enumerate() {
+            if let Some(f) = f {
+                fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
+                which.push(1 + i as u8);
+            }
+        }
+        if let Some(f) = &status {
+            fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
+            which.push(3);
+        }
+        if let Some(s) = &stop {
+            fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
+            which.push(4);
+        }
+        let outputs_open = outs.iter().any(|o| o.0.is_some()) || status.is_some();
+        if !outputs_open {
+            break;
+        }
+        let timeout = match stop_deadline {
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                PollTimeout::try_from(left.as_millis() as i32).unwrap_or(PollTimeout::MAX)
+            }
+            None => PollTimeout::NONE,
+        };
+        match poll(&mut fds, timeout) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+        let ready: Vec<u8> = fds
+            .iter()
+            .zip(&which)
+            .filter(|(f, _)| f.revents().is_some_and(|r| !r.is_empty()))
+            .map(|(_, w)| *w)
+            .collect();
+        drop(fds);
+        for w in ready {
+            match w {
+                0 => {
+                    let Some((f, data, off)) = stdin.as_mut() else {
+                        continue;
+                    };
+                    match f.write(&data[*off..]) {
+                        Ok(n) => *off += n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        // EPIPE: the command closed stdin; that is its right.
+                        Err(_) => *off = data.len(),
+                    }
+                    if *off >= data.len() {
+                        stdin = None; // closing the pipe sends EOF
+                    }
+                }
+                1 | 2 => {
+                    let (file, stream, cap) = &mut outs[(w - 1) as usize];
+                    let Some(f) = file.as_mut() else { continue };
+                    match f.read(&mut buf) {
+                        Ok(0) | Err(_) => *file = None,
+                        Ok(n) => take(cap, *stream, &buf[..n], policy, sink),
+                    }
+                }
+                3 => {
+                    let Some(f) = status.as_mut() else { continue };
+                    match f.read(&mut buf) {
+                        Ok(0) | Err(_) => status = None,
+                        Ok(n) => {
+                            if status_text.len() < 64 * 1024 {
+                                status_text.extend_from_slice(&buf[..n]);
+                            }
+                        }
+                    }
+                }
+                _ => {
+                    stop = None;
+                    stop_deadline = Some(Instant::now() + DRAIN_AFTER_EXIT);
+                }
+            }
+        }
+    }
+    let started = String::from_utf8_lossy(&status_text).contains("\"child-pid\"");
+    let [(_, _, stdout), (_, _, stderr)] = outs;
+    Pumped {
+        stdout,
+        stderr,
+        started,
+    }
+}
+
+/// Accounts a chunk: capture and forward up to the cap, keep the tail.
+fn take(
+    cap: &mut Captured,
+    stream: Stream,
+    bytes: &[u8],
+    policy: OutputPolicy,
+    sink: &mut dyn Sink,
+) {
+    let room = policy.cap.saturating_sub(cap.total).min(bytes.len() as u64) as usize;
+    if room > 0 {
+        sink.chunk(stream, &bytes[..room]);
+        if policy.capture {
+            cap.bytes.extend_from_slice(&bytes[..room]);
+        }
+    }
+    if room < bytes.len() && !cap.truncated {
+        cap.truncated = true;
+        sink.truncated(stream, policy.cap);
+    }
+    cap.total += bytes.len() as u64;
+    if bytes.len() >= TAIL {
+        cap.tail.clear();
+        cap.tail.extend_from_slice(&bytes[bytes.len() - TAIL..]);
+    } else {
+        cap.tail.extend_from_slice(bytes);
+        if cap.tail.len() > TAIL {
+            cap.tail.drain(..cap.tail.len() - TAIL);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Collect(Vec<u8>, u32);
+    impl Sink for Collect {
+        fn chunk(&mut self, _: Stream, b: &[u8]) {
+            self.0.extend_from_slice(b);
+        }
+        fn truncated(&mut self, _: Stream, _: u64) {
+            self.1 += 1;
+        }
+    }
+
+    #[test]
+    fn cap_and_tail_accounting() {
+        let mut c = Captured::default();
+        let mut sink = Collect::default();
+        let p = OutputPolicy {
+            cap: 10,
+            capture: true,
+        };
+        take(&mut c, Stream::Stdout, b"0123456", p, &mut sink);
+        take(&mut c, Stream::Stdout, b"789abcdef", p, &mut sink);
+        take(&mut c, Stream::Stdout, b"more", p, &mut sink);
+        assert_eq!(c.bytes, b"0123456789");
+        assert_eq!(sink.0, b"0123456789");
+        assert_eq!(sink.1, 1);
+        assert!(c.truncated);
+        assert_eq!(c.total, 20);
+        assert_eq!(c.tail, b"0123456789abcdefmore");
+    }
+
+    #[test]
+    fn supervises_a_plain_process() {
+        // Pure supervision (no sandbox): stdin in, stdout out, exit code.
+        let spawn = Spawn {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), "cat; echo err >&2; exit 3".into()],
+            fds: vec![],
+            rlimits: vec![],
+            cgroup_procs: vec![],
+            stdin: Some(b"hello".to_vec()),
+            status_fd: None,
+        };
+        let out = supervise(
+            spawn,
+            Duration::from_secs(10),
+            OutputPolicy {
+                cap: 1 << 20,
+                capture: true,
+            },
+            &mut NoSink,
+            None,
+        )
+        .unwrap();
+        assert_eq!(out.status, Ok(3));
+        assert_eq!(out.stdout.bytes, b"hello");
+        assert_eq!(out.stderr.bytes, b"err\n");
+        assert!(!out.timed_out);
+    }
+
+    #[test]
+    fn timeout_kills() {
+        let spawn = Spawn {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), "exec sleep 30".into()],
+            fds: vec![],
+            rlimits: vec![],
+            cgroup_procs: vec![],
+            stdin: None,
+            status_fd: None,
+        };
+        let out = supervise(
+            spawn,
+            Duration::from_millis(200),
+            OutputPolicy {
+                cap: 1024,
+                capture: true,
+            },
+            &mut NoSink,
+            None,
+        )
+        .unwrap();
+        assert!(out.timed_out);
+        assert_eq!(out.status, Err(libc::SIGKILL));
+    }
+}
