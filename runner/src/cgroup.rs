@@ -132,6 +132,34 @@ impl Support {
         }
     }
 
+    /// The same support one level down, under `tag` (one folder per data
+    /// dir), created now. Executions of runners sharing a data dir share a
+    /// folder, where their lock files tell live from dead; runners with
+    /// other data dirs never touch it.
+    pub fn scoped(self, tag: &str) -> Support {
+        let make = |parent: &Path| -> io::Result<PathBuf> {
+            let dir = parent.join(tag);
+            fs::create_dir_all(&dir)?;
+            if dir.join("cgroup.subtree_control").exists() {
+                fs::write(dir.join("cgroup.subtree_control"), "+memory +pids")?;
+            }
+            Ok(dir)
+        };
+        match self {
+            Support::V2 { parent } => match make(&parent) {
+                Ok(parent) => Support::V2 { parent },
+                Err(e) => Support::None {
+                    reason: format!("cannot create cgroups under {}: {e}", parent.display()),
+                },
+            },
+            Support::V1 { memory, pids } => Support::V1 {
+                memory: memory.and_then(|p| make(&p).ok()),
+                pids: pids.and_then(|p| make(&p).ok()),
+            },
+            none => none,
+        }
+    }
+
     /// The version in use, if any.
     pub fn version(&self) -> Option<Version> {
         match self {
@@ -187,7 +215,7 @@ impl Cgroup {
         match support {
             Support::V2 { parent } => {
                 let dir = parent.join(name);
-                fs::create_dir(&dir)?;
+                create_leaf(&dir)?;
                 let cg = Cgroup {
                     version: Version::V2,
                     memory: Some(dir.clone()),
@@ -210,7 +238,7 @@ impl Cgroup {
                 };
                 if let Some(parent) = memory {
                     let dir = parent.join(name);
-                    fs::create_dir(&dir)?;
+                    create_leaf(&dir)?;
                     cg.memory = Some(dir.clone());
                     fs::write(dir.join("memory.limit_in_bytes"), memory_bytes.to_string())?;
                     // With swap accounting, the same bound on memory+swap.
@@ -221,7 +249,7 @@ impl Cgroup {
                 }
                 if let Some(parent) = pids_parent {
                     let dir = parent.join(name);
-                    fs::create_dir(&dir)?;
+                    create_leaf(&dir)?;
                     cg.pids = Some(dir.clone());
                     fs::write(dir.join("pids.max"), pids.to_string())?;
                 }
@@ -333,6 +361,39 @@ impl Drop for Cgroup {
                 }
             }
         }
+    }
+}
+
+/// Creates an execution's cgroup folder, re-creating its parent if a
+/// runner that shared it removed it when it went idle.
+fn create_leaf(dir: &Path) -> io::Result<()> {
+    let mut tries = 0;
+    loop {
+        match fs::create_dir(dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && tries < 3 => {
+                tries += 1;
+                if let Some(parent) = dir.parent() {
+                    fs::create_dir_all(parent)?;
+                    if parent.join("cgroup.subtree_control").exists() {
+                        fs::write(parent.join("cgroup.subtree_control"), "+memory +pids")?;
+                    }
+                }
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Removes the per-data-dir parents if they are empty (a runner going
+/// away); busy ones stay.
+pub fn remove_scoped(support: &Support) {
+    let parents: Vec<&PathBuf> = match support {
+        Support::V2 { parent } => vec![parent],
+        Support::V1 { memory, pids } => memory.iter().chain(pids.iter()).collect(),
+        Support::None { .. } => vec![],
+    };
+    for p in parents {
+        let _ = fs::remove_dir(p);
     }
 }
 

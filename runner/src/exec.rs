@@ -188,7 +188,15 @@ impl Runner {
         let executions = config.data_dir.join("executions");
         fs::create_dir_all(&executions)
             .map_err(|e| format!("cannot create {}: {e}", executions.display()))?;
-        let host = Host::probe();
+        let mut host = Host::probe();
+        // One cgroup folder per data dir, so a sweep never touches the
+        // executions of a runner with another data dir.
+        let canonical = config
+            .data_dir
+            .canonicalize()
+            .unwrap_or_else(|_| config.data_dir.clone());
+        let tag = crate::hash::file_hash(canonical.as_os_str().as_encoded_bytes());
+        host.cgroups = host.cgroups.scoped(&tag[..16]);
         let runner = Runner {
             config,
             store,
@@ -246,8 +254,10 @@ impl Runner {
 
         let selected = self.select(job)?;
         let root = dir.path.join("skills");
+        let staging_started = std::time::Instant::now();
         let snapshot = stage::stage(&selected, &root, &self.config.package_limits)
             .map_err(|e| ErrorInfo::new(e.kind(), e.to_string()))?;
+        let staging = staging_started.elapsed();
 
         let workspace = match &job.workspace {
             Some(w) => {
@@ -288,6 +298,7 @@ impl Runner {
         Ok(Prepared {
             dir,
             snapshot,
+            staging,
             workspace,
             extensions,
             bwrap,
@@ -417,6 +428,7 @@ impl Runner {
             bytes = p.snapshot.bytes,
             "launching"
         );
+        opts.sink.launching(p.snapshot.bytes, p.staging);
         let outcome = supervise::supervise(
             spawn,
             Duration::from_millis(l.timeout_ms),
@@ -502,9 +514,17 @@ impl Runner {
     }
 }
 
+impl Drop for Runner {
+    fn drop(&mut self) {
+        cgroup::remove_scoped(&self.host.cgroups);
+    }
+}
+
 struct Prepared {
     dir: PrivateDir,
     snapshot: Snapshot,
+    /// Time spent staging the snapshot root.
+    staging: Duration,
     workspace: PathBuf,
     extensions: PathBuf,
     bwrap: Bwrap,

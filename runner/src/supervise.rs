@@ -44,6 +44,10 @@ pub trait Sink: Send {
     fn chunk(&mut self, stream: Stream, bytes: &[u8]);
     /// Called once per stream when its cap is first passed.
     fn truncated(&mut self, _stream: Stream, _cap: u64) {}
+    /// Called once, just before the launcher is spawned: staging is done
+    /// (`staged_bytes` in `staging` time). Not called for a job refused
+    /// before its launch.
+    fn launching(&mut self, _staged_bytes: u64, _staging: Duration) {}
 }
 
 /// Discards output (it is still captured when asked).

@@ -1,1 +1,296 @@
-//! Shared helpers for the integration tests.
+//! Shared helpers for the integration tests: where the real binaries are,
+//! a private data dir per test, skill folders and job files, and running
+//! `skill-runner` as a user would.
+//!
+//! Tests that need bubblewrap call [`require_sandbox`]: on a host without
+//! it they print `SKIPPED` and return early, unless `SKILL_RUNNER_MUST_WORK`
+//! is set (CI sets it), in which case they fail.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+/// `target/<profile>/` of the running test binary.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test>-<hash>
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps")
+        .to_owned()
+}
+
+/// The real `skill-runner` binary (built by `cargo test --workspace`).
+pub fn runner_bin() -> PathBuf {
+    let p = target_dir().join("skill-runner");
+    assert!(
+        p.exists(),
+        "{} is missing: run cargo build --workspace first",
+        p.display()
+    );
+    p
+}
+
+/// The escape-suite probe binary.
+pub fn probe_bin() -> PathBuf {
+    let p = target_dir().join("probe");
+    assert!(
+        p.exists(),
+        "{} is missing: run cargo build --workspace first",
+        p.display()
+    );
+    p
+}
+
+/// `../shared` next to the project root.
+pub fn shared_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
+}
+
+/// The project root.
+pub fn project_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// True when sandboxes can run here; otherwise prints SKIPPED (or panics
+/// under `SKILL_RUNNER_MUST_WORK`).
+pub fn require_sandbox(test: &str) -> bool {
+    let report = skill_runner::doctor::Report::gather();
+    if report.can_run() {
+        return true;
+    }
+    if std::env::var_os("SKILL_RUNNER_MUST_WORK").is_some() {
+        panic!(
+            "{test}: sandbox unavailable but SKILL_RUNNER_MUST_WORK is set:\n{}",
+            report.render()
+        );
+    }
+    eprintln!(
+        "SKIPPED {test}: sandbox unavailable here:\n{}",
+        report.render()
+    );
+    false
+}
+
+/// One test's private world: data dir, scratch folder.
+pub struct World {
+    pub dir: tempfile::TempDir,
+}
+
+impl Default for World {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl World {
+    pub fn new() -> World {
+        World {
+            dir: tempfile::Builder::new()
+                .prefix("sr-test-")
+                .tempdir()
+                .expect("tempdir"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        self.path().join("data")
+    }
+
+    /// Writes a skill folder `skills/<id>` with `SKILL.md` and `files`;
+    /// returns its path.
+    pub fn skill(&self, id: &str, files: &[(&str, &[u8])]) -> PathBuf {
+        let dir = self.path().join("skills").join(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("SKILL.md"),
+            format!("---\nname: {id}\ndescription: Test skill {id}.\n---\n# {id}\n"),
+        )
+        .unwrap();
+        for (path, bytes) in files {
+            let p = dir.join(path);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, bytes).unwrap();
+        }
+        dir
+    }
+
+    /// A workspace folder holding a copy of the probe binary at
+    /// `/workspace/probe`.
+    pub fn workspace_with_probe(&self) -> PathBuf {
+        let ws = self.path().join("workspace");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::copy(probe_bin(), ws.join("probe")).unwrap();
+        ws
+    }
+
+    /// Writes a job file and returns its path.
+    pub fn job(&self, name: &str, job: &Value) -> PathBuf {
+        let p = self.path().join(format!("{name}.json"));
+        std::fs::write(&p, serde_json::to_vec_pretty(job).unwrap()).unwrap();
+        p
+    }
+
+    /// A command running the real binary with this world's data dir.
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(runner_bin());
+        c.env("SKILL_RUNNER_DATA_DIR", self.data_dir())
+            .env_remove("SKILL_RUNNER_LOG")
+            .stdin(Stdio::null());
+        c
+    }
+
+    /// `skill-runner run --json JOB`: the exit code and the result document.
+    pub fn run_json(&self, job: &Value) -> (i32, Value, Output) {
+        let path = self.job("job", job);
+        let out = self
+            .cmd()
+            .args(["run", "--json"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        let code = out.status.code().unwrap_or(-1);
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "run --json printed no JSON ({e}); stdout: {}; stderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (code, doc, out)
+    }
+}
+
+/// Package hash of a folder, via the library.
+pub fn hash_of(dir: &Path) -> String {
+    skill_runner::stage::hash_dir(dir, &Default::default()).expect("hash")
+}
+
+/// A skill entry for a job: `{id, revision 1, version "1.0.0", hash, path}`.
+pub fn skill_ref(id: &str, dir: &Path) -> Value {
+    serde_json::json!({
+        "id": id, "revision": 1, "version": "1.0.0", "hash": hash_of(dir), "path": dir,
+    })
+}
+
+/// How long one `skill-runner` process may run before a test kills it and
+/// fails. Hang protection only, far above what any test needs; never a
+/// timing assertion.
+pub const HANG_GUARD: std::time::Duration = std::time::Duration::from_secs(90);
+
+/// Runs `cmd` to completion with stdout and stderr captured, like
+/// [`Command::output`]; if it is still running after `limit`, kills it and
+/// panics, so that a hung runner fails its test instead of the whole suite.
+pub fn output_within(cmd: &mut Command, limit: std::time::Duration) -> Output {
+    use std::io::Read;
+
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} still ran after {limit:?}: killed (hang protection)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+    }
+}
+
+impl World {
+    /// `skill-runner run --json JOB` like [`World::run_json`], with `env`
+    /// added to the runner process's own environment and [`HANG_GUARD`] as
+    /// hang protection.
+    pub fn run_json_env(&self, job: &Value, env: &[(&str, &str)]) -> (i32, Value, Output) {
+        let path = self.job("job", job);
+        let mut cmd = self.cmd();
+        cmd.args(["run", "--json"]).arg(&path);
+        for (key, value) in env {
+            cmd.env(key, value);
+        }
+        let out = output_within(&mut cmd, HANG_GUARD);
+        let code = out.status.code().unwrap_or(-1);
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "run --json printed no JSON ({e}); exit {code}; stdout: {}; stderr: {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        (code, doc, out)
+    }
+
+    /// What is in `<data>/executions`: empty when no execution folder or
+    /// lock file was left behind (also when the folder does not exist).
+    pub fn executions_left(&self) -> Vec<String> {
+        match std::fs::read_dir(self.data_dir().join("executions")) {
+            Ok(entries) => entries
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => panic!("cannot list the executions folder: {e}"),
+        }
+    }
+}
+
+/// Host processes whose current directory is `dir` (compared by device and
+/// inode, so a process that sees `dir` as `/workspace` through a bind mount
+/// counts too), as `pid comm`. Processes this user may not inspect are
+/// skipped.
+pub fn processes_in(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+
+    let want = std::fs::metadata(dir).expect("stat dir");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| {
+            let name = e.ok()?.file_name();
+            let pid: u32 = name.to_str()?.parse().ok()?;
+            let cwd = std::fs::metadata(format!("/proc/{pid}/cwd")).ok()?;
+            if (cwd.dev(), cwd.ino()) != (want.dev(), want.ino()) {
+                return None;
+            }
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            Some(format!("{pid} {}", comm.trim_end()))
+        })
+        .collect()
+}

@@ -1,0 +1,170 @@
+//! The shared test vectors of `../shared/vectors/package-hash.json`,
+//! computed by an independent implementation: every package hash, file
+//! hash, UTF-16 order and set identity must match byte for byte.
+
+use std::path::PathBuf;
+
+use base64::Engine as _;
+use serde_json::Value;
+use skill_runner::hash::{self, Binding};
+
+fn vectors() -> Value {
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors/package-hash.json");
+    let text =
+        std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_slice(&text).expect("vectors are JSON")
+}
+
+fn files(case: &Value) -> Vec<(String, Vec<u8>)> {
+    case["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(f["content_base64"].as_str().unwrap())
+                .unwrap();
+            (f["path"].as_str().unwrap().to_owned(), bytes)
+        })
+        .collect()
+}
+
+#[test]
+fn package_hashes_file_hashes_and_order_match() {
+    let v = vectors();
+    let cases = v["packages"].as_array().unwrap();
+    assert!(cases.len() >= 5, "expected the five vector packages");
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let files = files(case);
+        for (f, raw) in files.iter().zip(case["files"].as_array().unwrap()) {
+            assert_eq!(
+                f.1.len() as u64,
+                raw["size"].as_u64().unwrap(),
+                "{name} {}",
+                f.0
+            );
+            assert_eq!(
+                hash::file_hash(&f.1),
+                raw["hash"].as_str().unwrap(),
+                "{name} {}",
+                f.0
+            );
+        }
+        let mut order: Vec<&str> = files.iter().map(|f| f.0.as_str()).collect();
+        hash::sort_utf16(&mut order, |p| p);
+        let want: Vec<&str> = case["utf16_order"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_str().unwrap())
+            .collect();
+        assert_eq!(order, want, "{name}: order");
+        let got =
+            hash::package_hash(files.iter().map(|(p, b)| (p.as_str(), b.as_slice()))).unwrap();
+        assert_eq!(
+            got,
+            case["package_hash"].as_str().unwrap(),
+            "{name}: package hash"
+        );
+    }
+}
+
+#[test]
+fn valid_vector_packages_verify_as_bundles_and_folders() {
+    let v = vectors();
+    for case in v["packages"].as_array().unwrap() {
+        if !case["valid_package"].as_bool().unwrap() {
+            continue;
+        }
+        let name = case["name"].as_str().unwrap();
+        let files = files(case);
+        let binding = Binding {
+            id: name.to_owned(),
+            revision: 1,
+            version: "1.0.0".into(),
+            hash: case["package_hash"].as_str().unwrap().to_owned(),
+        };
+        // As a bundle: render, parse, verify.
+        let text = skill_runner::bundle::render(&[(binding.clone(), files.clone())]);
+        let parsed = skill_runner::bundle::parse(text.as_bytes(), &Default::default())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(parsed[0].binding, binding);
+        // As a folder on disk: the same hash.
+        let dir = tempfile::tempdir().unwrap();
+        for (p, b) in &files {
+            let path = dir.path().join(p);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, b).unwrap();
+        }
+        let got = skill_runner::stage::hash_dir(dir.path(), &Default::default()).unwrap();
+        assert_eq!(got, binding.hash, "{name}: folder hash");
+    }
+}
+
+#[test]
+fn unicode_vector_hashes_from_a_folder_too() {
+    // Non-ASCII and astral-plane file names on disk sort by UTF-16 units.
+    let v = vectors();
+    let case = v["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "ordering-unicode")
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for (p, b) in files(case) {
+        std::fs::write(dir.path().join(p), b).unwrap();
+    }
+    // The folder is a valid package only in layout (SKILL.md has no front
+    // matter), which hashing does not look at.
+    let got = skill_runner::stage::hash_dir(dir.path(), &Default::default()).unwrap();
+    assert_eq!(got, case["package_hash"].as_str().unwrap());
+}
+
+#[test]
+fn set_identities_match() {
+    let v = vectors();
+    for set in v["sets"].as_array().unwrap() {
+        let bindings: Vec<Binding> = serde_json::from_value(set["bindings"].clone()).unwrap();
+        assert_eq!(
+            hash::set_identity(&bindings),
+            set["identity"].as_str().unwrap(),
+            "{}",
+            set["name"]
+        );
+    }
+}
+
+#[test]
+fn own_ordering_traps() {
+    // a-b (0x2d) < a.b (0x2e) < a/b (0x2f) < a_b (0x5f); astral plane before
+    // U+E000..U+FFFF although its UTF-8 bytes are larger.
+    let files: Vec<(&str, &[u8])> = vec![
+        ("SKILL.md", b"x"),
+        ("a/b", b"1"),
+        ("a-b", b"2"),
+        ("\u{1F600}", b"3"),
+        ("\u{FF21}", b"4"),
+        ("\u{E000}", b"5"),
+    ];
+    let mut order: Vec<&str> = files.iter().map(|f| f.0).collect();
+    hash::sort_utf16(&mut order, |p| p);
+    assert_eq!(
+        order,
+        [
+            "SKILL.md",
+            "a-b",
+            "a/b",
+            "\u{1F600}",
+            "\u{E000}",
+            "\u{FF21}"
+        ]
+    );
+    // The hash depends on that order: feeding in UTF-8 order is refused.
+    let mut h = hash::PackageHasher::new();
+    h.begin_file("\u{E000}", 1).unwrap();
+    h.update(b"5").unwrap();
+    assert!(h.begin_file("\u{1F600}", 1).is_err());
+}
