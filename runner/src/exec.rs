@@ -13,7 +13,6 @@
 //! lacking options, seccomp, a limit mechanism failing) rejects the
 //! execution before anything runs.
 
-use std::ffi::CString;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -30,10 +29,16 @@ use crate::result::{
     rfc3339, Applied, AppliedLimits, ErrorInfo, ExecResult, SkillsInfo, Status, Usage,
     EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND,
 };
-use crate::seccomp;
 use crate::stage::{self, Selected, SkillSource, Snapshot};
 use crate::store::{PrivateDir, Store};
 use crate::supervise::{self, Cancel, OutputPolicy, Sink, Spawn};
+
+/// The sandbox this build launches, as named in results.
+#[cfg(target_os = "macos")]
+pub const SANDBOX: &str = "seatbelt";
+/// The sandbox this build launches, as named in results.
+#[cfg(not(target_os = "macos"))]
+pub const SANDBOX: &str = "bubblewrap";
 
 /// Settings of a runner process.
 #[derive(Debug, Clone)]
@@ -225,14 +230,15 @@ impl Runner {
         match self.prepare(job) {
             Err(error) => {
                 tracing::info!(kind = %error.kind, "rejected: {}", error.message);
-                ExecResult::rejected(&job.execution_id, "bubblewrap", error)
+                ExecResult::rejected(&job.execution_id, SANDBOX, error)
             }
             Ok(prepared) => self.launch(job, prepared, opts),
         }
     }
 
-    /// Everything before the launch: checks, staging, folders.
-    fn prepare(&self, job: &Job) -> Result<Prepared, ErrorInfo> {
+    /// Checks that this host can start the platform's sandbox.
+    #[cfg(not(target_os = "macos"))]
+    fn launcher_available(&self) -> Result<Option<Bwrap>, ErrorInfo> {
         let bwrap = self
             .host
             .bwrap
@@ -242,6 +248,25 @@ impl Runner {
             .userns
             .clone()
             .map_err(|m| ErrorInfo::new("sandbox_unavailable", m))?;
+        Ok(Some(bwrap))
+    }
+
+    /// Checks that this host can start the platform's sandbox.
+    #[cfg(target_os = "macos")]
+    fn launcher_available(&self) -> Result<Option<Bwrap>, ErrorInfo> {
+        if Path::new(seatbelt::SANDBOX_EXEC).exists() {
+            Ok(None)
+        } else {
+            Err(ErrorInfo::new(
+                "sandbox_unavailable",
+                format!("{} is missing; it ships with macOS", seatbelt::SANDBOX_EXEC),
+            ))
+        }
+    }
+
+    /// Everything before the launch: checks, staging, folders.
+    fn prepare(&self, job: &Job) -> Result<Prepared, ErrorInfo> {
+        let bwrap = self.launcher_available()?;
         let dir = PrivateDir::create_named(&self.executions, &format!("{}.", job.execution_id))
             .map_err(|e| {
                 ErrorInfo::new(
@@ -364,25 +389,65 @@ impl Runner {
         }))
     }
 
-    fn launch(&self, job: &Job, p: Prepared, opts: RunOptions<'_>) -> ExecResult {
-        let rejected = |e: ErrorInfo| ExecResult::rejected(&job.execution_id, "bubblewrap", e);
-        let args =
-            match self.plan_args(job, &p.bwrap, &p.snapshot.root, &p.workspace, &p.extensions) {
-                Ok(a) => a,
-                Err(e) => return rejected(e),
-            };
-        let filters = match seccomp::compile(&job.profile, job.network) {
-            Ok(f) => f,
-            Err(e) => return rejected(ErrorInfo::new("sandbox_unavailable", e.to_string())),
+    /// bubblewrap: the argv, the seccomp programs and account files on fds.
+    #[cfg(not(target_os = "macos"))]
+    fn launcher(&self, job: &Job, p: &Prepared) -> Result<Launcher, ErrorInfo> {
+        let bwrap = p
+            .bwrap
+            .as_ref()
+            .ok_or_else(|| ErrorInfo::new("sandbox_unavailable", "bubblewrap was not found"))?;
+        let args = self.plan_args(job, bwrap, &p.snapshot.root, &p.workspace, &p.extensions)?;
+        let filters = crate::seccomp::compile(&job.profile, job.network)
+            .map_err(|e| ErrorInfo::new("sandbox_unavailable", e.to_string()))?;
+        let fds = sandbox_fds(&filters).map_err(|e| {
+            ErrorInfo::new(
+                "sandbox_unavailable",
+                format!("cannot prepare the sandbox's descriptors: {e}"),
+            )
+        })?;
+        Ok(Launcher {
+            program: bwrap.path.clone(),
+            args,
+            env: Vec::new(),
+            fds,
+            status_fd: Some(launch::FD_STATUS),
+            new_session: false, // bwrap --new-session
+        })
+    }
+
+    /// Seatbelt: `/usr/bin/sandbox-exec` with the rendered profile; the
+    /// environment holds host paths.
+    #[cfg(target_os = "macos")]
+    fn launcher(&self, job: &Job, p: &Prepared) -> Result<Launcher, ErrorInfo> {
+        let tmp = p.dir.path.join("tmp");
+        fs::create_dir_all(&tmp).map_err(|e| bad_path("tmp", &tmp, e))?;
+        let folders = crate::macos::Folders {
+            snapshot_root: p.snapshot.root.clone(),
+            workspace: p.workspace.clone(),
+            extensions: p.extensions.clone(),
+            tmp,
         };
-        let fds = match sandbox_fds(&filters) {
-            Ok(f) => f,
-            Err(e) => {
-                return rejected(ErrorInfo::new(
-                    "sandbox_unavailable",
-                    format!("cannot prepare the sandbox's descriptors: {e}"),
-                ))
-            }
+        let bad =
+            |e: crate::macos::MacosError| ErrorInfo::new("sandbox_unavailable", e.to_string());
+        let (_, argv) = crate::macos::plan(job, &folders).map_err(bad)?;
+        let env = crate::macos::environment(job, &folders).map_err(bad)?;
+        let mut argv = argv.into_iter();
+        let program = PathBuf::from(argv.next().unwrap_or_default());
+        Ok(Launcher {
+            program,
+            args: argv.map(Into::into).collect(),
+            env,
+            fds: Vec::new(),
+            status_fd: None,
+            new_session: true,
+        })
+    }
+
+    fn launch(&self, job: &Job, p: Prepared, opts: RunOptions<'_>) -> ExecResult {
+        let rejected = |e: ErrorInfo| ExecResult::rejected(&job.execution_id, SANDBOX, e);
+        let launch = match self.launcher(job, &p) {
+            Ok(l) => l,
+            Err(e) => return rejected(e),
         };
         let l = job.limits;
         let cg_name = p
@@ -414,14 +479,17 @@ impl Runner {
         };
         let (rlimits, applied) = limits_plan(&l, cgroup.as_ref(), cg_note);
 
+        let program = launch.program.clone();
         let spawn = Spawn {
-            program: p.bwrap.path.clone(),
-            args,
-            fds,
+            program: launch.program,
+            args: launch.args,
+            env: launch.env,
+            fds: launch.fds,
             rlimits,
             cgroup_procs,
             stdin: job.stdin.clone(),
-            status_fd: Some(launch::FD_STATUS),
+            status_fd: launch.status_fd,
+            new_session: launch.new_session,
         };
         tracing::debug!(
             skills = p.snapshot.manifest.skills.len(),
@@ -444,7 +512,7 @@ impl Runner {
             Err(e) => {
                 return rejected(ErrorInfo::new(
                     "sandbox_unavailable",
-                    format!("cannot start {}: {e}", p.bwrap.path.display()),
+                    format!("cannot start {}: {e}", program.display()),
                 ))
             }
         };
@@ -466,7 +534,7 @@ impl Runner {
             duration_ms: outcome.duration.as_millis() as u64,
             started_at: rfc3339(outcome.started_at),
             finished_at: rfc3339(finished_at),
-            sandbox: "bubblewrap",
+            sandbox: SANDBOX,
             skills: Some(SkillsInfo {
                 identity: p.snapshot.identity.clone(),
                 manifest: p.snapshot.manifest.clone(),
@@ -527,7 +595,9 @@ struct Prepared {
     staging: Duration,
     workspace: PathBuf,
     extensions: PathBuf,
-    bwrap: Bwrap,
+    /// The bwrap to use (Linux); `None` under Seatbelt.
+    #[cfg_attr(target_os = "macos", allow(dead_code))]
+    bwrap: Option<Bwrap>,
 }
 
 fn bad_path(field: &str, path: &Path, e: io::Error) -> ErrorInfo {
@@ -537,11 +607,22 @@ fn bad_path(field: &str, path: &Path, e: io::Error) -> ErrorInfo {
     )
 }
 
+/// What the platform's launcher needs besides limits.
+struct Launcher {
+    program: PathBuf,
+    args: Vec<std::ffi::OsString>,
+    env: Vec<(String, String)>,
+    fds: Vec<(std::os::fd::OwnedFd, i32)>,
+    status_fd: Option<i32>,
+    new_session: bool,
+}
+
 /// The descriptors the sandbox reads at start: seccomp programs and the
 /// account files, each in its own sealed memfd (nothing shared).
-fn sandbox_fds(filters: &seccomp::Filters) -> io::Result<Vec<(std::os::fd::OwnedFd, i32)>> {
+#[cfg(not(target_os = "macos"))]
+fn sandbox_fds(filters: &crate::seccomp::Filters) -> io::Result<Vec<(std::os::fd::OwnedFd, i32)>> {
     let memfd = |name: &str, bytes: &[u8]| {
-        let name = CString::new(name).map_err(io::Error::other)?;
+        let name = std::ffi::CString::new(name).map_err(io::Error::other)?;
         crate::sys::sealed_memfd(&name, bytes)
     };
     Ok(vec![
@@ -578,6 +659,12 @@ fn limits_plan(
     let cg_name = cg.map(|c| c.version().name());
     let memory = match cg_name.filter(|_| cg.is_some_and(Cgroup::limits_memory)) {
         Some(name) => Applied::by(Some(l.memory_bytes), name),
+        // macOS accepts RLIMIT_AS but does not enforce it: say so.
+        None if cfg!(target_os = "macos") => Applied {
+            value: Some(l.memory_bytes),
+            enforced_by: "none",
+            note: Some("macOS has no cgroups and does not enforce RLIMIT_AS".into()),
+        },
         None => {
             r.push((Resource::RLIMIT_AS, l.memory_bytes, l.memory_bytes));
             Applied {
@@ -595,6 +682,7 @@ fn limits_plan(
     };
     let pids = match cg_name.filter(|_| cg.is_some_and(Cgroup::limits_pids)) {
         Some(name) => Applied::by(Some(l.pids), name),
+        #[cfg(target_os = "linux")]
         None if !nix::unistd::geteuid().is_root() => {
             r.push((Resource::RLIMIT_NPROC, l.pids, l.pids));
             Applied {
@@ -608,7 +696,11 @@ fn limits_plan(
         None => Applied {
             value: Some(l.pids),
             enforced_by: "none",
-            note: Some("no pids cgroup, and RLIMIT_NPROC does not bind root".into()),
+            note: Some(if cfg!(target_os = "linux") {
+                "no pids cgroup, and RLIMIT_NPROC does not bind root".into()
+            } else {
+                "no cgroups on this OS; RLIMIT_NPROC would count every process of the user".into()
+            }),
         },
     };
     let cpu = match l.cpu_ms {

@@ -62,7 +62,11 @@ pub fn copy_fd(src: &File, dst: &File, len: u64, mut progress: impl FnMut(u64)) 
             break;
         }
         let n = if in_kernel {
-            match nix::fcntl::copy_file_range(src.as_fd(), None, dst.as_fd(), None, want) {
+            #[cfg(target_os = "linux")]
+            let copied = nix::fcntl::copy_file_range(src.as_fd(), None, dst.as_fd(), None, want);
+            #[cfg(not(target_os = "linux"))]
+            let copied: nix::Result<usize> = Err(nix::errno::Errno::ENOSYS);
+            match copied {
                 Ok(n) => n,
                 Err(
                     nix::errno::Errno::EXDEV

@@ -26,6 +26,7 @@ pub mod macos;
 pub mod package;
 pub mod profile;
 pub mod result;
+#[cfg(target_os = "linux")]
 pub mod seccomp;
 pub mod source;
 pub mod stage;

@@ -189,6 +189,7 @@ impl Profile {
                 )));
             }
         }
+        #[cfg(target_os = "linux")]
         for name in &p.seccomp.deny {
             if crate::seccomp::syscall_number(name).is_none() {
                 return Err(invalid(format!("unknown syscall {name:?} in seccomp.deny")));

@@ -89,7 +89,7 @@ pub struct Cancel {
 
 impl Cancel {
     pub fn new() -> io::Result<Arc<Cancel>> {
-        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        let (read, write) = sys::pipe_cloexec()?;
         Ok(Arc::new(Cancel { read, write }))
     }
 
@@ -105,6 +105,8 @@ impl Cancel {
 pub struct Spawn {
     pub program: PathBuf,
     pub args: Vec<OsString>,
+    /// The launcher's whole environment (it starts from an empty one).
+    pub env: Vec<(String, String)>,
     /// Descriptors for the child: `(fd, number in the child)`.
     pub fds: Vec<(OwnedFd, RawFd)>,
     pub rlimits: Vec<(nix::sys::resource::Resource, u64, u64)>,
@@ -112,6 +114,9 @@ pub struct Spawn {
     pub stdin: Option<Vec<u8>>,
     /// Child fd number for bwrap's `--json-status-fd`, if used.
     pub status_fd: Option<RawFd>,
+    /// Start the child in a new session (no controlling terminal) when the
+    /// launcher does not do it itself.
+    pub new_session: bool,
 }
 
 /// Output kept from one stream.
@@ -169,11 +174,15 @@ pub fn supervise(
         } else {
             Stdio::null()
         })
+        .envs(spawn.env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(Stdio::piped());
+    if !spawn.new_session {
         // Its own process group: a Ctrl-C at the terminal reaches the
-        // runner, which then stops the sandbox itself.
-        .process_group(0);
+        // runner, which then stops the sandbox itself. (A new session is
+        // a new group too; setsid refuses a group leader, so not both.)
+        cmd.process_group(0);
+    }
 
     let mut keep_alive: Vec<OwnedFd> = Vec::new();
     let mut fd_map: Vec<(RawFd, RawFd)> = Vec::new();
@@ -183,7 +192,7 @@ pub fn supervise(
     }
     let status_read = match spawn.status_fd {
         Some(target) => {
-            let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+            let (r, w) = sys::pipe_cloexec()?;
             fd_map.push((w.as_raw_fd(), target));
             keep_alive.push(w);
             Some(File::from(r))
@@ -195,8 +204,10 @@ pub fn supervise(
         rlimits: spawn.rlimits,
         cgroup_procs: spawn.cgroup_procs.iter().map(|f| f.as_raw_fd()).collect(),
         die_with_parent: true,
+        new_session: spawn.new_session,
     }
     .install(&mut cmd);
+    let has_status = spawn.status_fd.is_some();
 
     let started_at = SystemTime::now();
     let start = Instant::now();
@@ -212,8 +223,8 @@ pub fn supervise(
         .map(|s| (s, spawn.stdin.unwrap_or_default()));
     let stdout = child.stdout.take().map(File::from_std_stdout);
     let stderr = child.stderr.take().map(File::from_std_stderr);
-    let (exit_r, exit_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-    let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let (exit_r, exit_w) = sys::pipe_cloexec()?;
+    let (stop_r, stop_w) = sys::pipe_cloexec()?;
 
     std::thread::scope(|scope| -> io::Result<Outcome> {
         // Waiter: learns of the exit without reaping.
@@ -259,7 +270,13 @@ pub fn supervise(
                 } else {
                     timed_out = true;
                 }
-                // The pid is not reaped yet, so it is still ours.
+                // The pid is not reaped yet, so it and its group are
+                // still ours. The group matters where there is no pid
+                // namespace (Seatbelt).
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(-pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid),
                     nix::sys::signal::Signal::SIGKILL,
@@ -279,7 +296,8 @@ pub fn supervise(
             status: reaped.status,
             timed_out,
             cancelled,
-            started: pumped.started,
+            // Without a status channel, reaching exec is all we know.
+            started: pumped.started || !has_status,
             stdout: pumped.stdout,
             stderr: pumped.stderr,
             started_at,
@@ -517,6 +535,8 @@ mod tests {
             cgroup_procs: vec![],
             stdin: Some(b"hello".to_vec()),
             status_fd: None,
+            env: vec![],
+            new_session: false,
         };
         let out = supervise(
             spawn,
@@ -545,6 +565,8 @@ mod tests {
             cgroup_procs: vec![],
             stdin: None,
             status_fd: None,
+            env: vec![],
+            new_session: true,
         };
         let out = supervise(
             spawn,

@@ -11,9 +11,8 @@
 //!   reserved until the supervisor is done signalling it, so a kill can
 //!   never hit a recycled pid.
 
-use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -32,6 +31,8 @@ pub struct ChildSetup {
     pub cgroup_procs: Vec<RawFd>,
     /// Kill the child when the runner dies (Linux).
     pub die_with_parent: bool,
+    /// Call `setsid` (no controlling terminal, own process group).
+    pub new_session: bool,
 }
 
 impl ChildSetup {
@@ -56,6 +57,11 @@ impl ChildSetup {
         }
         #[cfg(not(target_os = "linux"))]
         let _ = parent;
+        if self.new_session {
+            // SAFETY: setsid has no preconditions; it fails only for a
+            // group leader, which the caller avoids.
+            check(unsafe { libc::setsid() })?;
+        }
         for &fd in &self.cgroup_procs {
             // SAFETY: fd is an open cgroup.procs file inherited from the
             // parent; the buffer is a static byte string.
@@ -144,7 +150,8 @@ fn close_from(first: RawFd) {
 /// An anonymous file holding `bytes`, sealed against any change, with its
 /// offset at 0, ready to hand to a child.
 #[cfg(target_os = "linux")]
-pub fn sealed_memfd(name: &CStr, bytes: &[u8]) -> io::Result<OwnedFd> {
+pub fn sealed_memfd(name: &std::ffi::CStr, bytes: &[u8]) -> io::Result<OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
     // SAFETY: name is a valid C string; flags are constants.
     let fd =
         unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
@@ -162,6 +169,22 @@ pub fn sealed_memfd(name: &CStr, bytes: &[u8]) -> io::Result<OwnedFd> {
     }
     std::io::Seek::seek(&mut &file, std::io::SeekFrom::Start(0))?;
     Ok(OwnedFd::from(file))
+}
+
+/// A pipe whose both ends are close-on-exec.
+pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
+    #[cfg(target_os = "linux")]
+    {
+        Ok(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+        let (r, w) = nix::unistd::pipe()?;
+        fcntl(&r, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+        fcntl(&w, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+        Ok((r, w))
+    }
 }
 
 /// Blocks until child `pid` has exited, without reaping it.
@@ -223,7 +246,11 @@ pub fn reap(pid: libc::pid_t) -> io::Result<Reaped> {
     Ok(Reaped {
         status,
         cpu_ms: ms(usage.ru_utime) + ms(usage.ru_stime),
-        // Linux reports kilobytes.
-        max_rss_bytes: usage.ru_maxrss as u64 * 1024,
+        // Linux reports kilobytes, macOS bytes.
+        max_rss_bytes: if cfg!(target_os = "macos") {
+            usage.ru_maxrss as u64
+        } else {
+            usage.ru_maxrss as u64 * 1024
+        },
     })
 }

@@ -155,7 +155,8 @@ fn lying_hash_is_refused_and_nothing_is_left() {
 
 #[test]
 fn bad_folders_are_refused_naming_the_path() {
-    let cases: Vec<(&str, Box<dyn Fn(&Path)>, &str)> = vec![
+    type Mutation = Box<dyn Fn(&Path)>;
+    let cases: Vec<(&str, Mutation, &str)> = vec![
         (
             "missing SKILL.md",
             Box::new(|d: &Path| fs::remove_file(d.join("SKILL.md")).unwrap()),

@@ -1,0 +1,149 @@
+//! The macOS backend, tested on Linux as pure code: each built-in profile's
+//! `[macos]` section rendered through the `seatbelt` crate against a golden
+//! file, and the argv/environment a Mac run would use (issue 5).
+//!
+//! Re-bless the golden files with `scripts/bless-seatbelt` (BLESS=1).
+
+use std::path::{Path, PathBuf};
+
+use skill_runner::job::Job;
+use skill_runner::macos::{self, Folders};
+use skill_runner::profile::BUILTIN;
+
+const EXEC: &str = "/private/var/folders/ab/T/sr/executions/e1.RANDOM";
+
+fn folders() -> Folders {
+    Folders {
+        snapshot_root: PathBuf::from(EXEC).join("skills"),
+        workspace: PathBuf::from(EXEC).join("workspace"),
+        extensions: PathBuf::from(EXEC).join("workspace/.sciencediscovery/skill-extensions"),
+        tmp: PathBuf::from(EXEC).join("tmp"),
+    }
+}
+
+fn job(profile: &str) -> Job {
+    let json = format!(
+        r#"{{"argv":["sh","$SCIENCEDISCOVERY_SKILLS_DIR/hello/greet.sh","/skills/hello/x","${{SCIENCEDISCOVERY_SKILL_EXTENSIONS_DIR}}/log","plain"],"env":{{"A":"b"}},"profile":"{profile}"}}"#
+    );
+    Job::from_json(json.as_bytes(), Some(Path::new("/"))).unwrap()
+}
+
+fn golden(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../seatbelt/tests/golden")
+        .join(name);
+    if std::env::var_os("BLESS").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}; run scripts/bless-seatbelt", path.display()));
+    assert_eq!(
+        actual,
+        want,
+        "{} differs; run scripts/bless-seatbelt and review",
+        path.display()
+    );
+}
+
+#[test]
+fn golden_builtin_profiles() {
+    for (name, _) in BUILTIN {
+        let (rendered, argv) = macos::plan(&job(name), &folders()).unwrap();
+        let params: String = rendered
+            .params
+            .iter()
+            .map(|(k, v)| format!("{k}={v}\n"))
+            .collect();
+        golden(&format!("builtin-{name}.sbpl"), &rendered.profile);
+        golden(&format!("builtin-{name}.params"), &params);
+        // What must not appear.
+        assert!(!rendered.profile.contains("(allow default)"));
+        let rules: String = rendered
+            .profile
+            .lines()
+            .map(|l| l.split(';').next().unwrap_or(""))
+            .collect();
+        assert!(
+            !rules.contains("network"),
+            "offline profile has a network rule"
+        );
+        assert!(
+            !rendered.profile.contains("/private/var/folders"),
+            "a host path was pasted"
+        );
+        assert_eq!(argv[0], "/usr/bin/sandbox-exec");
+    }
+}
+
+#[test]
+fn argv_aliases_become_host_paths() {
+    let (_, argv) = macos::plan(&job("default"), &folders()).unwrap();
+    let tail: Vec<&str> = argv
+        .iter()
+        .rev()
+        .take(5)
+        .rev()
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            "sh",
+            &format!("{EXEC}/skills/hello/greet.sh"),
+            &format!("{EXEC}/skills/hello/x"),
+            &format!("{EXEC}/workspace/.sciencediscovery/skill-extensions/log"),
+            "plain",
+        ]
+    );
+}
+
+#[test]
+fn environment_holds_host_paths() {
+    let env = macos::environment(&job("default"), &folders()).unwrap();
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    assert_eq!(
+        get("SCIENCEDISCOVERY_SKILLS_DIR"),
+        Some(&*format!("{EXEC}/skills"))
+    );
+    assert_eq!(get("HOME"), Some(&*format!("{EXEC}/tmp")));
+    assert_eq!(get("TMPDIR"), Some(&*format!("{EXEC}/tmp")));
+    assert_eq!(get("PATH"), Some("/usr/bin:/bin"));
+    assert_eq!(get("A"), Some("b"));
+}
+
+#[test]
+fn tmp_and_var_are_canonicalized() {
+    let f = Folders {
+        snapshot_root: "/tmp/sr/skills".into(),
+        workspace: "/var/tmp/ws".into(),
+        extensions: "/var/tmp/ws/ext".into(),
+        tmp: "/tmp/sr/tmp".into(),
+    };
+    let (rendered, _) = macos::plan(&job("default"), &f).unwrap();
+    let p = |k: &str| {
+        rendered
+            .params
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(
+        p("SNAPSHOT_ROOT").as_deref(),
+        Some("/private/tmp/sr/skills")
+    );
+    assert_eq!(p("WORKSPACE").as_deref(), Some("/private/var/tmp/ws"));
+}
+
+#[test]
+fn escaping_aliases_are_refused() {
+    for bad in [
+        "/skills/../etc/passwd",
+        "$SCIENCEDISCOVERY_SKILLS_DIR/a/../../x",
+    ] {
+        let json = format!(r#"{{"argv":["cat","{bad}"]}}"#);
+        let job = Job::from_json(json.as_bytes(), Some(Path::new("/"))).unwrap();
+        let e = macos::plan(&job, &folders()).unwrap_err();
+        assert!(e.to_string().contains("leaves"), "{e}");
+    }
+}
