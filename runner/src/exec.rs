@@ -365,7 +365,6 @@ impl Runner {
 
     /// Builds the bwrap argv for a prepared execution.
     pub fn plan_args(
-        &self,
         job: &Job,
         bwrap: &Bwrap,
         snapshot_root: &Path,
@@ -396,7 +395,7 @@ impl Runner {
             .bwrap
             .as_ref()
             .ok_or_else(|| ErrorInfo::new("sandbox_unavailable", "bubblewrap was not found"))?;
-        let args = self.plan_args(job, bwrap, &p.snapshot.root, &p.workspace, &p.extensions)?;
+        let args = Runner::plan_args(job, bwrap, &p.snapshot.root, &p.workspace, &p.extensions)?;
         let filters = crate::seccomp::compile(&job.profile, job.network)
             .map_err(|e| ErrorInfo::new("sandbox_unavailable", e.to_string()))?;
         let fds = sandbox_fds(&filters).map_err(|e| {
@@ -556,9 +555,10 @@ impl Runner {
     }
 
     /// What `explain` prints: the bwrap argv for a job, with the
-    /// per-execution folder shown as `<execution>`.
-    pub fn explain(&self, job: &Job) -> Result<(PathBuf, Vec<std::ffi::OsString>), ErrorInfo> {
-        let bwrap = self.host.bwrap.clone().unwrap_or(Bwrap {
+    /// per-execution folder shown as `<data-dir>/executions/<id>.<random>`.
+    /// Touches nothing: no data dir, no staging.
+    pub fn explain(job: &Job) -> Result<(PathBuf, Vec<std::ffi::OsString>), ErrorInfo> {
+        let bwrap = Bwrap::find().unwrap_or(Bwrap {
             path: PathBuf::from("bwrap"),
             version: String::new(),
             features: BwrapFeatures {
@@ -577,7 +577,7 @@ impl Runner {
             .extensions_dir
             .clone()
             .unwrap_or_else(|| workspace.join(".sciencediscovery/skill-extensions"));
-        let args = self.plan_args(job, &bwrap, &exec.join("skills"), &workspace, &extensions)?;
+        let args = Runner::plan_args(job, &bwrap, &exec.join("skills"), &workspace, &extensions)?;
         Ok((bwrap.path, args))
     }
 }

@@ -290,8 +290,8 @@ fn spawn_signal_thread(cancel: std::sync::Arc<Cancel>) {
     set.add(Signal::SIGINT);
     set.add(Signal::SIGTERM);
     set.add(Signal::SIGHUP);
-    // Blocked in this thread and every thread started after it; children
-    // get a clean mask from the standard library's spawn.
+    // Blocked in this thread and every thread started after it; the
+    // sandboxed command gets an empty mask (sys::ChildSetup resets it).
     if set.thread_block().is_err() {
         return;
     }
@@ -306,10 +306,7 @@ fn explain(job_path: &Path, json: bool, platform: &str, cfg: Config) -> anyhow::
     let job = load_job(job_path).map_err(|e| anyhow::anyhow!(e.message))?;
     match platform {
         "linux" => {
-            let runner = Runner::new(cfg).map_err(anyhow::Error::msg)?;
-            let (program, args) = runner
-                .explain(&job)
-                .map_err(|e| anyhow::anyhow!(e.message))?;
+            let (program, args) = Runner::explain(&job).map_err(|e| anyhow::anyhow!(e.message))?;
             if json {
                 let doc = serde_json::json!({
                     "sandbox": "bubblewrap",

@@ -487,6 +487,12 @@ impl PrivateDir {
 impl Drop for PrivateDir {
     fn drop(&mut self) {
         if self.keep {
+            // A kept folder is marked so sweeps leave it alone; it is the
+            // user's to remove.
+            let _ = fs::write(self.path.with_extension("kept"), b"");
+            if let Some(lock) = self.lock.take() {
+                let _ = fs::remove_file(lock.path());
+            }
             return;
         }
         if let Err(e) = fsx::remove_tree(&self.path) {
@@ -515,6 +521,9 @@ pub fn sweep_locked_dirs(dir: &Path) -> io::Result<usize> {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         let path = entry.path();
+        if name.ends_with(".kept") || dir.join(format!("{name}.kept")).exists() {
+            continue; // kept on request (`run --keep`)
+        }
         if let Some(stem) = name.strip_suffix(".lock") {
             let Ok(lock) = LockFile::acquire(&path) else {
                 continue; // held: its owner is alive

@@ -57,6 +57,19 @@ impl ChildSetup {
         }
         #[cfg(not(target_os = "linux"))]
         let _ = parent;
+        // The runner blocks SIGINT/SIGTERM/SIGHUP in its threads to handle
+        // them itself; the command must start with nothing blocked.
+        // SAFETY: sigemptyset/sigprocmask write only the local set and the
+        // calling thread's mask.
+        unsafe {
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            check(libc::sigprocmask(
+                libc::SIG_SETMASK,
+                &empty,
+                std::ptr::null_mut(),
+            ))?;
+        }
         if self.new_session {
             // SAFETY: setsid has no preconditions; it fails only for a
             // group leader, which the caller avoids.
@@ -110,7 +123,8 @@ impl ChildSetup {
         // SAFETY: getpid has no preconditions.
         let parent = unsafe { libc::getpid() };
         // SAFETY: `apply` makes only async-signal-safe system calls (prctl,
-        // getppid, write, fcntl, dup2, setrlimit) on data prepared before
+        // getppid, sigprocmask, setsid, write, fcntl, dup2, close_range,
+        // setrlimit) on data prepared before
         // the fork, and allocates nothing.
         unsafe {
             cmd.pre_exec(move || self.apply(parent));

@@ -74,6 +74,7 @@ pub fn require_sandbox(test: &str) -> bool {
 }
 
 /// One test's private world: data dir, scratch folder.
+#[derive(Debug)]
 pub struct World {
     pub dir: tempfile::TempDir,
 }

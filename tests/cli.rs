@@ -1,0 +1,638 @@
+//! The command line of DESIGN.md §8 as a user meets it: the bundled
+//! example, plain and `--json` runs, clear refusals of bad input, `explain`,
+//! `hash`, `pack`, `store`, `doctor`, and running inside a nested
+//! unprivileged user namespace (as inside a container), issue 3.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{json, Value};
+use skill_runner_tests::*;
+
+// ---------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------
+
+/// Runs `cmd` under the hang guard.
+fn output(cmd: &mut Command) -> Output {
+    output_within(cmd, HANG_GUARD)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `exit N; stdout: …; stderr: …` for assertion messages.
+fn show(out: &Output) -> String {
+    format!(
+        "\n  exit {:?}\n  stdout: {:?}\n  stderr: {:?}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
+
+/// `skill-runner ARGS` with the world's data dir.
+fn runner(world: &World, args: &[&str]) -> Output {
+    output(world.cmd().args(args))
+}
+
+/// The package hash of the bundled example, as its job file pins it.
+fn example_job() -> (PathBuf, Value) {
+    let path = project_dir().join("examples/hello-job.json");
+    let job: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    (path, job)
+}
+
+const GREETING: &str = "Hello, world!";
+
+/// `job` (a file already written) is refused in both modes: exit 125, one
+/// line on stderr naming `needle` (plain), status `rejected` with `kind`
+/// (when given) and a message naming `needle` (`--json`); and nothing is
+/// left in `<data>/executions`.
+fn assert_refused(world: &World, job: &Path, needle: &str, kind: Option<&str>) {
+    let job = job.to_str().unwrap();
+    let out = runner(world, &["run", job]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    assert!(out.stdout.is_empty(), "{}", show(&out));
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "not one line:{}",
+        show(&out)
+    );
+    assert!(
+        stderr.contains(needle),
+        "does not name {needle:?}:{}",
+        show(&out)
+    );
+
+    let out = runner(world, &["run", "--json", job]);
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no result document ({e}):{}", show(&out)));
+    assert_eq!(doc["status"], "rejected", "{}", show(&out));
+    if let Some(kind) = kind {
+        assert_eq!(doc["error"]["kind"], kind, "{}", show(&out));
+    }
+    let message = doc["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(needle),
+        "does not name {needle:?}:{}",
+        show(&out)
+    );
+
+    assert_eq!(
+        world.executions_left(),
+        Vec::<String>::new(),
+        "a refused job left state behind"
+    );
+}
+
+/// A job file running `true` with `extra` merged in.
+fn job_with(world: &World, extra: Value) -> PathBuf {
+    let mut job = json!({"argv": ["true"]});
+    for (k, v) in extra.as_object().unwrap() {
+        job[k] = v.clone();
+    }
+    world.job("job", &job)
+}
+
+// ---------------------------------------------------------------------------
+// The bundled example and the two output modes
+// ---------------------------------------------------------------------------
+
+#[test]
+fn example_job_prints_the_greeting() {
+    if !require_sandbox("example_job_prints_the_greeting") {
+        return;
+    }
+    let world = World::new();
+    let out = output(
+        world
+            .cmd()
+            .current_dir(project_dir())
+            .args(["run", "examples/hello-job.json"]),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(text(&out.stdout).contains(GREETING), "{}", show(&out));
+}
+
+#[test]
+fn example_job_json_reports_the_manifest() {
+    if !require_sandbox("example_job_json_reports_the_manifest") {
+        return;
+    }
+    let world = World::new();
+    let (_, job) = example_job();
+    let out = output(world.cmd().current_dir(project_dir()).args([
+        "run",
+        "--json",
+        "examples/hello-job.json",
+    ]));
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["status"], "exited", "{}", show(&out));
+    assert!(
+        doc["stdout"].as_str().unwrap().contains(GREETING),
+        "{doc:#}"
+    );
+    let manifest = &doc["skills"]["manifest"];
+    assert_eq!(manifest["schemaVersion"], 1, "{doc:#}");
+    assert_eq!(
+        manifest["skills"],
+        json!([{
+            "hash": job["skills"][0]["hash"],
+            "id": "hello",
+            "path": "/skills/hello",
+            "revision": 1,
+            "version": "1.0.0",
+        }]),
+        "{doc:#}"
+    );
+}
+
+#[test]
+fn plain_mode_streams_stdout_and_stderr_separately() {
+    if !require_sandbox("plain_mode_streams_stdout_and_stderr_separately") {
+        return;
+    }
+    let world = World::new();
+    let job = world.job(
+        "job",
+        &json!({"argv": ["sh", "-c", "echo out; echo err >&2; exit 3"]}),
+    );
+    let out = runner(&world, &["run", job.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "{}", show(&out));
+    assert_eq!(text(&out.stdout), "out\n", "{}", show(&out));
+    assert!(text(&out.stderr).contains("err"), "{}", show(&out));
+}
+
+// ---------------------------------------------------------------------------
+// Bad input: exit 125, one line, nothing left behind
+// ---------------------------------------------------------------------------
+
+#[test]
+fn malformed_json_is_refused() {
+    let world = World::new();
+    let job = world.path().join("job.json");
+    std::fs::write(&job, "{\"argv\": [\"true\"],").unwrap();
+    assert_refused(&world, &job, "not valid JSON", Some("bad_job"));
+}
+
+#[test]
+fn unknown_field_is_refused() {
+    let world = World::new();
+    let job = job_with(&world, json!({"walltime": 5}));
+    assert_refused(&world, &job, "unknown field `walltime`", Some("bad_job"));
+}
+
+#[test]
+fn missing_job_file_is_refused() {
+    let world = World::new();
+    let job = world.path().join("no-such-job.json");
+    assert_refused(&world, &job, "no-such-job.json", Some("bad_job"));
+}
+
+#[test]
+fn reserved_env_name_is_refused() {
+    let world = World::new();
+    let job = job_with(&world, json!({"env": {"LD_PRELOAD": "/workspace/evil.so"}}));
+    assert_refused(&world, &job, "LD_PRELOAD", Some("bad_job"));
+}
+
+#[test]
+fn cwd_outside_the_workspace_is_refused() {
+    let world = World::new();
+    let job = job_with(&world, json!({"cwd": "../x"}));
+    assert_refused(&world, &job, "../x", Some("bad_job"));
+}
+
+#[test]
+fn lying_hash_is_refused() {
+    if !require_sandbox("lying_hash_is_refused") {
+        return;
+    }
+    let world = World::new();
+    let dir = world.skill("liar", &[("scripts/run.sh", b"echo honest\n")]);
+    let pinned = skill_ref("liar", &dir);
+    // The bytes change after the hash was pinned.
+    std::fs::write(dir.join("scripts/run.sh"), "echo changed\n").unwrap();
+    let job = job_with(&world, json!({"skills": [pinned]}));
+    assert_refused(&world, &job, "liar", Some("hash_mismatch"));
+}
+
+#[test]
+fn missing_skill_folder_is_refused() {
+    if !require_sandbox("missing_skill_folder_is_refused") {
+        return;
+    }
+    let world = World::new();
+    let dir = world.skill("gone", &[]);
+    let entry = skill_ref("gone", &dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let job = job_with(&world, json!({"skills": [entry]}));
+    assert_refused(&world, &job, "gone", None);
+}
+
+#[test]
+fn duplicate_skill_is_refused() {
+    let world = World::new();
+    let dir = world.skill("twice", &[]);
+    let entry = skill_ref("twice", &dir);
+    let job = job_with(&world, json!({"skills": [entry, entry]}));
+    assert_refused(&world, &job, "twice", Some("bad_job"));
+}
+
+#[test]
+fn upper_case_hash_is_refused() {
+    let world = World::new();
+    let dir = world.skill("upper", &[]);
+    let mut entry = skill_ref("upper", &dir);
+    entry["hash"] = json!(hash_of(&dir).to_uppercase());
+    let job = job_with(&world, json!({"skills": [entry]}));
+    assert_refused(&world, &job, "lowercase", Some("bad_job"));
+}
+
+#[test]
+fn skill_folder_with_a_symlink_is_refused() {
+    if !require_sandbox("skill_folder_with_a_symlink_is_refused") {
+        return;
+    }
+    let world = World::new();
+    let dir = world.skill("linked", &[]);
+    let entry = skill_ref("linked", &dir);
+    let link = dir.join("passwd");
+    std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+    let job = job_with(&world, json!({"skills": [entry]}));
+    assert_refused(&world, &job, link.to_str().unwrap(), None);
+}
+
+// ---------------------------------------------------------------------------
+// explain
+// ---------------------------------------------------------------------------
+
+/// A job with a workspace, one skill and every alias spelling in argv.
+fn alias_job(world: &World) -> (PathBuf, PathBuf) {
+    let workspace = world.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let dir = world.skill("t", &[("scripts/run.sh", b"echo run\n")]);
+    let job = world.job(
+        "job",
+        &json!({
+            "argv": [
+                "sh",
+                "$SCIENCEDISCOVERY_SKILLS_DIR/t/scripts/run.sh",
+                "${SCIENCEDISCOVERY_SKILLS_DIR}/t/SKILL.md",
+                "/skills/t/x",
+            ],
+            "workspace": workspace,
+            "skills": [skill_ref("t", &dir)],
+        }),
+    );
+    (job, workspace)
+}
+
+#[test]
+fn explain_prints_the_bwrap_argv() {
+    let world = World::new();
+    let (job, _) = alias_job(&world);
+    let out = runner(&world, &["explain", job.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let argv = text(&out.stdout);
+    for word in ["--unshare-all", "--ro-bind", "/skills", "--disable-userns"] {
+        assert!(
+            argv.split_whitespace().any(|w| w == word),
+            "{word} missing:{}",
+            show(&out)
+        );
+    }
+}
+
+#[test]
+fn explain_json_ends_with_the_rewritten_argv() {
+    let world = World::new();
+    let (job, _) = alias_job(&world);
+    let out = runner(&world, &["explain", "--json", job.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}):{}", show(&out)));
+    let argv: Vec<&str> = doc["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert!(
+        argv.ends_with(&[
+            "--",
+            "sh",
+            "/skills/t/scripts/run.sh",
+            "/skills/t/SKILL.md",
+            "/skills/t/x",
+        ]),
+        "{argv:?}"
+    );
+}
+
+#[test]
+fn explain_for_macos_keeps_host_paths_out_of_the_profile() {
+    let world = World::new();
+    let (job, workspace) = alias_job(&world);
+    let out = runner(
+        &world,
+        &["explain", "--platform", "macos", job.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let all = text(&out.stdout);
+    let (profile, params) = all
+        .split_once(";; parameters")
+        .unwrap_or_else(|| panic!("no parameters section:{}", show(&out)));
+    assert!(profile.contains("(deny default)"), "{}", show(&out));
+    assert!(profile.contains("(param \"WORKSPACE\")"), "{}", show(&out));
+    let host = workspace.to_str().unwrap();
+    assert!(
+        !profile.contains(host) && !profile.contains(world.path().to_str().unwrap()),
+        "a host path is pasted into the profile:{}",
+        show(&out)
+    );
+    let workspace_param = params
+        .lines()
+        .find_map(|l| l.strip_prefix(";; WORKSPACE="))
+        .unwrap_or_else(|| panic!("no WORKSPACE parameter:{}", show(&out)));
+    assert!(workspace_param.ends_with(host), "{}", show(&out));
+}
+
+// ---------------------------------------------------------------------------
+// hash, pack, store
+// ---------------------------------------------------------------------------
+
+#[test]
+fn hash_prints_the_package_hash() {
+    let world = World::new();
+    let dir = world.skill("x", &[("references/data.txt", b"bytes\n")]);
+    let out = runner(&world, &["hash", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert_eq!(
+        text(&out.stdout),
+        format!("{}\n", hash_of(&dir)),
+        "{}",
+        show(&out)
+    );
+}
+
+#[test]
+fn pack_prints_a_bundle_of_the_folder() {
+    let world = World::new();
+    let dir = world.skill("x", &[("references/data.txt", b"bytes\n")]);
+    let dir = dir.to_str().unwrap();
+    let out = runner(
+        &world,
+        &[
+            "pack",
+            dir,
+            "--id",
+            "x",
+            "--revision",
+            "1",
+            "--version",
+            "1",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let bundle: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}):{}", show(&out)));
+    let skills = bundle["skills"].as_array().unwrap();
+    assert_eq!(skills.len(), 1, "{bundle:#}");
+    let hash = text(&runner(&world, &["hash", dir]).stdout);
+    assert_eq!(skills[0]["hash"], hash.trim(), "{bundle:#}");
+    assert_eq!(skills[0]["id"], "x");
+    assert_eq!(skills[0]["revision"], 1);
+    assert_eq!(skills[0]["version"], "1");
+    let paths: Vec<&str> = skills[0]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["SKILL.md", "references/data.txt"], "{bundle:#}");
+}
+
+#[test]
+fn stored_skill_runs_without_a_path() {
+    if !require_sandbox("stored_skill_runs_without_a_path") {
+        return;
+    }
+    let world = World::new();
+    let dir = world.skill("x", &[("references/data.txt", b"stored bytes\n")]);
+    let hash = hash_of(&dir);
+    let out = runner(
+        &world,
+        &[
+            "store",
+            "add",
+            dir.to_str().unwrap(),
+            "--id",
+            "x",
+            "--revision",
+            "1",
+            "--version",
+            "1",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+
+    let out = runner(&world, &["store", "list"]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let listed: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let binding = json!({"id": "x", "revision": 1, "version": "1", "hash": hash});
+    assert!(listed.contains(&binding), "{}", show(&out));
+
+    // The source changes after publishing: the store's copy is what runs.
+    std::fs::write(dir.join("references/data.txt"), "edited later\n").unwrap();
+    let (code, doc, _) = world.run_json_env(
+        &json!({"argv": ["cat", "/skills/x/references/data.txt"], "skills": [binding]}),
+        &[],
+    );
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["status"], "exited", "{doc:#}");
+    assert_eq!(doc["stdout"], "stored bytes\n", "{doc:#}");
+}
+
+#[test]
+fn binding_not_in_the_store_is_refused() {
+    if !require_sandbox("binding_not_in_the_store_is_refused") {
+        return;
+    }
+    let world = World::new();
+    let dir = world.skill("unpublished", &[]);
+    let mut entry = skill_ref("unpublished", &dir);
+    entry.as_object_mut().unwrap().remove("path");
+    let job = job_with(&world, json!({"skills": [entry]}));
+    assert_refused(&world, &job, "publish", None);
+}
+
+// ---------------------------------------------------------------------------
+// doctor
+// ---------------------------------------------------------------------------
+
+#[test]
+fn doctor_reports_bubblewrap() {
+    if !require_sandbox("doctor_reports_bubblewrap") {
+        return;
+    }
+    let world = World::new();
+    let out = runner(&world, &["doctor"]);
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    assert!(text(&out.stdout).contains("bubblewrap"), "{}", show(&out));
+}
+
+// ---------------------------------------------------------------------------
+// Inside a nested unprivileged user namespace (as inside a container)
+// ---------------------------------------------------------------------------
+
+const NESTED: &[&str] = &["--user", "--map-root-user", "--mount", "--fork"];
+
+/// `unshare --user --map-root-user --mount --fork PROGRAM ARGS`.
+fn nested(program: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new("unshare");
+    cmd.args(NESTED)
+        .arg(program)
+        .args(args)
+        .env_remove("SKILL_RUNNER_LOG")
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Whether bubblewrap itself can build a sandbox in the nested namespace:
+/// `Some(true)` yes, `Some(false)` no (the runner must then refuse), `None`
+/// when `unshare` is missing or cannot make the namespace at all, so the
+/// case cannot be tested here.
+fn nested_bwrap_works() -> Option<bool> {
+    let unshare_works = Command::new("unshare")
+        .args(NESTED)
+        .arg("/bin/true")
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !unshare_works {
+        return None;
+    }
+    let bwrap = Command::new("sh")
+        .args(["-c", "command -v bwrap"])
+        .output()
+        .ok()?;
+    let bwrap = PathBuf::from(text(&bwrap.stdout).trim());
+    let out = output(&mut nested(
+        &bwrap,
+        &[
+            "--unshare-all",
+            "--unshare-user",
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "--",
+            "/bin/true",
+        ],
+    ));
+    Some(out.status.success())
+}
+
+/// The result of `run --json JOB` in the nested namespace, or `None` when
+/// the runner refused clearly, as it must where bwrap cannot work nested.
+fn run_nested(world: &World, job: &Path, current_dir: &Path, bwrap_works: bool) -> Option<Value> {
+    let out = output(
+        nested(&runner_bin(), &["run", "--json", job.to_str().unwrap()])
+            .current_dir(current_dir)
+            .env("SKILL_RUNNER_DATA_DIR", world.data_dir()),
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no result document ({e}):{}", show(&out)));
+    if bwrap_works {
+        return Some(doc);
+    }
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    assert!(
+        matches!(doc["status"].as_str(), Some("rejected" | "failed")),
+        "{}",
+        show(&out)
+    );
+    assert!(
+        matches!(
+            doc["error"]["kind"].as_str(),
+            Some("sandbox_unavailable" | "sandbox_failed")
+        ),
+        "{}",
+        show(&out)
+    );
+    None
+}
+
+#[test]
+fn nested_user_namespace_runs_the_example_or_refuses_clearly() {
+    if !require_sandbox("nested_user_namespace_runs_the_example_or_refuses_clearly") {
+        return;
+    }
+    let Some(bwrap_works) = nested_bwrap_works() else {
+        eprintln!("SKIPPED nested_user_namespace_runs_the_example_or_refuses_clearly: unshare cannot make a user namespace here");
+        return;
+    };
+    let world = World::new();
+    let (job, _) = example_job();
+    let Some(doc) = run_nested(&world, &job, &project_dir(), bwrap_works) else {
+        return;
+    };
+    assert_eq!(doc["status"], "exited", "{doc:#}");
+    assert!(
+        doc["stdout"].as_str().unwrap().contains(GREETING),
+        "{doc:#}"
+    );
+}
+
+#[test]
+fn nested_user_namespace_keeps_the_escape_probes_denied() {
+    if !require_sandbox("nested_user_namespace_keeps_the_escape_probes_denied") {
+        return;
+    }
+    let Some(bwrap_works) = nested_bwrap_works() else {
+        eprintln!("SKIPPED nested_user_namespace_keeps_the_escape_probes_denied: unshare cannot make a user namespace here");
+        return;
+    };
+    let world = World::new();
+    let workspace = world.workspace_with_probe();
+    let skill = world.skill("t", &[("references/data.txt", b"data\n")]);
+    let probes: &[&[&str]] = &[
+        &["socket-inet"],
+        &["write-file", "/skills/t/x"],
+        &["unshare-user"],
+        &["caps"],
+    ];
+    for args in probes {
+        let mut argv = vec!["/workspace/probe"];
+        argv.extend_from_slice(args);
+        let job = world.job(
+            "job",
+            &json!({"argv": argv, "workspace": workspace, "skills": [skill_ref("t", &skill)]}),
+        );
+        let Some(doc) = run_nested(&world, &job, world.path(), bwrap_works) else {
+            return;
+        };
+        let stdout = doc["stdout"].as_str().unwrap_or_default();
+        assert_eq!(doc["exit_code"], 0, "{args:?}: {doc:#}");
+        if args[0] == "caps" {
+            for cap in ["CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+                let line = format!("{cap}:\t0000000000000000");
+                assert!(stdout.lines().any(|l| l == line), "{cap}: {doc:#}");
+            }
+            assert!(stdout.lines().any(|l| l == "NoNewPrivs:\t1"), "{doc:#}");
+            assert!(stdout.lines().any(|l| l == "Seccomp:\t2"), "{doc:#}");
+        } else {
+            assert!(stdout.starts_with("DENIED "), "{args:?}: {doc:#}");
+        }
+    }
+}
