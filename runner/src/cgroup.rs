@@ -271,7 +271,12 @@ impl Cgroup {
         self.pids.is_some()
     }
 
-    /// `cgroup.procs` of every hierarchy, opened for the child to write `0`.
+    /// `cgroup.procs` of every hierarchy, opened for the child to write
+    /// `0` (itself) before exec.
+    ///
+    /// Joining takes the kernel's global threadgroup lock, whose writer
+    /// side sometimes waits for an RCU grace period: 0.4 ms typically, up
+    /// to ~15 ms on about one spawn in five measured here (cgroup v1).
     pub fn procs_files(&self) -> io::Result<Vec<File>> {
         self.dirs()
             .map(|d| {
@@ -326,7 +331,9 @@ impl Cgroup {
             if self.version == Version::V2 && fs::write(dir.join("cgroup.kill"), "1").is_ok() {
                 continue;
             }
-            for _ in 0..20 {
+            // Usually empty, or holding a sandbox init that is already
+            // exiting: poll briefly rather than sleeping long (≤ 100 ms).
+            for _ in 0..400 {
                 let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
                 let pids: Vec<i32> = procs
                     .lines()
@@ -341,7 +348,7 @@ impl Cgroup {
                         nix::sys::signal::Signal::SIGKILL,
                     );
                 }
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(Duration::from_micros(250));
             }
         }
     }
@@ -353,11 +360,11 @@ impl Drop for Cgroup {
         let dirs: Vec<PathBuf> = self.dirs().cloned().collect();
         for dir in dirs {
             // rmdir fails with EBUSY until the last process is gone.
-            for _ in 0..100 {
+            for _ in 0..1000 {
                 match fs::remove_dir(&dir) {
                     Ok(()) => break,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => break,
-                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
                 }
             }
         }
@@ -384,19 +391,6 @@ fn create_leaf(dir: &Path) -> io::Result<()> {
     }
 }
 
-/// Removes the per-data-dir parents if they are empty (a runner going
-/// away); busy ones stay.
-pub fn remove_scoped(support: &Support) {
-    let parents: Vec<&PathBuf> = match support {
-        Support::V2 { parent } => vec![parent],
-        Support::V1 { memory, pids } => memory.iter().chain(pids.iter()).collect(),
-        Support::None { .. } => vec![],
-    };
-    for p in parents {
-        let _ = fs::remove_dir(p);
-    }
-}
-
 /// Reads `key N` from a flat-keyed cgroup file; 0 when absent.
 fn counter(path: &Path, key: &str) -> u64 {
     fs::read_to_string(path)
@@ -418,6 +412,15 @@ pub fn sweep(support: &Support, live: &dyn Fn(&str) -> bool) {
         Support::None { .. } => vec![],
     };
     for parent in parents {
+        // Empty folders of other data dirs: their runners are gone, or
+        // re-create the folder on their next execution (`create_leaf`).
+        if let Some(shared) = parent.parent() {
+            for e in fs::read_dir(shared).into_iter().flatten().flatten() {
+                if e.path() != *parent && e.path().is_dir() {
+                    let _ = fs::remove_dir(e.path());
+                }
+            }
+        }
         let Ok(entries) = fs::read_dir(parent) else {
             continue;
         };

@@ -298,17 +298,7 @@ fn stage_dir(
     });
     let bytes = copy_result?;
     let actual = match hash_result {
-        Ok(r) => r.map_err(|e| match e {
-            HashBehindError::Io(path, source) => StageError::Io {
-                id: id.clone(),
-                path,
-                source,
-            },
-            HashBehindError::Hash(source) => StageError::Hash {
-                id: id.clone(),
-                source,
-            },
-        })?,
+        Ok(r) => r.map_err(|e| e.for_skill(id))?,
         Err(panic) => std::panic::resume_unwind(panic),
     };
     if actual != binding.hash {
@@ -385,6 +375,22 @@ fn copy_listing(
 enum HashBehindError {
     Io(String, io::Error),
     Hash(HashError),
+}
+
+impl HashBehindError {
+    fn for_skill(self, id: &str) -> StageError {
+        match self {
+            HashBehindError::Io(path, source) => StageError::Io {
+                id: id.to_owned(),
+                path,
+                source,
+            },
+            HashBehindError::Hash(source) => StageError::Hash {
+                id: id.to_owned(),
+                source,
+            },
+        }
+    }
 }
 
 /// Hashes the staged files as the copier reports progress.
@@ -542,17 +548,7 @@ pub fn verify_tree(
             });
         }
     }
-    let (actual, bytes) = hash_listing(dir, &listing).map_err(|e| match e {
-        HashBehindError::Io(path, source) => StageError::Io {
-            id: id.clone(),
-            path,
-            source,
-        },
-        HashBehindError::Hash(source) => StageError::Hash {
-            id: id.clone(),
-            source,
-        },
-    })?;
+    let (actual, bytes) = hash_listing(dir, &listing).map_err(|e| e.for_skill(id))?;
     if actual != binding.hash {
         let file = expected_files.and_then(|expected| {
             expected.iter().find_map(|(path, hash)| {

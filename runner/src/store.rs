@@ -489,7 +489,9 @@ impl Drop for PrivateDir {
         if self.keep {
             // A kept folder is marked so sweeps leave it alone; it is the
             // user's to remove.
-            let _ = fs::write(self.path.with_extension("kept"), b"");
+            let mut marker = self.path.clone().into_os_string();
+            marker.push(".kept");
+            let _ = fs::write(marker, b"");
             if let Some(lock) = self.lock.take() {
                 let _ = fs::remove_file(lock.path());
             }

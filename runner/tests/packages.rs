@@ -540,3 +540,16 @@ fn live_private_folders_survive_a_sweep() {
     drop(live);
     assert!(!path.exists());
 }
+
+#[test]
+fn kept_private_folders_survive_sweeps() {
+    let t = tempfile::tempdir().unwrap();
+    let parent = t.path().join("x");
+    // Names with dots, as execution folders have (`<id>.<random>`).
+    let mut kept = skill_runner::store::PrivateDir::create_named(&parent, "exec-1.").unwrap();
+    kept.keep = true;
+    let path = kept.path.clone();
+    drop(kept);
+    skill_runner::store::sweep_locked_dirs(&parent).unwrap();
+    assert!(path.exists(), "a kept folder was swept");
+}
