@@ -86,11 +86,71 @@ pub const REQUIRED_BWRAP_OPTIONS: &[&str] = &[
 ];
 
 impl Bwrap {
-    /// Finds bwrap on PATH once and checks its options.
+    /// Finds bwrap on PATH and checks its options by running it.
     pub fn find() -> Result<Bwrap, String> {
-        let path = which::which("bwrap").map_err(|_| {
+        Bwrap::probe(&Bwrap::locate()?)
+    }
+
+    fn locate() -> Result<PathBuf, String> {
+        which::which("bwrap").map_err(|_| {
             "bubblewrap (bwrap) is not installed or not on PATH; install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)".to_owned()
-        })?;
+        })
+    }
+
+    /// Like [`Bwrap::find`], but remembers the answer in `cache_dir` for
+    /// as long as the binary at that path is the same file (inode, size,
+    /// modification time): probing costs two process starts per run.
+    pub fn find_cached(cache_dir: &Path) -> Result<Bwrap, String> {
+        use std::os::unix::fs::MetadataExt;
+        let path = Bwrap::locate()?;
+        let meta =
+            fs::metadata(&path).map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
+        let key = format!(
+            "{}\n{}:{}:{}:{}",
+            path.display(),
+            meta.ino(),
+            meta.size(),
+            meta.mtime(),
+            meta.mtime_nsec()
+        );
+        let cache = cache_dir.join("bwrap-probe");
+        if let Ok(text) = fs::read_to_string(&cache) {
+            let mut lines = text.lines();
+            let cached_key = format!(
+                "{}\n{}",
+                lines.next().unwrap_or(""),
+                lines.next().unwrap_or("")
+            );
+            if cached_key == key {
+                let disable_userns = lines.next() == Some("disable-userns");
+                let version = lines.next().unwrap_or("").to_owned();
+                return Ok(Bwrap {
+                    path,
+                    version,
+                    features: BwrapFeatures { disable_userns },
+                });
+            }
+        }
+        let found = Bwrap::probe(&path)?;
+        let text = format!(
+            "{key}\n{}\n{}\n",
+            if found.features.disable_userns {
+                "disable-userns"
+            } else {
+                "-"
+            },
+            found.version
+        );
+        // Best effort, atomic: a torn cache file would only cost a re-probe.
+        let tmp = cache_dir.join(format!("bwrap-probe.{}", crate::fsx::random_hex()));
+        if fs::create_dir_all(cache_dir).is_ok() && fs::write(&tmp, text).is_ok() {
+            let _ = fs::rename(&tmp, &cache);
+        }
+        Ok(found)
+    }
+
+    fn probe(path: &Path) -> Result<Bwrap, String> {
+        let path = path.to_owned();
         let run = |arg: &str| -> Result<String, String> {
             let out = std::process::Command::new(&path)
                 .arg(arg)
@@ -133,9 +193,10 @@ pub struct Host {
 }
 
 impl Host {
-    pub fn probe() -> Host {
+    /// Probes the host; the bwrap probe is cached under `cache_dir`.
+    pub fn probe(cache_dir: &Path) -> Host {
         Host {
-            bwrap: Bwrap::find(),
+            bwrap: Bwrap::find_cached(cache_dir),
             cgroups: Support::detect(),
             userns: userns_available(),
         }
@@ -193,7 +254,7 @@ impl Runner {
         let executions = config.data_dir.join("executions");
         fs::create_dir_all(&executions)
             .map_err(|e| format!("cannot create {}: {e}", executions.display()))?;
-        let mut host = Host::probe();
+        let mut host = Host::probe(&config.data_dir.join("cache"));
         // One cgroup folder per data dir, so a sweep never touches the
         // executions of a runner with another data dir.
         let canonical = config
@@ -496,6 +557,7 @@ impl Runner {
             "launching"
         );
         opts.sink.launching(p.snapshot.bytes, p.staging);
+        tracing::debug!(prepare_ms = p.staging.as_secs_f64() * 1e3, "spawning");
         let outcome = supervise::supervise(
             spawn,
             Duration::from_millis(l.timeout_ms),
@@ -515,10 +577,12 @@ impl Runner {
                 ))
             }
         };
+        tracing::debug!("supervised");
         let memory_hit = cgroup.as_ref().is_some_and(Cgroup::memory_exceeded);
         let pids_hit = cgroup.as_ref().is_some_and(Cgroup::pids_exceeded);
         let peak = cgroup.as_ref().and_then(Cgroup::peak_memory);
         drop(cgroup); // kills stragglers, removes the cgroup
+        tracing::debug!("cgroup removed");
         let finished_at = outcome.started_at + outcome.duration;
 
         let mut result = ExecResult {
@@ -579,12 +643,6 @@ impl Runner {
             .unwrap_or_else(|| workspace.join(".sciencediscovery/skill-extensions"));
         let args = Runner::plan_args(job, &bwrap, &exec.join("skills"), &workspace, &extensions)?;
         Ok((bwrap.path, args))
-    }
-}
-
-impl Drop for Runner {
-    fn drop(&mut self) {
-        cgroup::remove_scoped(&self.host.cgroups);
     }
 }
 
