@@ -16,6 +16,7 @@
 pub mod alias;
 pub mod bundle;
 pub mod cgroup;
+pub mod daemon;
 pub mod doctor;
 pub mod exec;
 pub mod fsx;

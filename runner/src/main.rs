@@ -69,8 +69,8 @@ enum Command {
     Store(StoreCommand),
     /// Report what this host supports and what that means.
     Doctor,
-    /// Serve the HTTP API (not built yet).
-    Serve,
+    /// Serve the HTTP API on a Unix socket (default) or TCP; see docs/daemon.md.
+    Serve(Box<skill_runner::daemon::ServeArgs>),
 }
 
 #[derive(Args)]
@@ -96,8 +96,11 @@ enum StoreCommand {
 }
 
 fn main() -> ExitCode {
-    init_tracing();
     let cli = Cli::parse();
+    // The daemon installs its own subscriber (level, --log-format).
+    if !matches!(cli.command, Command::Serve(_)) {
+        init_tracing();
+    }
     match real_main(cli) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
@@ -193,8 +196,9 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
             print!("{}", report.render());
             Ok(if report.can_run() { 0 } else { EXIT_RUNNER })
         }
-        Command::Serve => {
-            bail!("the daemon (skill-runner serve) is not built yet; use skill-runner run JOB.json")
+        Command::Serve(args) => {
+            skill_runner::daemon::serve(*args, data_dir)?;
+            Ok(0)
         }
     }
 }

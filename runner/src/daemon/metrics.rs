@@ -1,0 +1,296 @@
+//! Daemon metrics, rendered in the Prometheus text format (`GET /metrics`).
+//!
+//! Counters and histograms are plain atomics updated where the event
+//! happens; gauges that describe state (running, queued) are read from the
+//! registry at render time, so they can never drift. Names:
+//!
+//! | name | type | meaning |
+//! |---|---|---|
+//! | `skill_runner_executions_total{status}` | counter | finished executions by result status |
+//! | `skill_runner_execution_duration_seconds` | histogram | wall time of the sandboxed command |
+//! | `skill_runner_queue_wait_seconds` | histogram | time admitted executions waited for a run slot |
+//! | `skill_runner_staging_seconds` | histogram | time spent staging snapshot roots |
+//! | `skill_runner_staging_bytes_total` | counter | bytes staged into snapshot roots |
+//! | `skill_runner_executions_running` | gauge | executions running now |
+//! | `skill_runner_executions_queued` | gauge | executions waiting for a run slot |
+//! | `skill_runner_admissions_refused_total{reason}` | counter | requests refused as `busy` or `draining` |
+//! | `skill_runner_packages_published_total` | counter | skills published by `POST /v1/skill-packages` |
+//! | `skill_runner_http_responses_total{code}` | counter | responses by HTTP status code |
+//! | `skill_runner_connections_open` | gauge | client connections open now |
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::result::Status;
+
+/// Result statuses in the order they are rendered.
+const STATUSES: [(Status, &str); 7] = [
+    (Status::Exited, "exited"),
+    (Status::Signaled, "signaled"),
+    (Status::TimedOut, "timed_out"),
+    (Status::LimitExceeded, "limit_exceeded"),
+    (Status::Cancelled, "cancelled"),
+    (Status::Rejected, "rejected"),
+    (Status::Failed, "failed"),
+];
+
+/// Bucket bounds in seconds.
+const BUCKETS: [f64; 14] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+];
+
+/// A fixed-bucket histogram of durations.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Per bucket (not cumulative), plus one for +Inf.
+    counts: [AtomicU64; BUCKETS.len() + 1],
+    sum_micros: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let i = BUCKETS
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(BUCKETS.len());
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            cumulative += self.counts[i].load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
+        }
+        cumulative += self.counts[BUCKETS.len()].load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
+        let _ = writeln!(out, "{name}_sum {sum}");
+        let _ = writeln!(out, "{name}_count {}", self.count.load(Ordering::Relaxed));
+    }
+}
+
+/// Why an admission was refused, for the metric label.
+#[derive(Debug, Clone, Copy)]
+pub enum Refusal {
+    Busy,
+    Draining,
+}
+
+/// Everything `/metrics` reports.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    executions: [AtomicU64; STATUSES.len()],
+    pub duration: Histogram,
+    pub queue_wait: Histogram,
+    pub staging: Histogram,
+    staging_bytes: AtomicU64,
+    refused_busy: AtomicU64,
+    refused_draining: AtomicU64,
+    published: AtomicU64,
+    connections: AtomicI64,
+    responses: Mutex<BTreeMap<u16, u64>>,
+}
+
+impl Metrics {
+    /// Counts a finished execution.
+    pub fn execution(&self, status: Status, duration: Duration) {
+        if let Some(i) = STATUSES.iter().position(|(s, _)| *s == status) {
+            self.executions[i].fetch_add(1, Ordering::Relaxed);
+        }
+        if status != Status::Rejected {
+            self.duration.observe(duration);
+        }
+    }
+
+    pub fn staged(&self, bytes: u64, took: Duration) {
+        self.staging_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.staging.observe(took);
+    }
+
+    pub fn refused(&self, why: Refusal) {
+        match why {
+            Refusal::Busy => &self.refused_busy,
+            Refusal::Draining => &self.refused_draining,
+        }
+        .fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn published(&self, skills: u64) {
+        self.published.fetch_add(skills, Ordering::Relaxed);
+    }
+
+    pub fn connection_opened(&self) {
+        self.connections.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn connection_closed(&self) {
+        self.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub fn response(&self, code: u16) {
+        let mut map = self.responses.lock().unwrap_or_else(|e| e.into_inner());
+        *map.entry(code).or_default() += 1;
+    }
+
+    /// The Prometheus text exposition; `running` and `queued` come from the
+    /// registry.
+    pub fn render(&self, running: usize, queued: usize) -> String {
+        let mut out = String::with_capacity(4096);
+        let counter = |out: &mut String, name: &str, help: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+        };
+        let gauge = |out: &mut String, name: &str, help: &str, v: i64| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} gauge");
+            let _ = writeln!(out, "{name} {v}");
+        };
+        counter(
+            &mut out,
+            "skill_runner_executions_total",
+            "Finished executions by result status.",
+        );
+        for (i, (_, name)) in STATUSES.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "skill_runner_executions_total{{status=\"{name}\"}} {}",
+                self.executions[i].load(Ordering::Relaxed)
+            );
+        }
+        self.duration.render(
+            &mut out,
+            "skill_runner_execution_duration_seconds",
+            "Wall time of the sandboxed command.",
+        );
+        self.queue_wait.render(
+            &mut out,
+            "skill_runner_queue_wait_seconds",
+            "Time admitted executions waited for a run slot.",
+        );
+        self.staging.render(
+            &mut out,
+            "skill_runner_staging_seconds",
+            "Time spent staging snapshot roots.",
+        );
+        counter(
+            &mut out,
+            "skill_runner_staging_bytes_total",
+            "Bytes staged into snapshot roots.",
+        );
+        let _ = writeln!(
+            out,
+            "skill_runner_staging_bytes_total {}",
+            self.staging_bytes.load(Ordering::Relaxed)
+        );
+        gauge(
+            &mut out,
+            "skill_runner_executions_running",
+            "Executions running now.",
+            running as i64,
+        );
+        gauge(
+            &mut out,
+            "skill_runner_executions_queued",
+            "Executions waiting for a run slot.",
+            queued as i64,
+        );
+        counter(
+            &mut out,
+            "skill_runner_admissions_refused_total",
+            "Execution requests refused at admission.",
+        );
+        let _ = writeln!(
+            out,
+            "skill_runner_admissions_refused_total{{reason=\"busy\"}} {}",
+            self.refused_busy.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "skill_runner_admissions_refused_total{{reason=\"draining\"}} {}",
+            self.refused_draining.load(Ordering::Relaxed)
+        );
+        counter(
+            &mut out,
+            "skill_runner_packages_published_total",
+            "Skills published through POST /v1/skill-packages.",
+        );
+        let _ = writeln!(
+            out,
+            "skill_runner_packages_published_total {}",
+            self.published.load(Ordering::Relaxed)
+        );
+        counter(
+            &mut out,
+            "skill_runner_http_responses_total",
+            "HTTP responses by status code.",
+        );
+        let responses = self
+            .responses
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for (code, n) in responses {
+            let _ = writeln!(
+                out,
+                "skill_runner_http_responses_total{{code=\"{code}\"}} {n}"
+            );
+        }
+        gauge(
+            &mut out,
+            "skill_runner_connections_open",
+            "Client connections open now.",
+            self.connections.load(Ordering::Relaxed),
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_cumulative_buckets() {
+        let m = Metrics::default();
+        m.execution(Status::Exited, Duration::from_millis(3));
+        m.execution(Status::Exited, Duration::from_millis(700));
+        m.execution(Status::Rejected, Duration::ZERO);
+        m.staged(1234, Duration::from_millis(2));
+        m.response(200);
+        let text = m.render(1, 2);
+        assert!(text.contains("skill_runner_executions_total{status=\"exited\"} 2\n"));
+        assert!(text.contains("skill_runner_executions_total{status=\"rejected\"} 1\n"));
+        assert!(text.contains("skill_runner_execution_duration_seconds_bucket{le=\"0.005\"} 1\n"));
+        assert!(text.contains("skill_runner_execution_duration_seconds_bucket{le=\"1\"} 2\n"));
+        assert!(text.contains("skill_runner_execution_duration_seconds_bucket{le=\"+Inf\"} 2\n"));
+        assert!(text.contains("skill_runner_execution_duration_seconds_count 2\n"));
+        assert!(text.contains("skill_runner_staging_bytes_total 1234\n"));
+        assert!(text.contains("skill_runner_executions_running 1\n"));
+        assert!(text.contains("skill_runner_executions_queued 2\n"));
+        assert!(text.contains("skill_runner_http_responses_total{code=\"200\"} 1\n"));
+        // Every sample line belongs to a declared metric.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let name = line.split(['{', ' ']).next().unwrap();
+            let base = name
+                .trim_end_matches("_bucket")
+                .trim_end_matches("_sum")
+                .trim_end_matches("_count");
+            assert!(
+                text.contains(&format!("# TYPE {base} "))
+                    || text.contains(&format!("# TYPE {name} ")),
+                "{line}"
+            );
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! The daemon: `skill-runner serve`, the HTTP API of DESIGN.md §9.
+//!
+//! One process, one [`Runner`] shared by every execution (it is immutable
+//! and thread-safe). Each execution runs [`Runner::run`] on a blocking
+//! thread of its own for its whole life: bubblewrap's `--die-with-parent`
+//! is tied to the thread that forked it, so that thread must outlive the
+//! sandbox, and it does, because `run` returns only when the sandbox is
+//! gone. If the daemon itself dies (even SIGKILL), every sandbox dies with
+//! it, and the next start sweeps the per-execution folders left behind
+//! ([`Runner::new`]).
+//!
+//! | module | concept |
+//! |---|---|
+//! | [`config`] | settings: flags, environment, file; validated once |
+//! | [`auth`] | bearer token, constant-time check |
+//! | [`roots`] | which host paths a job may name |
+//! | [`registry`] | admission, queue, cancel by id, retained results |
+//! | [`stream`] | the output sink and the NDJSON event stream |
+//! | [`metrics`] | Prometheus text |
+//! | [`routes`] | the HTTP routes and their errors |
+//! | [`server`] | listening, connections, signals, graceful shutdown |
+//!
+//! See `docs/daemon.md` for the user's view.
+
+pub mod auth;
+pub mod config;
+pub mod metrics;
+pub mod registry;
+pub mod roots;
+pub mod routes;
+pub mod server;
+pub mod stream;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+pub use config::{Config, ConfigError, LogFormat, ServeArgs};
+
+use crate::exec::{self, Runner};
+use crate::package::Limits as PackageLimits;
+
+/// Why the daemon could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot open the data dir: {0}")]
+    Runner(String),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error(transparent)]
+    Server(#[from] server::ServerError),
+}
+
+/// Runs the daemon until SIGTERM or SIGINT. `data_dir` is the global
+/// `--data-dir` flag (or `SKILL_RUNNER_DATA_DIR`). Installs the global
+/// `tracing` subscriber.
+pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonError> {
+    let early_format = args.log_format;
+    let config = match Config::build(args, data_dir, std::env::var("SKILL_RUNNER_TOKEN").ok()) {
+        Ok(c) => c,
+        Err(e) => {
+            init_logging(early_format.unwrap_or_default());
+            return Err(e.into());
+        }
+    };
+    init_logging(config.log_format);
+    for w in &config.warnings {
+        tracing::warn!("{w}");
+    }
+    let runner = Runner::new(exec::Config {
+        data_dir: config.data_dir.clone(),
+        package_limits: PackageLimits::default(),
+        keep: false,
+    })
+    .map_err(DaemonError::Runner)?;
+    if let Err(m) = runner.host.bwrap.as_ref().and(runner.host.userns.as_ref()) {
+        tracing::warn!("the sandbox is unavailable, executions will be refused (503): {m}");
+    }
+    tracing::info!(
+        data_dir = %config.data_dir.display(),
+        roots = ?config.roots,
+        max_running = config.max_running,
+        max_queued = config.max_queued,
+        token = config.token.is_some(),
+        "starting"
+    );
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("skill-runner-daemon")
+        .build()
+        .map_err(DaemonError::Runtime)?;
+    let result = rt.block_on(async {
+        let (listener, socket) = server::bind(&config.listen)?;
+        let app = routes::App::new(routes::AppInner {
+            runner: Arc::new(runner),
+            registry: registry::Registry::new(
+                config.max_running,
+                config.max_queued,
+                config.retention,
+            ),
+            metrics: Arc::new(metrics::Metrics::default()),
+            roots: roots::Roots::new(config.roots.clone()),
+            uploads: Arc::new(Semaphore::new(config.max_uploads)),
+            config,
+        });
+        let served = server::run(listener, app).await;
+        drop(socket);
+        served
+    });
+    rt.shutdown_timeout(Duration::from_secs(2));
+    if result.is_ok() {
+        tracing::info!("stopped");
+    }
+    result.map_err(DaemonError::from)
+}
+
+/// Installs the global subscriber: `SKILL_RUNNER_LOG` filters (default
+/// `info`), lines go to stderr.
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SKILL_RUNNER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    let _ = match format {
+        LogFormat::Json => builder
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .try_init(),
+        LogFormat::Human => builder.try_init(),
+    };
+}

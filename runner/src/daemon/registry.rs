@@ -1,0 +1,435 @@
+//! The daemon's executions: admission, the queue, cancellation by id, and
+//! the bounded retention of finished results.
+//!
+//! An execution moves through three states: it holds a [`Slot`] while its
+//! request body is read, a [`Ticket`] once its id is admitted (queued, then
+//! running once it holds a run permit), and finally a retained result.
+//!
+//! Invariants:
+//! - at most `max_running + max_queued` requests hold a slot; past that,
+//!   [`Registry::slot`] refuses at once (429), so memory stays bounded
+//!   however many clients knock;
+//! - at most `max_running` executions hold a run permit; the rest wait in
+//!   FIFO order;
+//! - an execution id is unique among live (queued or running) and retained
+//!   executions: reusing one is refused (409);
+//! - a ticket dropped before it finished (its client left while queued)
+//!   removes its live entry; a finished one moves to the retained results,
+//!   which are bounded by count, total bytes and age, oldest evicted first;
+//! - once draining, no new id is admitted.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+
+use super::config::Retention;
+use crate::result::ExecResult;
+use crate::supervise::Cancel;
+
+/// Why an execution was not admitted.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error(
+        "the daemon is at its limit of {cap} running and queued executions; retry after a moment"
+    )]
+    Busy { cap: usize },
+    #[error("the daemon is shutting down; retry against its successor")]
+    Draining,
+    #[error("execution id {id:?} is already in use (running or recently finished); use a new id, or GET /v1/executions/{id}")]
+    InUse { id: String },
+    #[error("cannot create the cancellation switch: {0}")]
+    Cancel(std::io::Error),
+}
+
+/// One queued or running execution.
+#[derive(Debug)]
+pub struct Live {
+    pub id: String,
+    cancel: Arc<Cancel>,
+    cancelled: AtomicBool,
+    running: AtomicBool,
+    /// Wakes the queue waiter (stores a permit if nobody waits yet).
+    wake: Notify,
+    /// Wakes everyone waiting in [`Live::cancelled`].
+    on_cancel: Notify,
+}
+
+impl Live {
+    /// Stops the execution: kills its sandbox, or takes it out of the queue.
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::SeqCst);
+        self.cancel.cancel();
+        self.wake.notify_one();
+        self.on_cancel.notify_waiters();
+    }
+
+    /// Resolves once the execution is cancelled.
+    pub async fn cancelled(&self) {
+        loop {
+            let notified = self.on_cancel.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.running.load(Ordering::SeqCst)
+    }
+
+    /// The switch the supervisor polls.
+    pub fn switch(&self) -> Arc<Cancel> {
+        self.cancel.clone()
+    }
+}
+
+struct Retained {
+    id: String,
+    at: Instant,
+    bytes: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    live: HashMap<String, Arc<Live>>,
+    done: HashMap<String, Arc<ExecResult>>,
+    order: VecDeque<Retained>,
+    done_bytes: u64,
+}
+
+impl Inner {
+    fn evict(&mut self, keep: &Retention) {
+        while let Some(front) = self.order.front() {
+            let over = self.order.len() > keep.count
+                || self.done_bytes > keep.bytes
+                || front.at.elapsed() > keep.age;
+            if !over {
+                break;
+            }
+            if let Some(old) = self.order.pop_front() {
+                self.done_bytes -= old.bytes;
+                self.done.remove(&old.id);
+            }
+        }
+    }
+}
+
+/// What the registry knows about an id.
+#[derive(Debug)]
+pub enum Lookup {
+    Live(Arc<Live>),
+    Done(Arc<ExecResult>),
+    Unknown,
+}
+
+/// All executions of a daemon.
+#[derive(Debug)]
+pub struct Registry {
+    cap: usize,
+    retention: Retention,
+    permits: Arc<Semaphore>,
+    slots: AtomicUsize,
+    draining: AtomicBool,
+    inner: Mutex<Inner>,
+    /// Signalled whenever a live entry goes away.
+    changed: Notify,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("live", &self.live.len())
+            .field("done", &self.done.len())
+            .finish()
+    }
+}
+
+impl Registry {
+    pub fn new(max_running: usize, max_queued: usize, retention: Retention) -> Arc<Registry> {
+        Arc::new(Registry {
+            cap: max_running + max_queued,
+            retention,
+            permits: Arc::new(Semaphore::new(max_running)),
+            slots: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
+            inner: Mutex::new(Inner::default()),
+            changed: Notify::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain maps behind; keep going.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes a place for a new execution request, before its body is read.
+    pub fn slot(self: &Arc<Self>) -> Result<Slot, RegistryError> {
+        if self.is_draining() {
+            return Err(RegistryError::Draining);
+        }
+        let taken = self
+            .slots
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.cap).then_some(n + 1)
+            });
+        match taken {
+            Ok(_) => Ok(Slot {
+                registry: self.clone(),
+            }),
+            Err(_) => Err(RegistryError::Busy { cap: self.cap }),
+        }
+    }
+
+    /// Finds an id.
+    pub fn lookup(&self, id: &str) -> Lookup {
+        let mut inner = self.lock();
+        inner.evict(&self.retention);
+        if let Some(l) = inner.live.get(id) {
+            return Lookup::Live(l.clone());
+        }
+        match inner.done.get(id) {
+            Some(r) => Lookup::Done(r.clone()),
+            None => Lookup::Unknown,
+        }
+    }
+
+    /// `(running, queued)` executions.
+    pub fn counts(&self) -> (usize, usize) {
+        let inner = self.lock();
+        let running = inner.live.values().filter(|l| l.is_running()).count();
+        (running, inner.live.len() - running)
+    }
+
+    /// Stops admitting new executions.
+    pub fn start_draining(&self) {
+        self.draining.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    /// Cancels every live execution; returns how many.
+    pub fn cancel_all(&self) -> usize {
+        let live: Vec<Arc<Live>> = self.lock().live.values().cloned().collect();
+        for l in &live {
+            l.cancel();
+        }
+        live.len()
+    }
+
+    /// Waits until no execution is queued or running.
+    pub async fn idle(&self) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.lock().live.is_empty() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    fn remove_live(&self, live: &Arc<Live>) {
+        let mut inner = self.lock();
+        if inner
+            .live
+            .get(&live.id)
+            .is_some_and(|l| Arc::ptr_eq(l, live))
+        {
+            inner.live.remove(&live.id);
+        }
+        drop(inner);
+        self.changed.notify_waiters();
+    }
+}
+
+/// A place held by one request until its execution ends.
+#[derive(Debug)]
+pub struct Slot {
+    registry: Arc<Registry>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.registry.slots.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Slot {
+    /// Admits the execution under `id`: it is now queued.
+    pub fn admit(self, id: &str) -> Result<Ticket, RegistryError> {
+        let registry = self.registry.clone();
+        if registry.is_draining() {
+            return Err(RegistryError::Draining);
+        }
+        let cancel = Cancel::new().map_err(RegistryError::Cancel)?;
+        let mut inner = registry.lock();
+        inner.evict(&registry.retention);
+        if inner.live.contains_key(id) || inner.done.contains_key(id) {
+            return Err(RegistryError::InUse { id: id.to_owned() });
+        }
+        let live = Arc::new(Live {
+            id: id.to_owned(),
+            cancel,
+            cancelled: AtomicBool::new(false),
+            running: AtomicBool::new(false),
+            wake: Notify::new(),
+            on_cancel: Notify::new(),
+        });
+        inner.live.insert(id.to_owned(), live.clone());
+        drop(inner);
+        Ok(Ticket {
+            _slot: self,
+            registry,
+            live,
+            finished: false,
+        })
+    }
+}
+
+/// An admitted execution; finish it with its result.
+#[derive(Debug)]
+pub struct Ticket {
+    _slot: Slot,
+    registry: Arc<Registry>,
+    live: Arc<Live>,
+    finished: bool,
+}
+
+impl Ticket {
+    pub fn live(&self) -> Arc<Live> {
+        self.live.clone()
+    }
+
+    /// Waits for a run permit; `None` when cancelled first.
+    pub async fn wait_turn(&self) -> Option<OwnedSemaphorePermit> {
+        loop {
+            if self.live.is_cancelled() {
+                return None;
+            }
+            tokio::select! {
+                permit = self.registry.permits.clone().acquire_owned() => {
+                    let permit = permit.ok()?;
+                    if self.live.is_cancelled() {
+                        return None;
+                    }
+                    self.live.running.store(true, Ordering::SeqCst);
+                    return Some(permit);
+                }
+                _ = self.live.wake.notified() => {}
+            }
+        }
+    }
+
+    /// Records the result: the id now names a retained result.
+    pub fn finish(mut self, result: ExecResult) -> Arc<ExecResult> {
+        self.finished = true;
+        let result = Arc::new(result);
+        let registry = self.registry.clone();
+        let mut inner = registry.lock();
+        inner.live.remove(&self.live.id);
+        if registry.retention.count > 0 {
+            let bytes = (result.stdout.len() + result.stderr.len() + 2048) as u64;
+            inner.done.insert(self.live.id.clone(), result.clone());
+            inner.order.push_back(Retained {
+                id: self.live.id.clone(),
+                at: Instant::now(),
+                bytes,
+            });
+            inner.done_bytes += bytes;
+            inner.evict(&registry.retention);
+        }
+        drop(inner);
+        registry.changed.notify_waiters();
+        result
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.registry.remove_live(&self.live);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::result::{ErrorInfo, Status};
+    use std::time::Duration;
+
+    fn keep(count: usize) -> Retention {
+        Retention {
+            count,
+            bytes: 1 << 30,
+            age: Duration::from_secs(3600),
+        }
+    }
+
+    fn result(id: &str) -> ExecResult {
+        let mut r = ExecResult::rejected(id, "bubblewrap", ErrorInfo::new("k", "m"));
+        r.status = Status::Exited;
+        r
+    }
+
+    #[tokio::test]
+    async fn admission_is_bounded_and_ids_are_unique() {
+        let reg = Registry::new(1, 1, keep(10));
+        let a = reg.slot().unwrap();
+        let b = reg.slot().unwrap();
+        assert!(matches!(reg.slot(), Err(RegistryError::Busy { cap: 2 })));
+        let ta = a.admit("a").unwrap();
+        assert!(matches!(b.admit("a"), Err(RegistryError::InUse { .. })));
+        // The refused admission gave its slot back.
+        let tb = reg.slot().unwrap().admit("b").unwrap();
+        let permit = ta.wait_turn().await.unwrap();
+        assert_eq!(reg.counts(), (1, 1));
+        // b waits for the permit; cancelling it takes it out of the queue.
+        tb.live().cancel();
+        assert!(tb.wait_turn().await.is_none());
+        drop(tb);
+        assert!(matches!(reg.lookup("b"), Lookup::Unknown));
+        ta.finish(result("a"));
+        drop(permit);
+        assert!(matches!(reg.lookup("a"), Lookup::Done(_)));
+        assert!(matches!(
+            reg.slot().unwrap().admit("a"),
+            Err(RegistryError::InUse { .. })
+        ));
+        reg.idle().await;
+    }
+
+    #[tokio::test]
+    async fn retention_evicts_the_oldest() {
+        let reg = Registry::new(4, 0, keep(2));
+        for id in ["x", "y", "z"] {
+            let t = reg.slot().unwrap().admit(id).unwrap();
+            t.finish(result(id));
+        }
+        assert!(matches!(reg.lookup("x"), Lookup::Unknown));
+        assert!(matches!(reg.lookup("y"), Lookup::Done(_)));
+        assert!(matches!(reg.lookup("z"), Lookup::Done(_)));
+    }
+
+    #[tokio::test]
+    async fn draining_refuses_new_work() {
+        let reg = Registry::new(1, 0, keep(2));
+        let slot = reg.slot().unwrap();
+        reg.start_draining();
+        assert!(matches!(slot.admit("a"), Err(RegistryError::Draining)));
+        assert!(matches!(reg.slot(), Err(RegistryError::Draining)));
+    }
+}

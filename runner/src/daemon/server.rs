@@ -1,0 +1,338 @@
+//! Listening, connections and shutdown.
+//!
+//! The socket: `<dir>/<name>` with the folder private to this user (0700,
+//! created so when missing, refused when looser) and the socket 0600. A
+//! `<name>.lock` file held for the daemon's lifetime makes a second daemon
+//! on the same socket fail at start; with it held, a leftover socket file
+//! is stale by construction and is replaced. The socket is removed when
+//! the daemon stops.
+//!
+//! Connections: HTTP/1.1 served by hyper, at most `max_connections` open
+//! (the accept loop waits for a free place, so the kernel's backlog queues
+//! the rest), each with a header read timeout that also bounds idle
+//! keep-alive connections.
+//!
+//! Shutdown on SIGTERM or SIGINT: stop accepting; refuse new executions
+//! (503); let running ones finish for the grace period, then cancel the
+//! rest and wait for their sandboxes to be gone (each runner removes its
+//! per-execution folder); let responses in flight complete; remove the
+//! socket.
+
+use std::io;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::config::Listen;
+use super::routes::{self, App};
+use crate::fsx::{self, LockFile};
+
+/// After the grace period, how long cancelled executions get to stop.
+const CANCEL_WAIT: Duration = Duration::from_secs(30);
+/// How long responses in flight get once every execution has ended.
+const FLUSH_WAIT: Duration = Duration::from_secs(5);
+
+/// Why the daemon could not listen or serve.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("the socket folder {path} {reason}; chmod 700 it, or pick another --socket")]
+    SocketDir { path: PathBuf, reason: String },
+    #[error("cannot prepare the socket folder {path}: {source}")]
+    CreateDir { path: PathBuf, source: io::Error },
+    #[error("another skill-runner daemon is serving {0}; stop it, or pick another --socket")]
+    SocketInUse(PathBuf),
+    #[error("{0} exists and is not a socket; remove it, or pick another --socket")]
+    NotASocket(PathBuf),
+    #[error("cannot listen on {address}: {source}")]
+    Bind { address: String, source: io::Error },
+    #[error("cannot install the signal handlers: {0}")]
+    Signals(io::Error),
+}
+
+/// The socket file; removed on drop.
+#[derive(Debug)]
+pub struct SocketFile {
+    path: PathBuf,
+    _lock: LockFile,
+}
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// A bound listener.
+#[derive(Debug)]
+pub enum Listener {
+    Unix(UnixListener),
+    Tcp(TcpListener),
+}
+
+enum Stream {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Listener {
+    /// Where we listen, for people.
+    pub fn describe(&self) -> String {
+        match self {
+            Listener::Unix(l) => match l
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(Path::to_path_buf))
+            {
+                Some(p) => format!("unix:{}", p.display()),
+                None => "unix socket".into(),
+            },
+            Listener::Tcp(l) => match l.local_addr() {
+                Ok(a) => format!("http://{a}"),
+                Err(_) => "tcp".into(),
+            },
+        }
+    }
+
+    async fn accept(&self) -> io::Result<Stream> {
+        match self {
+            Listener::Unix(l) => l.accept().await.map(|(s, _)| Stream::Unix(s)),
+            Listener::Tcp(l) => l.accept().await.map(|(s, _)| {
+                let _ = s.set_nodelay(true);
+                Stream::Tcp(s)
+            }),
+        }
+    }
+}
+
+/// Binds the listener; for a Unix socket, also returns the socket file,
+/// which removes the socket when dropped. Call inside the runtime.
+pub fn bind(listen: &Listen) -> Result<(Listener, Option<SocketFile>), ServerError> {
+    match listen {
+        Listen::Tcp(addr) => {
+            let bind_err = |source| ServerError::Bind {
+                address: addr.to_string(),
+                source,
+            };
+            let l = std::net::TcpListener::bind(addr).map_err(bind_err)?;
+            l.set_nonblocking(true).map_err(bind_err)?;
+            Ok((
+                Listener::Tcp(TcpListener::from_std(l).map_err(bind_err)?),
+                None,
+            ))
+        }
+        Listen::Unix(path) => {
+            let lock = prepare_socket(path)?;
+            let bind_err = |source| ServerError::Bind {
+                address: format!("unix:{}", path.display()),
+                source,
+            };
+            let l = std::os::unix::net::UnixListener::bind(path).map_err(bind_err)?;
+            let file = SocketFile {
+                path: path.clone(),
+                _lock: lock,
+            };
+            // The folder is 0700, so nobody else could reach the socket
+            // between bind and this chmod.
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+                .map_err(bind_err)?;
+            l.set_nonblocking(true).map_err(bind_err)?;
+            Ok((
+                Listener::Unix(UnixListener::from_std(l).map_err(bind_err)?),
+                Some(file),
+            ))
+        }
+    }
+}
+
+/// Makes the socket's folder private, takes the lock, removes a stale
+/// socket.
+fn prepare_socket(path: &Path) -> Result<LockFile, ServerError> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    if !dir.exists() {
+        fsx::create_private_dir(dir).map_err(|source| ServerError::CreateDir {
+            path: dir.to_owned(),
+            source,
+        })?;
+    }
+    let meta = std::fs::metadata(dir).map_err(|source| ServerError::CreateDir {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let me = nix::unistd::geteuid().as_raw();
+    let reason = if !meta.is_dir() {
+        Some("is not a folder".to_owned())
+    } else if meta.uid() != me {
+        Some(format!(
+            "belongs to uid {}, not to this user (uid {me})",
+            meta.uid()
+        ))
+    } else if meta.mode() & 0o077 != 0 {
+        Some(format!(
+            "has mode {:04o}; the socket's folder must be private (0700)",
+            meta.mode() & 0o7777
+        ))
+    } else {
+        None
+    };
+    if let Some(reason) = reason {
+        return Err(ServerError::SocketDir {
+            path: dir.to_owned(),
+            reason,
+        });
+    }
+    let lock = match LockFile::acquire(&dir.join(format!("{name}.lock"))) {
+        Ok(l) => l,
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            return Err(ServerError::SocketInUse(path.to_owned()))
+        }
+        Err(source) => {
+            return Err(ServerError::CreateDir {
+                path: dir.to_owned(),
+                source,
+            })
+        }
+    };
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            tracing::info!(path = %path.display(), "replacing a stale socket");
+            std::fs::remove_file(path).map_err(|source| ServerError::Bind {
+                address: format!("unix:{}", path.display()),
+                source,
+            })?;
+        }
+        Ok(_) => return Err(ServerError::NotASocket(path.to_owned())),
+        Err(_) => {}
+    }
+    Ok(lock)
+}
+
+/// Serves until SIGTERM or SIGINT, then shuts down gracefully.
+pub async fn run(listener: Listener, app: App) -> Result<(), ServerError> {
+    let mut sigterm = signal(SignalKind::terminate()).map_err(ServerError::Signals)?;
+    let mut sigint = signal(SignalKind::interrupt()).map_err(ServerError::Signals)?;
+    let mut stop = pin!(async move {
+        tokio::select! {
+            _ = sigterm.recv() => "SIGTERM",
+            _ = sigint.recv() => "SIGINT",
+        }
+    });
+
+    let router = routes::router(app.clone());
+    let graceful = GracefulShutdown::new();
+    let places = Arc::new(Semaphore::new(app.config.max_connections));
+    let mut http = http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(app.config.header_timeout)
+        .keep_alive(true);
+    let conns = Connections {
+        http,
+        router,
+        graceful,
+        app: app.clone(),
+    };
+    tracing::info!("listening on {}", listener.describe());
+
+    let signal = loop {
+        let place = tokio::select! {
+            p = places.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break "closed",
+            },
+            s = &mut stop => break s,
+        };
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            s = &mut stop => break s,
+        };
+        match accepted {
+            Ok(Stream::Unix(s)) => conns.spawn(s, place),
+            Ok(Stream::Tcp(s)) => conns.spawn(s, place),
+            Err(e) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(error = %e, "cannot accept a connection");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    };
+    drop(listener);
+    shutdown(&app, signal).await;
+    if tokio::time::timeout(FLUSH_WAIT, conns.graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("some connections did not close in time");
+    }
+    Ok(())
+}
+
+/// What every connection needs.
+struct Connections {
+    http: http1::Builder,
+    router: axum::Router,
+    graceful: GracefulShutdown,
+    app: App,
+}
+
+impl Connections {
+    fn spawn<I>(&self, io: I, place: OwnedSemaphorePermit)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let conn = self.http.serve_connection(
+            TokioIo::new(io),
+            TowerToHyperService::new(self.router.clone()),
+        );
+        let conn = self.graceful.watch(conn);
+        let metrics = self.app.metrics.clone();
+        metrics.connection_opened();
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            metrics.connection_closed();
+            drop(place);
+        });
+    }
+}
+
+/// Drains executions: refuse new ones, wait the grace period, cancel the
+/// rest and wait for them to stop.
+async fn shutdown(app: &App, signal: &str) {
+    app.registry.start_draining();
+    let (running, queued) = app.registry.counts();
+    tracing::info!(
+        signal,
+        running,
+        queued,
+        grace_ms = app.config.grace.as_millis() as u64,
+        "shutting down: refusing new executions, letting running ones finish"
+    );
+    if tokio::time::timeout(app.config.grace, app.registry.idle())
+        .await
+        .is_err()
+    {
+        let n = app.registry.cancel_all();
+        tracing::warn!(
+            cancelled = n,
+            "grace period over: cancelled the remaining executions"
+        );
+        if tokio::time::timeout(CANCEL_WAIT, app.registry.idle())
+            .await
+            .is_err()
+        {
+            tracing::error!("executions still running after cancellation; exiting anyway");
+        }
+    }
+}

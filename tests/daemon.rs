@@ -1,0 +1,1299 @@
+//! The daemon (`skill-runner serve`, DESIGN.md §9) driven over its real
+//! Unix socket or loopback TCP, running real bubblewrap sandboxes (issue:
+//! "skill-runner serve").
+//!
+//! Each test starts its own daemon with a private data dir and stops it.
+//! The HTTP client is a few lines of std code, so that tests can also
+//! misbehave on purpose (slow-loris, disconnects). No test asserts on
+//! timing; waits have generous hang-protection limits.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use skill_runner_tests::*;
+
+/// Hang protection for every wait.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------
+// A daemon under test
+
+struct Daemon {
+    child: Option<Child>,
+    socket: PathBuf,
+    tcp: Option<SocketAddr>,
+    token: Option<String>,
+    log: Arc<Mutex<String>>,
+}
+
+impl Daemon {
+    /// Starts `skill-runner serve` for `world` with `args`, and waits until
+    /// it listens.
+    fn start(world: &World, args: &[&str]) -> Daemon {
+        Self::try_start(world, args).unwrap_or_else(|log| panic!("daemon did not start:\n{log}"))
+    }
+
+    fn command(world: &World, args: &[&str]) -> Command {
+        let mut c = Command::new(runner_bin());
+        c.arg("--data-dir")
+            .arg(world.data_dir())
+            .arg("serve")
+            .args(args)
+            .env("SKILL_RUNNER_LOG", "info")
+            .env_remove("SKILL_RUNNER_TOKEN")
+            .env_remove("SKILL_RUNNER_SOCKET")
+            .env_remove("SKILL_RUNNER_LISTEN")
+            .env_remove("SKILL_RUNNER_CONFIG")
+            .env_remove("SKILL_RUNNER_ROOTS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    fn try_start(world: &World, args: &[&str]) -> Result<Daemon, String> {
+        let mut child = Self::command(world, args)
+            .spawn()
+            .expect("spawn skill-runner serve");
+        let log = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let start = Instant::now();
+        let address = loop {
+            if let Some(addr) = log.lock().unwrap().lines().find_map(listening_address) {
+                break addr;
+            }
+            if let Ok(Some(_)) = child.try_wait() {
+                std::thread::sleep(Duration::from_millis(100));
+                return Err(log.lock().unwrap().clone());
+            }
+            assert!(start.elapsed() < PATIENCE, "daemon never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let (socket, tcp) = match address.strip_prefix("http://") {
+            Some(a) => (PathBuf::new(), Some(a.trim().parse().unwrap())),
+            None => (
+                PathBuf::from(address.trim().trim_start_matches("unix:")),
+                None,
+            ),
+        };
+        Ok(Daemon {
+            child: Some(child),
+            socket,
+            tcp,
+            token: None,
+            log,
+        })
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn connect(&self) -> Conn {
+        let c = match self.tcp {
+            Some(addr) => Conn::Tcp(TcpStream::connect(addr).unwrap()),
+            None => Conn::Unix(UnixStream::connect(&self.socket).unwrap()),
+        };
+        c.set_timeout(PATIENCE);
+        c
+    }
+
+    /// One request on a fresh connection (`Connection: close`).
+    fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+        let mut conn = self.connect();
+        send(
+            &mut conn,
+            method,
+            path,
+            headers,
+            body,
+            self.token.as_deref(),
+        );
+        read_response(BufReader::new(conn))
+    }
+
+    fn get(&self, path: &str) -> Resp {
+        self.request("GET", path, &[], b"")
+    }
+
+    fn delete(&self, path: &str) -> Resp {
+        self.request("DELETE", path, &[], b"")
+    }
+
+    fn post(&self, path: &str, body: &Value) -> Resp {
+        self.request(
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            &serde_json::to_vec(body).unwrap(),
+        )
+    }
+
+    /// Sends a signal and waits for the daemon to exit.
+    fn signal_and_wait(&mut self, signal: i32) -> ExitStatus {
+        let mut child = self.child.take().expect("daemon already stopped");
+        kill(child.id() as i32, signal);
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "daemon did not exit after signal {signal}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stop(&mut self) -> ExitStatus {
+        self.signal_and_wait(libc::SIGTERM)
+    }
+}
+
+/// The address in the daemon's "listening on ADDR" log line (human or
+/// JSON).
+fn listening_address(line: &str) -> Option<String> {
+    let rest = line.split("listening on ").nth(1)?;
+    if !(rest.starts_with("unix:") || rest.starts_with("http://")) {
+        return None;
+    }
+    Some(
+        rest.split(|c: char| c.is_whitespace() || c == '"')
+            .next()?
+            .to_owned(),
+    )
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Sends `signal` to `pid` with kill(1).
+fn kill(pid: i32, signal: i32) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
+// ---------------------------------------------------------------------------
+// A small HTTP/1.1 client
+
+enum Conn {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Conn {
+    fn set_timeout(&self, t: Duration) {
+        match self {
+            Conn::Unix(s) => {
+                s.set_read_timeout(Some(t)).unwrap();
+                s.set_write_timeout(Some(t)).unwrap();
+            }
+            Conn::Tcp(s) => {
+                s.set_read_timeout(Some(t)).unwrap();
+                s.set_write_timeout(Some(t)).unwrap();
+            }
+        }
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Unix(s) => s.read(buf),
+            Conn::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Unix(s) => s.write(buf),
+            Conn::Tcp(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Unix(s) => s.flush(),
+            Conn::Tcp(s) => s.flush(),
+        }
+    }
+}
+
+fn send(
+    conn: &mut Conn,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    token: Option<&str>,
+) {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(t) = token {
+        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    conn.write_all(head.as_bytes()).unwrap();
+    // The daemon may answer (413) and close before taking all of a body.
+    let _ = conn.write_all(body);
+}
+
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "not JSON ({e}), status {}: {}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Asserts an error response of this status and kind.
+    fn assert_error(&self, status: u16, kind: &str) -> String {
+        let doc = self.json();
+        assert_eq!(self.status, status, "{doc:#}");
+        assert_eq!(doc["error"]["kind"], kind, "{doc:#}");
+        let msg = doc["error"]["message"].as_str().unwrap().to_owned();
+        assert!(!msg.is_empty());
+        msg
+    }
+}
+
+/// Reads the status line and headers.
+fn read_head<R: BufRead>(r: &mut R) -> (u16, Vec<(String, String)>) {
+    let mut line = String::new();
+    r.read_line(&mut line).expect("status line");
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("bad status line {line:?}"))
+        .parse()
+        .unwrap();
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).unwrap();
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (k, v) = h.split_once(':').unwrap();
+        headers.push((k.trim().to_owned(), v.trim().to_owned()));
+    }
+    (status, headers)
+}
+
+fn is_chunked(headers: &[(String, String)]) -> bool {
+    headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"))
+}
+
+fn read_response<R: BufRead>(mut r: R) -> Resp {
+    let (status, headers) = read_head(&mut r);
+    let mut body = Vec::new();
+    if is_chunked(&headers) {
+        Chunked::new(r).read_to_end(&mut body).unwrap();
+    } else if let Some(len) = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .map(|(_, v)| v.parse::<usize>().unwrap())
+    {
+        body.resize(len, 0);
+        r.read_exact(&mut body).unwrap();
+    } else {
+        r.read_to_end(&mut body).unwrap();
+    }
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// Decodes a chunked body as it arrives.
+struct Chunked<R> {
+    inner: R,
+    left: usize,
+    done: bool,
+}
+
+impl<R: BufRead> Chunked<R> {
+    fn new(inner: R) -> Self {
+        Chunked {
+            inner,
+            left: 0,
+            done: false,
+        }
+    }
+}
+
+impl<R: BufRead> Read for Chunked<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.done {
+            return Ok(0);
+        }
+        if self.left == 0 {
+            let mut size = String::new();
+            self.inner.read_line(&mut size)?;
+            let size = size.trim();
+            if size.is_empty() {
+                self.done = true;
+                return Ok(0);
+            }
+            self.left = usize::from_str_radix(size.split(';').next().unwrap(), 16)
+                .map_err(std::io::Error::other)?;
+            if self.left == 0 {
+                self.done = true;
+                let mut end = String::new();
+                let _ = self.inner.read_line(&mut end);
+                return Ok(0);
+            }
+        }
+        let want = buf.len().min(self.left);
+        let n = self.inner.read(&mut buf[..want])?;
+        self.left -= n;
+        if self.left == 0 {
+            let mut crlf = [0u8; 2];
+            self.inner.read_exact(&mut crlf)?;
+        }
+        Ok(n)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+/// Polls `cond` until true; panics after [`PATIENCE`].
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < PATIENCE, "gave up waiting: {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Pids of processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if text.contains(marker) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// A `sleep` argument unique to one test, so its processes can be found.
+fn marker(n: u32) -> String {
+    format!("{}.{:03}{}", 300 + n, std::process::id() % 1000, n)
+}
+
+/// Entries of the daemon's per-execution folder.
+fn execution_leftovers(world: &World) -> Vec<String> {
+    match std::fs::read_dir(world.data_dir().join("executions")) {
+        Ok(d) => d
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// A bundle (§3) of one skill folder, and its binding.
+fn bundle_of(id: &str, dir: &Path) -> (Value, Value) {
+    let limits = skill_runner::package::Limits::default();
+    let files = skill_runner::source::read_dir_files(dir, &limits).unwrap();
+    let binding = skill_runner::hash::Binding {
+        id: id.to_owned(),
+        revision: 1,
+        version: "1.0.0".to_owned(),
+        hash: hash_of(dir),
+    };
+    let text = skill_runner::bundle::render(&[(binding.clone(), files)]);
+    (
+        serde_json::from_str(&text).unwrap(),
+        serde_json::to_value(&binding).unwrap(),
+    )
+}
+
+/// A world whose skills folder is a root of the daemon.
+fn world_with_roots() -> (World, String) {
+    let w = World::new();
+    let roots = w.path().join("roots");
+    std::fs::create_dir_all(&roots).unwrap();
+    std::fs::create_dir_all(w.path().join("skills")).unwrap();
+    let arg = format!("{}:{}", roots.display(), w.path().join("skills").display());
+    (w, arg)
+}
+
+// ---------------------------------------------------------------------------
+// Tests
+
+#[test]
+fn socket_is_private_health_answers_and_shutdown_removes_it() {
+    if !require_sandbox("socket_is_private_health_answers_and_shutdown_removes_it") {
+        return;
+    }
+    let w = World::new();
+    // A stale socket left by a crashed daemon is replaced.
+    let run = w.data_dir().join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o700)).unwrap();
+    drop(std::os::unix::net::UnixListener::bind(run.join("skill-runner.sock")).unwrap());
+    assert!(run.join("skill-runner.sock").exists());
+
+    let mut d = Daemon::start(&w, &[]);
+    assert_eq!(d.socket, run.join("skill-runner.sock"));
+    let meta = std::fs::metadata(&d.socket).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(&run).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    let r = d.get("/v1/health");
+    assert_eq!(r.status, 200);
+    let doc = r.json();
+    assert_eq!(doc["status"], "ok");
+    assert_eq!(doc["sandbox"]["available"], true);
+
+    // A second daemon on the same socket is refused, and the first keeps it.
+    let second = Daemon::try_start(&w, &[])
+        .err()
+        .expect("second daemon started");
+    assert!(second.contains("another skill-runner daemon"), "{second}");
+    assert_eq!(d.get("/v1/health").status, 200);
+
+    let status = d.stop();
+    assert!(status.success(), "{status:?}\n{}", d.log());
+    assert!(!d.socket.exists(), "socket left behind");
+}
+
+#[test]
+fn a_published_bundle_runs_by_binding_alone() {
+    if !require_sandbox("a_published_bundle_runs_by_binding_alone") {
+        return;
+    }
+    let w = World::new();
+    let dir = w.skill("hello", &[("scripts/greet.sh", b"echo \"hello, $1\"\n")]);
+    let (bundle, binding) = bundle_of("hello", &dir);
+    let d = Daemon::start(&w, &[]);
+
+    let r = d.post("/v1/skill-packages", &bundle);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let doc = r.json();
+    let identity = doc["identity"].as_str().unwrap().to_owned();
+    assert_eq!(identity.len(), 64);
+    assert_eq!(doc["skills"], json!([binding]));
+
+    let r = d.get(&format!("/v1/skill-packages/{identity}"));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json()["skills"], json!([binding]));
+    d.get(&format!("/v1/skill-packages/{}", "0".repeat(64)))
+        .assert_error(404, "not_found");
+
+    let r = d.post(
+        "/v1/executions",
+        &json!({
+            "argv": ["sh", "$SCIENCEDISCOVERY_SKILLS_DIR/hello/scripts/greet.sh", "daemon"],
+            "skills": [binding],
+        }),
+    );
+    assert_eq!(r.status, 200);
+    let result = r.json();
+    assert_eq!(result["status"], "exited", "{result:#}");
+    assert_eq!(result["stdout"], "hello, daemon\n");
+    assert_eq!(result["skills"]["identity"], identity.as_str());
+
+    // The result stays retrievable by id.
+    let id = result["execution_id"].as_str().unwrap();
+    let again = d.get(&format!("/v1/executions/{id}"));
+    assert_eq!(again.status, 200);
+    assert_eq!(again.json()["stdout"], "hello, daemon\n");
+
+    // A bundle whose bytes do not match its hash is refused, naming it.
+    let mut bad = bundle.clone();
+    bad["skills"][0]["hash"] = json!("a".repeat(64));
+    let msg = d
+        .post("/v1/skill-packages", &bad)
+        .assert_error(422, "hash_mismatch");
+    assert!(msg.contains("hello"), "{msg}");
+}
+
+#[test]
+fn fifty_parallel_executions_are_correct_and_isolated() {
+    if !require_sandbox("fifty_parallel_executions_are_correct_and_isolated") {
+        return;
+    }
+    let (w, roots) = world_with_roots();
+    let dir = w.skill("iso", &[("data.txt", b"shared bytes\n")]);
+    let (bundle, binding) = bundle_of("iso", &dir);
+    let d = Daemon::start(&w, &["--root", &roots, "--max-queued", "64"]);
+    assert_eq!(d.post("/v1/skill-packages", &bundle).status, 200);
+    let by_path = skill_ref("iso", &dir);
+
+    let script = "echo $TAG > /tmp/mine; echo $TAG > /workspace/mine; \
+                  echo $TAG > /skill-extensions/mine; sleep 0.2; \
+                  ls -A /tmp; ls /workspace; ls -A /skill-extensions; \
+                  cat /tmp/mine /workspace/mine /skill-extensions/mine /skills/iso/data.txt";
+    let d = Arc::new(d);
+    let handles: Vec<_> = (0..50)
+        .map(|i| {
+            let d = d.clone();
+            // Half name the skill by binding alone, half by path.
+            let skill = if i % 2 == 0 {
+                binding.clone()
+            } else {
+                by_path.clone()
+            };
+            std::thread::spawn(move || {
+                let r = d.post(
+                    "/v1/executions",
+                    &json!({
+                        "execution_id": format!("par-{i}"),
+                        "argv": ["sh", "-c", script],
+                        "env": {"TAG": format!("tag{i}")},
+                        "skills": [skill],
+                    }),
+                );
+                (i, r.status, r.json())
+            })
+        })
+        .collect();
+    for h in handles {
+        let (i, status, doc) = h.join().unwrap();
+        assert_eq!(status, 200, "{doc:#}");
+        assert_eq!(doc["status"], "exited", "{i}: {doc:#}");
+        assert_eq!(doc["execution_id"], format!("par-{i}"));
+        assert_eq!(
+            doc["stdout"].as_str().unwrap(),
+            format!("mine\nmine\nmine\ntag{i}\ntag{i}\ntag{i}\nshared bytes\n"),
+            "{i}: {doc:#}"
+        );
+    }
+    let metrics = String::from_utf8(d.get("/metrics").body).unwrap();
+    assert!(
+        metrics.contains("skill_runner_executions_total{status=\"exited\"} 50\n"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn streamed_events_arrive_in_order() {
+    if !require_sandbox("streamed_events_arrive_in_order") {
+        return;
+    }
+    let w = World::new();
+    let d = Daemon::start(&w, &[]);
+    let script = "echo one; sleep 0.2; echo two >&2; sleep 0.2; echo three; sleep 0.2; printf 'caf\\303'; sleep 0.2; printf '\\251\\n'";
+    let mut conn = d.connect();
+    send(
+        &mut conn,
+        "POST",
+        "/v1/executions",
+        &[("Accept", "application/x-ndjson")],
+        &serde_json::to_vec(&json!({"argv": ["sh", "-c", script]})).unwrap(),
+        None,
+    );
+    let mut r = BufReader::new(conn);
+    let (status, headers) = read_head(&mut r);
+    assert_eq!(status, 200);
+    assert!(is_chunked(&headers));
+    assert!(headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("content-type") && v == "application/x-ndjson"));
+    let events: Vec<Value> = BufReader::new(Chunked::new(r))
+        .lines()
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.first(), Some(&"started"), "{events:#?}");
+    assert_eq!(kinds.last(), Some(&"exit"), "{events:#?}");
+    let text = |stream: &str| -> String {
+        events
+            .iter()
+            .filter(|e| e["event"] == stream)
+            .map(|e| e["data"].as_str().unwrap())
+            .collect()
+    };
+    assert_eq!(text("stdout"), "one\nthree\ncafé\n");
+    assert_eq!(text("stderr"), "two\n");
+    // Across streams, the order the command wrote in (with pauses between).
+    let order: Vec<String> = events
+        .iter()
+        .filter(|e| e["event"] == "stdout" || e["event"] == "stderr")
+        .map(|e| e["data"].as_str().unwrap().to_owned())
+        .collect();
+    let first = |s: &str| order.iter().position(|d| d.contains(s)).unwrap();
+    assert!(
+        first("one") < first("two") && first("two") < first("three"),
+        "{order:?}"
+    );
+    let result = &events.last().unwrap()["result"];
+    assert_eq!(result["status"], "exited");
+    assert_eq!(result["stdout"], "one\nthree\ncafé\n");
+    assert_eq!(events[0]["execution_id"], result["execution_id"]);
+}
+
+#[test]
+fn a_client_that_disconnects_cancels_its_execution() {
+    if !require_sandbox("a_client_that_disconnects_cancels_its_execution") {
+        return;
+    }
+    let w = World::new();
+    let d = Daemon::start(&w, &[]);
+    for (n, stream) in [(1, false), (2, true)] {
+        let m = marker(n);
+        let id = format!("leaver-{n}");
+        let mut conn = d.connect();
+        let accept: &[(&str, &str)] = if stream {
+            &[("Accept", "application/x-ndjson")]
+        } else {
+            &[]
+        };
+        send(
+            &mut conn,
+            "POST",
+            "/v1/executions",
+            accept,
+            &serde_json::to_vec(&json!({"execution_id": id, "argv": ["sleep", m]})).unwrap(),
+            None,
+        );
+        wait_until("the sandbox to start", || !processes_with(&m).is_empty());
+        drop(conn);
+        wait_until("the sandbox to be killed", || processes_with(&m).is_empty());
+        wait_until("the result to be retained", || {
+            d.get(&format!("/v1/executions/{id}")).status == 200
+        });
+        let doc = d.get(&format!("/v1/executions/{id}")).json();
+        assert_eq!(doc["status"], "cancelled", "{doc:#}");
+    }
+    wait_until("execution folders to be removed", || {
+        execution_leftovers(&w).is_empty()
+    });
+}
+
+#[test]
+fn delete_cancels_by_id_and_leaves_no_process() {
+    if !require_sandbox("delete_cancels_by_id_and_leaves_no_process") {
+        return;
+    }
+    let w = World::new();
+    let d = Arc::new(Daemon::start(&w, &[]));
+    let m = marker(3);
+    let client = {
+        let d = d.clone();
+        let m = m.clone();
+        std::thread::spawn(move || {
+            d.post(
+                "/v1/executions",
+                &json!({"execution_id": "victim", "argv": ["sh", "-c", format!("sleep {m}; echo never")]}),
+            )
+        })
+    };
+    wait_until("the sandbox to start", || !processes_with(&m).is_empty());
+    let r = d.get("/v1/executions/victim");
+    assert_eq!(r.status, 202);
+    assert_eq!(r.json()["status"], "running");
+
+    let r = d.delete("/v1/executions/victim");
+    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    let answer = client.join().unwrap();
+    assert_eq!(answer.status, 200);
+    let doc = answer.json();
+    assert_eq!(doc["status"], "cancelled", "{doc:#}");
+    assert_eq!(doc["stdout"], "");
+    wait_until("the sandbox to be gone", || processes_with(&m).is_empty());
+    assert_eq!(d.get("/v1/executions/victim").json()["status"], "cancelled");
+    d.delete("/v1/executions/victim")
+        .assert_error(409, "not_running");
+    d.delete("/v1/executions/nobody")
+        .assert_error(404, "not_found");
+    d.get("/v1/executions/nobody")
+        .assert_error(404, "not_found");
+    wait_until("execution folders to be removed", || {
+        execution_leftovers(&w).is_empty()
+    });
+}
+
+#[test]
+fn a_reused_execution_id_is_refused() {
+    if !require_sandbox("a_reused_execution_id_is_refused") {
+        return;
+    }
+    let w = World::new();
+    let d = Arc::new(Daemon::start(&w, &[]));
+    let r = d.post(
+        "/v1/executions",
+        &json!({"execution_id": "once", "argv": ["true"]}),
+    );
+    assert_eq!(r.status, 200);
+    let msg = d
+        .post(
+            "/v1/executions",
+            &json!({"execution_id": "once", "argv": ["true"]}),
+        )
+        .assert_error(409, "execution_id_in_use");
+    assert!(msg.contains("once"), "{msg}");
+
+    // Also while the first is still running.
+    let m = marker(4);
+    let first = {
+        let d = d.clone();
+        let m = m.clone();
+        std::thread::spawn(move || {
+            d.post(
+                "/v1/executions",
+                &json!({"execution_id": "busy-id", "argv": ["sleep", m]}),
+            )
+        })
+    };
+    wait_until("the sandbox to start", || !processes_with(&m).is_empty());
+    d.post(
+        "/v1/executions",
+        &json!({"execution_id": "busy-id", "argv": ["true"]}),
+    )
+    .assert_error(409, "execution_id_in_use");
+    assert_eq!(d.delete("/v1/executions/busy-id").status, 202);
+    assert_eq!(first.join().unwrap().json()["status"], "cancelled");
+}
+
+#[test]
+fn sigkill_of_the_daemon_leaves_no_sandbox_and_a_restart_sweeps() {
+    if !require_sandbox("sigkill_of_the_daemon_leaves_no_sandbox_and_a_restart_sweeps") {
+        return;
+    }
+    let w = World::new();
+    let mut d = Daemon::start(&w, &[]);
+    let m = marker(5);
+    let mut conn = d.connect();
+    send(
+        &mut conn,
+        "POST",
+        "/v1/executions",
+        &[],
+        &serde_json::to_vec(&json!({"argv": ["sh", "-c", format!("sleep {m} & sleep {m}; wait")]}))
+            .unwrap(),
+        None,
+    );
+    // bwrap, its init, sh and two sleeps.
+    wait_until("the sandbox to start", || processes_with(&m).len() >= 4);
+    assert!(!execution_leftovers(&w).is_empty());
+
+    d.signal_and_wait(libc::SIGKILL);
+    // bwrap --die-with-parent: every sandboxed process dies with the daemon.
+    wait_until("the sandboxed processes to die with the daemon", || {
+        processes_with(&m).is_empty()
+    });
+    drop(conn);
+    // The crash left its execution folder (and a stale socket) behind.
+    assert!(!execution_leftovers(&w).is_empty());
+    assert!(d.socket.exists());
+
+    let mut d2 = Daemon::start(&w, &[]);
+    assert!(
+        execution_leftovers(&w).is_empty(),
+        "not swept: {:?}",
+        execution_leftovers(&w)
+    );
+    let r = d2.post("/v1/executions", &json!({"argv": ["echo", "alive"]}));
+    assert_eq!(r.json()["stdout"], "alive\n");
+    assert!(d2.stop().success());
+}
+
+#[test]
+fn sigterm_lets_executions_finish_then_cancels_after_the_grace_period() {
+    if !require_sandbox("sigterm_lets_executions_finish_then_cancels_after_the_grace_period") {
+        return;
+    }
+    let w = World::new();
+    let mut d = Daemon::start(&w, &["--grace", "1s"]);
+    let m = marker(6);
+    let socket = d.socket.clone();
+    let client = {
+        let mut conn = d.connect();
+        let m = m.clone();
+        std::thread::spawn(move || {
+            send(
+                &mut conn,
+                "POST",
+                "/v1/executions",
+                &[],
+                &serde_json::to_vec(&json!({"execution_id": "long", "argv": ["sleep", m]}))
+                    .unwrap(),
+                None,
+            );
+            read_response(BufReader::new(conn))
+        })
+    };
+    wait_until("the sandbox to start", || !processes_with(&m).is_empty());
+    let status = d.stop();
+    assert!(status.success(), "{status:?}\n{}", d.log());
+    let answer = client.join().unwrap();
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.json()["status"], "cancelled");
+    assert!(processes_with(&m).is_empty());
+    assert!(
+        execution_leftovers(&w).is_empty(),
+        "{:?}",
+        execution_leftovers(&w)
+    );
+    assert!(!socket.exists());
+    assert!(d.log().contains("grace period over"), "{}", d.log());
+}
+
+#[test]
+fn malformed_requests_get_json_errors() {
+    let w = World::new();
+    let d = Daemon::start(&w, &["--job-body-limit", "64KiB"]);
+    let post_raw = |body: &[u8]| {
+        d.request(
+            "POST",
+            "/v1/executions",
+            &[("Content-Type", "application/json")],
+            body,
+        )
+    };
+    let msg = post_raw(b"{not json").assert_error(400, "bad_job");
+    assert!(msg.contains("not valid JSON"), "{msg}");
+    let msg = post_raw(br#"{"argv":["true"],"argz":1}"#).assert_error(400, "bad_job");
+    assert!(msg.contains("unknown field"), "{msg}");
+    let msg =
+        post_raw(br#"{"argv":["true"],"workspace":"relative/ws"}"#).assert_error(400, "bad_job");
+    assert!(msg.contains("absolute"), "{msg}");
+    let msg =
+        post_raw(br#"{"argv":["true"],"profile":"/etc/passwd"}"#).assert_error(400, "bad_job");
+    assert!(msg.contains("built-in"), "{msg}");
+    post_raw(br#"{"argv":["true"],"execution_id":"no spaces"}"#).assert_error(400, "bad_job");
+    // Output is held in memory: a job may not ask for an unbounded cap.
+    let msg = post_raw(br#"{"argv":["true"],"limits":{"output_bytes":1099511627776}}"#)
+        .assert_error(400, "bad_job");
+    assert!(msg.contains("max-output-bytes"), "{msg}");
+
+    // Too large, declared up front.
+    let big = vec![b' '; 200 * 1024];
+    post_raw(&big).assert_error(413, "body_too_large");
+    // Too large, streamed without a length.
+    let mut conn = d.connect();
+    conn.write_all(
+        b"POST /v1/executions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n",
+    )
+    .unwrap();
+    for _ in 0..4 {
+        let chunk = vec![b' '; 32 * 1024];
+        if conn
+            .write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+            .is_err()
+            || conn.write_all(&chunk).is_err()
+            || conn.write_all(b"\r\n").is_err()
+        {
+            break;
+        }
+    }
+    let _ = conn.write_all(b"0\r\n\r\n");
+    read_response(BufReader::new(conn)).assert_error(413, "body_too_large");
+
+    d.get("/v2/nothing").assert_error(404, "not_found");
+    d.request("PUT", "/v1/executions", &[], b"")
+        .assert_error(405, "method_not_allowed");
+    d.post("/v1/skill-packages", &json!({"skills": "no"}))
+        .assert_error(400, "bad_bundle");
+    // The daemon is still fine.
+    assert!(d.get("/v1/health").status == 200 || d.get("/v1/health").status == 503);
+}
+
+#[test]
+fn slow_clients_are_cut_off() {
+    let w = World::new();
+    let d = Daemon::start(&w, &["--header-timeout", "1s", "--body-timeout", "1s"]);
+    // Headers that never finish: the connection is closed.
+    let mut conn = d.connect();
+    conn.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let mut buf = Vec::new();
+    let _ = conn.read_to_end(&mut buf); // returns at EOF (or a reset)
+    assert!(
+        buf.is_empty() || String::from_utf8_lossy(&buf).starts_with("HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&buf)
+    );
+
+    // A body that never finishes: 408 with a JSON error.
+    let mut conn = d.connect();
+    conn.write_all(
+        b"POST /v1/executions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"argv\":",
+    )
+    .unwrap();
+    read_response(BufReader::new(conn)).assert_error(408, "body_timeout");
+
+    // A connection that sends nothing is closed too.
+    let mut conn = d.connect();
+    let mut buf = Vec::new();
+    let _ = conn.read_to_end(&mut buf);
+    assert!(buf.is_empty() || String::from_utf8_lossy(&buf).starts_with("HTTP/1.1 408"));
+    // And the daemon still serves.
+    assert!(matches!(d.get("/v1/health").status, 200 | 503));
+}
+
+#[test]
+fn tcp_needs_a_valid_bearer_token() {
+    let w = World::new();
+    // No token: refused at start with a clear message.
+    let err = Daemon::try_start(&w, &["--listen", "127.0.0.1:0"])
+        .err()
+        .expect("TCP without a token started");
+    assert!(err.contains("bearer token"), "{err}");
+
+    let token = "test-token-0123456789abcdef";
+    let file = w.path().join("token");
+    std::fs::write(&file, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut d = Daemon::start(
+        &w,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert!(d.tcp.is_some());
+    // Health needs no token; everything else does.
+    assert!(matches!(d.get("/v1/health").status, 200 | 503));
+    let r = d.get("/metrics");
+    r.assert_error(401, "unauthorized");
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    d.token = Some("test-token-0123456789abcdeX".into());
+    d.get("/metrics").assert_error(401, "unauthorized");
+    d.token = Some("short".into());
+    d.post("/v1/executions", &json!({"argv": ["true"]}))
+        .assert_error(401, "unauthorized");
+    let r = d.request(
+        "GET",
+        "/metrics",
+        &[("Authorization", &format!("Basic {token}"))],
+        b"",
+    );
+    assert_eq!(r.status, 401);
+    d.token = Some(token.into());
+    let r = d.get("/metrics");
+    assert_eq!(r.status, 200);
+    assert!(String::from_utf8_lossy(&r.body)
+        .contains("skill_runner_http_responses_total{code=\"401\"}"));
+}
+
+#[test]
+fn host_paths_outside_the_roots_are_refused() {
+    if !require_sandbox("host_paths_outside_the_roots_are_refused") {
+        return;
+    }
+    let (w, roots) = world_with_roots();
+    let outside = w.skill("outside", &[]);
+    // Skills outside the roots: move this one out of the skills root.
+    let elsewhere = w.path().join("elsewhere");
+    std::fs::rename(&outside, &elsewhere).unwrap();
+    let d = Daemon::start(&w, &["--root", &roots]);
+    let root = w.path().join("roots").canonicalize().unwrap();
+    let refused = |job: Value| -> String {
+        d.post("/v1/executions", &job)
+            .assert_error(403, "path_not_allowed")
+    };
+    let msg = refused(json!({"argv": ["true"], "workspace": "/etc"}));
+    assert!(msg.contains("/etc") && msg.contains("roots"), "{msg}");
+    refused(json!({"argv": ["true"], "extensions_dir": "/etc"}));
+    refused(json!({"argv": ["true"], "skills": [skill_ref("outside", &elsewhere)]}));
+    // A symlink under a root that leads out of it.
+    std::os::unix::fs::symlink("/etc", root.join("sneaky")).unwrap();
+    refused(json!({"argv": ["true"], "workspace": root.join("sneaky")}));
+    refused(json!({"argv": ["true"], "workspace": root.join("sneaky/sub")}));
+    // `..` is refused outright.
+    let msg = d
+        .post(
+            "/v1/executions",
+            &json!({"argv": ["true"], "workspace": format!("{}/../../etc", root.display())}),
+        )
+        .assert_error(403, "path_not_allowed");
+    assert!(msg.contains(".."), "{msg}");
+    // A workspace where an earlier command planted a symlink at the
+    // default extensions dir.
+    let ws = root.join("planted");
+    std::fs::create_dir_all(ws.join(".sciencediscovery")).unwrap();
+    std::os::unix::fs::symlink("/etc", ws.join(".sciencediscovery/skill-extensions")).unwrap();
+    let msg = refused(json!({"argv": ["true"], "workspace": ws}));
+    assert!(msg.contains("extensions_dir"), "{msg}");
+    assert!(!Path::new("/etc/skill-extensions").exists());
+
+    // Under the roots, it runs and writes where it was told.
+    let ws = root.join("ok/ws");
+    let r = d.post(
+        "/v1/executions",
+        &json!({"argv": ["sh", "-c", "echo hi > /workspace/out"], "workspace": ws}),
+    );
+    assert_eq!(r.json()["status"], "exited", "{:#}", r.json());
+    assert_eq!(std::fs::read_to_string(ws.join("out")).unwrap(), "hi\n");
+}
+
+#[test]
+fn a_full_daemon_answers_429_with_retry_after() {
+    if !require_sandbox("a_full_daemon_answers_429_with_retry_after") {
+        return;
+    }
+    let w = World::new();
+    let d = Arc::new(Daemon::start(
+        &w,
+        &["--max-running", "1", "--max-queued", "1"],
+    ));
+    let m = marker(7);
+    let spawn = |id: &'static str| {
+        let d = d.clone();
+        let m = m.clone();
+        std::thread::spawn(move || {
+            d.post(
+                "/v1/executions",
+                &json!({"execution_id": id, "argv": ["sleep", m]}),
+            )
+        })
+    };
+    let running = spawn("first");
+    wait_until("the first to run", || !processes_with(&m).is_empty());
+    let queued = spawn("second");
+    wait_until("the second to queue", || {
+        d.get("/v1/executions/second").status == 202
+    });
+    assert_eq!(d.get("/v1/executions/second").json()["status"], "queued");
+    let r = d.post("/v1/executions", &json!({"argv": ["true"]}));
+    r.assert_error(429, "busy");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    let metrics = String::from_utf8(d.get("/metrics").body).unwrap();
+    assert!(
+        metrics.contains("skill_runner_executions_queued 1\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("skill_runner_executions_running 1\n"),
+        "{metrics}"
+    );
+
+    // Cancel the queued one first: it never runs.
+    assert_eq!(d.delete("/v1/executions/second").status, 202);
+    let doc = queued.join().unwrap().json();
+    assert_eq!(doc["status"], "cancelled", "{doc:#}");
+    assert_eq!(d.delete("/v1/executions/first").status, 202);
+    assert_eq!(running.join().unwrap().json()["status"], "cancelled");
+    wait_until("the sandboxes to be gone", || processes_with(&m).is_empty());
+}
+
+#[test]
+fn a_job_with_a_lying_hash_is_422_and_names_the_skill() {
+    if !require_sandbox("a_job_with_a_lying_hash_is_422_and_names_the_skill") {
+        return;
+    }
+    let (w, roots) = world_with_roots();
+    let dir = w.skill("liar", &[("scripts/x.sh", b"echo x\n")]);
+    let d = Daemon::start(&w, &["--root", &roots]);
+    let mut skill = skill_ref("liar", &dir);
+    skill["hash"] = json!("b".repeat(64));
+    let r = d.post(
+        "/v1/executions",
+        &json!({"argv": ["true"], "skills": [skill]}),
+    );
+    let msg = r.assert_error(422, "hash_mismatch");
+    assert!(msg.contains("liar"), "{msg}");
+    // The refusal is a result document, retained like any other.
+    assert_eq!(r.json()["status"], "rejected");
+    let id = r.json()["execution_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        d.get(&format!("/v1/executions/{id}")).json()["status"],
+        "rejected"
+    );
+    // A skill that was never published: 404 with a hint to publish it.
+    let mut unknown = skill_ref("liar", &dir);
+    unknown.as_object_mut().unwrap().remove("path");
+    let msg = d
+        .post(
+            "/v1/executions",
+            &json!({"argv": ["true"], "skills": [unknown]}),
+        )
+        .assert_error(404, "not_in_store");
+    assert!(msg.contains("publish"), "{msg}");
+}
+
+#[test]
+fn metrics_use_the_prometheus_text_format() {
+    if !require_sandbox("metrics_use_the_prometheus_text_format") {
+        return;
+    }
+    let w = World::new();
+    let dir = w.skill("m", &[("f.txt", b"12345")]);
+    let (bundle, binding) = bundle_of("m", &dir);
+    let d = Daemon::start(&w, &["--log-format", "json"]);
+    assert_eq!(d.post("/v1/skill-packages", &bundle).status, 200);
+    let r = d.post(
+        "/v1/executions",
+        &json!({"argv": ["true"], "skills": [binding]}),
+    );
+    assert_eq!(r.json()["status"], "exited");
+    let r = d.get("/metrics");
+    assert_eq!(r.status, 200);
+    assert!(r
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
+    let text = String::from_utf8(r.body).unwrap();
+    for name in [
+        "skill_runner_executions_total{status=\"exited\"} 1",
+        "skill_runner_execution_duration_seconds_count 1",
+        "skill_runner_staging_seconds_count 1",
+        "skill_runner_queue_wait_seconds_count 1",
+        "skill_runner_executions_running 0",
+        "skill_runner_executions_queued 0",
+        "skill_runner_packages_published_total 1",
+    ] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+    let staged: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("skill_runner_staging_bytes_total "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(staged >= 5, "{text}");
+    // JSON logs: one object a line, with the execution's span.
+    let log = d.log();
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|_| panic!("not JSON: {l}")))
+        .collect();
+    assert!(lines
+        .iter()
+        .any(|l| l["span"]["name"] == "execution" && l["span"]["id"].is_string()));
+}
+
+#[test]
+fn bad_settings_stop_the_start_with_a_clear_message() {
+    let w = World::new();
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--root".into(), "/".into()], "narrower"),
+        (
+            vec![
+                "--root".into(),
+                w.path().join("missing").display().to_string(),
+            ],
+            "create the folder",
+        ),
+        (vec!["--max-running".into(), "0".into()], "max_running"),
+        (vec!["--listen".into(), "nowhere".into()], "HOST:PORT"),
+        (
+            vec!["--socket".into(), "/tmp/skill-runner-test.sock".into()],
+            "private",
+        ),
+    ];
+    for (args, needle) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let err = Daemon::try_start(&w, &args)
+            .err()
+            .unwrap_or_else(|| panic!("{args:?} started"));
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    let file = w.path().join("serve.toml");
+    std::fs::write(&file, "max_runnning = 2\n").unwrap();
+    let err = Daemon::try_start(&w, &["--config", file.to_str().unwrap()])
+        .err()
+        .unwrap();
+    assert!(err.contains("max_runnning"), "{err}");
+}
+
+#[test]
+fn a_stream_reader_that_stalls_has_its_execution_cancelled() {
+    if !require_sandbox("a_stream_reader_that_stalls_has_its_execution_cancelled") {
+        return;
+    }
+    let w = World::new();
+    let d = Daemon::start(&w, &["--stall-timeout", "1s"]);
+    let m = marker(8);
+    // A command that floods output while its client reads nothing.
+    let mut conn = d.connect();
+    send(
+        &mut conn,
+        "POST",
+        "/v1/executions",
+        &[("Accept", "application/x-ndjson")],
+        &serde_json::to_vec(&json!({
+            "execution_id": "flood",
+            "argv": ["sh", "-c", format!("yes {m}")],
+            "limits": {"output_bytes": 16u64 << 20, "timeout_ms": 600_000},
+        }))
+        .unwrap(),
+        None,
+    );
+    wait_until("the stalled execution to be cancelled", || {
+        d.get("/v1/executions/flood").status == 200
+    });
+    let doc = d.get("/v1/executions/flood").json();
+    assert_eq!(doc["status"], "cancelled", "{:#}", doc["error"]);
+    wait_until("the sandbox to be gone", || processes_with(&m).is_empty());
+    assert!(d.log().contains("stopped reading"), "{}", d.log());
+    drop(conn);
+}
