@@ -170,3 +170,38 @@ fn source_edits_after_acceptance_are_not_observed() {
         .unwrap()
         .contains("\"edit\""));
 }
+
+/// Regression (daemon review of issue 4): a command must not be able to
+/// plant `.sciencediscovery/skill-extensions -> /some/host/dir` in its
+/// workspace and get that host folder mounted writable by the next run.
+#[test]
+fn planted_extensions_symlink_is_refused() {
+    if !require_sandbox("planted_extensions_symlink_is_refused") {
+        return;
+    }
+    let w = World::new();
+    let ws = w.path().join("ws");
+    let victim = w.path().join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    std::fs::write(victim.join("precious"), "keep me\n").unwrap();
+    // First run: the command replaces the default extensions dir with a
+    // symlink to the victim folder (a path it cannot even see).
+    let (code, doc, _) = w.run_json(&json!({
+        "argv": ["sh", "-c", format!(
+            "rm -rf /workspace/.sciencediscovery/skill-extensions && ln -s {} /workspace/.sciencediscovery/skill-extensions",
+            victim.display()
+        )],
+        "workspace": ws,
+    }));
+    assert_eq!(code, 0, "{doc:#}");
+    assert!(std::fs::symlink_metadata(ws.join(".sciencediscovery/skill-extensions")).unwrap().file_type().is_symlink());
+    // Second run with the same workspace: refused, victim untouched.
+    let (code, doc, _) = w.run_json(&json!({
+        "argv": ["sh", "-c", "echo pwned > $SCIENCEDISCOVERY_SKILL_EXTENSIONS_DIR/precious"],
+        "workspace": ws,
+    }));
+    assert_eq!(code, 125, "{doc:#}");
+    assert_eq!(doc["status"], "rejected");
+    assert!(doc["error"]["message"].as_str().unwrap().contains("symlink"), "{doc:#}");
+    assert_eq!(std::fs::read_to_string(victim.join("precious")).unwrap(), "keep me\n");
+}

@@ -357,13 +357,16 @@ impl Runner {
             }
         };
         let extensions = match &job.extensions_dir {
-            Some(e) => e.clone(),
-            None => workspace.join(".sciencediscovery/skill-extensions"),
+            Some(e) => {
+                fs::create_dir_all(e).map_err(|err| bad_path("extensions_dir", e, err))?;
+                e.canonicalize()
+                    .map_err(|err| bad_path("extensions_dir", e, err))?
+            }
+            // The default lives in the workspace, which earlier commands
+            // could write: it must be a real folder below it, never a
+            // symlink planted to get a host folder mounted writable.
+            None => default_extensions_dir(&workspace)?,
         };
-        fs::create_dir_all(&extensions).map_err(|e| bad_path("extensions_dir", &extensions, e))?;
-        let extensions = extensions
-            .canonicalize()
-            .map_err(|e| bad_path("extensions_dir", &extensions, e))?;
         // The cwd must be a folder inside the workspace after resolving
         // symlinks: a symlink in the workspace must not lead it elsewhere.
         if !job.cwd.is_empty() {
@@ -656,6 +659,31 @@ struct Prepared {
     /// The bwrap to use (Linux); `None` under Seatbelt.
     #[cfg_attr(target_os = "macos", allow(dead_code))]
     bwrap: Option<Bwrap>,
+}
+
+/// `<workspace>/.sciencediscovery/skill-extensions`, created one component
+/// at a time without following symlinks.
+fn default_extensions_dir(workspace: &Path) -> Result<PathBuf, ErrorInfo> {
+    let mut dir = workspace.to_owned();
+    for part in [".sciencediscovery", "skill-extensions"] {
+        dir.push(part);
+        match fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(bad_path("extensions_dir", &dir, e)),
+        }
+        let meta = fs::symlink_metadata(&dir).map_err(|e| bad_path("extensions_dir", &dir, e))?;
+        if !meta.is_dir() {
+            return Err(ErrorInfo::new(
+                "bad_job",
+                format!(
+                    "the default extensions dir {} is a symlink or not a folder; remove it from the workspace or name extensions_dir explicitly",
+                    dir.display()
+                ),
+            ));
+        }
+    }
+    Ok(dir)
 }
 
 fn bad_path(field: &str, path: &Path, e: io::Error) -> ErrorInfo {
