@@ -194,7 +194,12 @@ fn planted_extensions_symlink_is_refused() {
         "workspace": ws,
     }));
     assert_eq!(code, 0, "{doc:#}");
-    assert!(std::fs::symlink_metadata(ws.join(".sciencediscovery/skill-extensions")).unwrap().file_type().is_symlink());
+    assert!(
+        std::fs::symlink_metadata(ws.join(".sciencediscovery/skill-extensions"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
     // Second run with the same workspace: refused, victim untouched.
     let (code, doc, _) = w.run_json(&json!({
         "argv": ["sh", "-c", "echo pwned > $SCIENCEDISCOVERY_SKILL_EXTENSIONS_DIR/precious"],
@@ -202,6 +207,15 @@ fn planted_extensions_symlink_is_refused() {
     }));
     assert_eq!(code, 125, "{doc:#}");
     assert_eq!(doc["status"], "rejected");
-    assert!(doc["error"]["message"].as_str().unwrap().contains("symlink"), "{doc:#}");
-    assert_eq!(std::fs::read_to_string(victim.join("precious")).unwrap(), "keep me\n");
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("symlink"),
+        "{doc:#}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(victim.join("precious")).unwrap(),
+        "keep me\n"
+    );
 }
