@@ -290,16 +290,28 @@ fn stage_dir(
         source,
     })?;
 
-    let (tx, rx) = mpsc::sync_channel::<Copied>(256);
-    let (copy_result, hash_result) = std::thread::scope(|scope| {
-        let hasher = scope.spawn(|| hash_behind(dst, &listing, rx));
-        let copied = copy_listing(id, &src_root, dst, &listing, tx);
-        (copied, hasher.join())
-    });
-    let bytes = copy_result?;
-    let actual = match hash_result {
-        Ok(r) => r.map_err(|e| e.for_skill(id))?,
-        Err(panic) => std::panic::resume_unwind(panic),
+    let total: u64 = listing.iter().map(|f| f.size).sum();
+    let (bytes, actual) = if total < INLINE_HASH_BYTES {
+        // Small packages: a second thread costs more than it saves.
+        let (tx, rx) = mpsc::channel::<Copied>();
+        let bytes = copy_listing(id, &src_root, dst, &listing, |e| tx.send(e).is_ok())?;
+        drop(tx);
+        let actual = hash_behind(dst, &listing, rx).map_err(|e| e.for_skill(id))?;
+        (bytes, actual)
+    } else {
+        let (tx, rx) = mpsc::sync_channel::<Copied>(256);
+        let (copy_result, hash_result) = std::thread::scope(|scope| {
+            let hasher = scope.spawn(|| hash_behind(dst, &listing, rx));
+            let copied = copy_listing(id, &src_root, dst, &listing, |e| tx.send(e).is_ok());
+            drop(tx);
+            (copied, hasher.join())
+        });
+        let bytes = copy_result?;
+        let actual = match hash_result {
+            Ok(r) => r.map_err(|e| e.for_skill(id))?,
+            Err(panic) => std::panic::resume_unwind(panic),
+        };
+        (bytes, actual)
     };
     if actual != binding.hash {
         return Err(StageError::HashMismatch {
@@ -313,12 +325,17 @@ fn stage_dir(
     Ok(Staged { bytes })
 }
 
+/// Below this many bytes a package is copied, then hashed, on one thread.
+const INLINE_HASH_BYTES: u64 = 4 << 20;
+
+/// Copies the listed files, reporting progress through `send` (false: the
+/// hasher has stopped, so stop copying).
 fn copy_listing(
     id: &str,
     src_root: &File,
     dst: &Path,
     listing: &[ListedFile],
-    tx: mpsc::SyncSender<Copied>,
+    mut send: impl FnMut(Copied) -> bool,
 ) -> Result<u64, StageError> {
     let io_err = |path: &str, source| StageError::Io {
         id: id.to_owned(),
@@ -348,17 +365,14 @@ fn copy_listing(
             .map_err(|e| io_err(&f.path, e))?;
         // A hasher that stopped early has an error to report; keep copying
         // is pointless then, so a send failure ends the copy quietly.
-        if tx
-            .send(Copied::Begin {
-                index,
-                size: f.size,
-            })
-            .is_err()
-        {
+        if !send(Copied::Begin {
+            index,
+            size: f.size,
+        }) {
             break;
         }
         let copied = fsx::copy_fd(&src, &out, f.size, |upto| {
-            let _ = tx.send(Copied::Upto(upto));
+            send(Copied::Upto(upto));
         })
         .map_err(|e| io_err(&f.path, e))?;
         if copied != f.size {
@@ -393,6 +407,14 @@ impl HashBehindError {
     }
 }
 
+/// A read buffer fitted to the largest file: 1 MiB for large packages, but
+/// no bigger than needed, so small packages never pay for zeroing (and, in
+/// a multi-threaded daemon, unmapping) a large allocation.
+fn read_buffer(listing: &[ListedFile]) -> Vec<u8> {
+    let largest = listing.iter().map(|f| f.size).max().unwrap_or(0);
+    vec![0u8; largest.clamp(4096, 1 << 20) as usize]
+}
+
 /// Hashes the staged files as the copier reports progress.
 fn hash_behind(
     dst: &Path,
@@ -400,7 +422,7 @@ fn hash_behind(
     rx: mpsc::Receiver<Copied>,
 ) -> Result<String, HashBehindError> {
     let mut hasher = PackageHasher::new();
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = read_buffer(listing);
     let mut current: Option<(File, u64, &str)> = None;
     for event in rx {
         match event {
@@ -569,7 +591,7 @@ pub fn verify_tree(
 /// Package hash of listed files under `dir`, reading each once.
 fn hash_listing(dir: &Path, listing: &[ListedFile]) -> Result<(String, u64), HashBehindError> {
     let mut hasher = PackageHasher::new();
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = read_buffer(listing);
     let mut total = 0;
     for f in listing {
         let io = |e| HashBehindError::Io(f.path.clone(), e);

@@ -223,15 +223,26 @@ pub fn supervise(
         .map(|s| (s, spawn.stdin.unwrap_or_default()));
     let stdout = child.stdout.take().map(File::from_std_stdout);
     let stderr = child.stderr.take().map(File::from_std_stderr);
-    let (exit_r, exit_w) = sys::pipe_cloexec()?;
+    // Learn of the exit without reaping: a pidfd where the kernel has one
+    // (no thread needed), else a waiter thread and a pipe.
+    let pidfd = sys::pidfd_open(pid).ok();
+    let (exit_r, exit_w) = match pidfd {
+        Some(fd) => (fd, None),
+        None => {
+            let (r, w) = sys::pipe_cloexec()?;
+            (r, Some(w))
+        }
+    };
     let (stop_r, stop_w) = sys::pipe_cloexec()?;
 
     std::thread::scope(|scope| -> io::Result<Outcome> {
         // Waiter: learns of the exit without reaping.
-        scope.spawn(move || {
-            let _ = sys::wait_exit_nowait(pid);
-            let _ = nix::unistd::write(&exit_w, b"x");
-        });
+        if let Some(exit_w) = exit_w {
+            scope.spawn(move || {
+                let _ = sys::wait_exit_nowait(pid);
+                let _ = nix::unistd::write(&exit_w, b"x");
+            });
+        }
         let io_thread =
             scope.spawn(move || pump(stdin, stdout, stderr, status_read, stop_r, output, sink));
 

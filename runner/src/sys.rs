@@ -201,6 +201,28 @@ pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     }
 }
 
+/// A pidfd for child `pid`: readable once it has exited, without reaping
+/// it (Linux ≥ 5.3). `Err` elsewhere.
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::FromRawFd;
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel returned a fresh descriptor owned by no one
+        // else; pidfds are close-on-exec by default.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = pid;
+        Err(io::Error::from_raw_os_error(libc::ENOSYS))
+    }
+}
+
 /// Blocks until child `pid` has exited, without reaping it.
 pub fn wait_exit_nowait(pid: libc::pid_t) -> io::Result<()> {
     loop {
