@@ -271,19 +271,22 @@ impl Cgroup {
         self.pids.is_some()
     }
 
-    /// `cgroup.procs` of every hierarchy, opened for the child to write
-    /// `0` (itself) before exec.
+    /// The file of every hierarchy that the child writes `0` to, to join
+    /// before exec.
     ///
-    /// Joining takes the kernel's global threadgroup lock, whose writer
-    /// side sometimes waits for an RCU grace period: 0.4 ms typically, up
-    /// to ~15 ms on about one spawn in five measured here (cgroup v1).
+    /// On v1 this is `tasks` (move the writing thread) rather than
+    /// `cgroup.procs` (move the thread group): the forked child has a single
+    /// thread, and moving `current` alone skips the kernel's global
+    /// threadgroup lock, whose writer waits for an RCU grace period. Traced
+    /// here: 5–15 ms per write to `cgroup.procs` right after another
+    /// sandbox's namespaces were torn down, 20–100 µs to `tasks`.
     pub fn procs_files(&self) -> io::Result<Vec<File>> {
+        let name = match self.version {
+            Version::V1 => "tasks",
+            Version::V2 => "cgroup.procs",
+        };
         self.dirs()
-            .map(|d| {
-                fs::OpenOptions::new()
-                    .write(true)
-                    .open(d.join("cgroup.procs"))
-            })
+            .map(|d| fs::OpenOptions::new().write(true).open(d.join(name)))
             .collect()
     }
 
