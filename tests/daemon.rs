@@ -1297,3 +1297,102 @@ fn a_stream_reader_that_stalls_has_its_execution_cancelled() {
     assert!(d.log().contains("stopped reading"), "{}", d.log());
     drop(conn);
 }
+
+/// The skill host over HTTP (issue 6, DESIGN.md §10): a session created
+/// from published bindings in both delivery modes, its tools as routes,
+/// the refusal of a file-needing skill in a session without file tools,
+/// bounded resource reads, and an execution naming the session.
+#[test]
+fn session_routes_serve_the_skill_host() {
+    if !require_sandbox("session_routes_serve_the_skill_host") {
+        return;
+    }
+    let w = World::new();
+    let d = Daemon::start(&w, &[]);
+    let tool = w.skill("tooly", &[("scripts/run.sh", b"echo from-tooly\n")]);
+    let plain = w.skill("plain", &[]);
+    let mut bindings = Vec::new();
+    for (id, dir) in [("tooly", &tool), ("plain", &plain)] {
+        let (bundle, binding) = bundle_of(id, dir);
+        let r = d.post("/v1/skill-packages", &bundle);
+        assert_eq!(r.status, 200, "{:#}", r.json());
+        bindings.push(binding);
+    }
+
+    // File tools on: managed filesystem, prompt metadata without bodies.
+    let r = d.post(
+        "/v1/sessions",
+        &json!({"skills": [bindings[0], bindings[1]], "tools": ["bash", "read"]}),
+    );
+    let doc = r.json();
+    assert_eq!(r.status, 200, "{doc:#}");
+    assert_eq!(doc["delivery"], "managed_filesystem");
+    let id = doc["id"].as_str().unwrap().to_owned();
+    let prompt = doc["prompt"]["skills"].as_array().unwrap();
+    assert!(prompt
+        .iter()
+        .any(|s| s["package_path"] == "$SCIENCEDISCOVERY_SKILLS_DIR/tooly"));
+    assert!(
+        !doc["prompt"]["text"].as_str().unwrap().contains("# tooly"),
+        "a body leaked into the prompt"
+    );
+
+    // Tools as routes.
+    let r = d.get(&format!("/v1/sessions/{id}/skills?query=tooly"));
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    let r = d.get(&format!("/v1/sessions/{id}/skills/tooly"));
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    assert!(r.json().to_string().contains("# tooly"));
+    let r = d.get(&format!(
+        "/v1/sessions/{id}/resources?path=/skills/tooly/scripts/run.sh&limit=4"
+    ));
+    let chunk = r.json();
+    assert_eq!(r.status, 200, "{chunk:#}");
+    assert!(chunk.to_string().contains("echo"), "{chunk:#}");
+    let r = d.get(&format!(
+        "/v1/sessions/{id}/resources?path=/skills/tooly/../../etc/passwd"
+    ));
+    assert!(
+        r.status >= 400 && r.status < 500,
+        "escape allowed: {}",
+        r.status
+    );
+    let r = d.get(&format!("/v1/sessions/{id}/resources?nope=1"));
+    r.assert_error(400, "bad_request");
+    let r = d.get(&format!("/v1/sessions/{id}/skills/unknown"));
+    assert_eq!(r.status, 404);
+    let r = d.get(&format!("/v1/sessions/{id}/events"));
+    assert_eq!(r.status, 200);
+    assert!(
+        r.json().to_string().contains("tooly"),
+        "loads are recorded as events"
+    );
+
+    // No file tools + a skill that needs files: refused, 422.
+    let r = d.post(
+        "/v1/sessions",
+        &json!({"skills": [bindings[0]], "tools": ["web_search"]}),
+    );
+    r.assert_error(422, "composition_rejected");
+    // No file tools + instruction-only skill: semantic tools with schemas.
+    let r = d.post(
+        "/v1/sessions",
+        &json!({"skills": [bindings[1]], "tools": []}),
+    );
+    let doc = r.json();
+    assert_eq!(r.status, 200, "{doc:#}");
+    assert_eq!(doc["delivery"], "semantic_tools");
+    assert!(
+        doc["tools"].as_array().is_some_and(|t| !t.is_empty()),
+        "{doc:#}"
+    );
+
+    // An execution naming the session gets its frozen skills.
+    let r = d.post(
+        "/v1/executions",
+        &json!({"argv": ["sh", "/skills/tooly/scripts/run.sh"], "session": id}),
+    );
+    let res = r.json();
+    assert_eq!(res["status"], "exited", "{res:#}");
+    assert_eq!(res["stdout"], "from-tooly\n", "{res:#}");
+}

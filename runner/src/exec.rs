@@ -394,8 +394,27 @@ impl Runner {
         })
     }
 
-    /// Resolves each skill of the job to the source of its bytes.
+    /// Resolves each skill of the job to the source of its bytes. A job
+    /// naming a session gets the session's frozen bindings, from the store.
     fn select(&self, job: &Job) -> Result<Vec<Selected>, ErrorInfo> {
+        if let Some(id) = &job.session {
+            let bindings = crate::session::Sessions::new(&self.config.data_dir)
+                .bindings(id)
+                .map_err(|e| ErrorInfo::new("bad_job", e.to_string()))?;
+            return bindings
+                .into_iter()
+                .map(|binding| {
+                    let pkg = self
+                        .store
+                        .resolve(&binding)
+                        .map_err(|e| ErrorInfo::new(e.kind(), e.to_string()))?;
+                    Ok(Selected {
+                        binding,
+                        source: SkillSource::Store(pkg),
+                    })
+                })
+                .collect();
+        }
         job.skills
             .iter()
             .map(|s| {

@@ -6,6 +6,10 @@
 //! refused), cwd, skill bindings (no duplicates), host paths (absolute after
 //! resolving against the job file's folder), profile and limits (profile
 //! defaults filled in). Launch code accepts only a [`Job`].
+//!
+//! A job selects its skills either in `skills` or by naming a `session`
+//! (DESIGN.md §10), whose frozen bindings the runner reads from the data
+//! dir when it prepares the execution; giving both is an error.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -97,6 +101,8 @@ pub struct Job {
     pub workspace: Option<PathBuf>,
     pub extensions_dir: Option<PathBuf>,
     pub skills: Vec<SkillRef>,
+    /// A session whose frozen skills are used (then `skills` is empty).
+    pub session: Option<String>,
     pub network: Network,
     pub profile: Profile,
     pub limits: Limits,
@@ -127,8 +133,10 @@ pub enum JobError {
     Skill { id: String, source: PackageError },
     #[error("skill {0:?} is selected twice")]
     DuplicateSkill(String),
-    #[error("sessions are not available in this version of skill-runner; list the skills in the job instead")]
-    Session,
+    #[error("session {0:?} is not a session id: session ids are ses- and 32 lowercase hex digits, as POST /v1/sessions returns them")]
+    SessionId(String),
+    #[error("the job names a session and lists skills; give one or the other (the session's skills are frozen)")]
+    SessionAndSkills,
     #[error("network {0:?} is not supported; the only network mode is \"none\"")]
     Network(String),
     #[error(transparent)]
@@ -231,8 +239,13 @@ impl Job {
             None => String::new(),
             Some(c) => normalize_cwd(&c).ok_or(JobError::Cwd(c))?,
         };
-        if raw.session.is_some() {
-            return Err(JobError::Session);
+        if let Some(id) = &raw.session {
+            if !crate::session::valid_session_id(id) {
+                return Err(JobError::SessionId(id.clone()));
+            }
+            if !raw.skills.is_empty() {
+                return Err(JobError::SessionAndSkills);
+            }
         }
         let network = match raw.network.as_deref() {
             None | Some("none") => Network::None,
@@ -302,6 +315,7 @@ impl Job {
             workspace,
             extensions_dir,
             skills,
+            session: raw.session,
             network,
             profile,
             limits,
@@ -331,6 +345,17 @@ mod tests {
         assert_eq!(j.limits.timeout_ms, 30000);
         assert_eq!(j.limits.cpu_ms, None);
         assert_eq!(j.cwd, "");
+    }
+
+    #[test]
+    fn a_session_id_is_accepted() {
+        let j =
+            job(r#"{"argv":["true"],"session":"ses-0123456789abcdef0123456789abcdef"}"#).unwrap();
+        assert_eq!(
+            j.session.as_deref(),
+            Some("ses-0123456789abcdef0123456789abcdef")
+        );
+        assert!(j.skills.is_empty());
     }
 
     #[test]
@@ -369,7 +394,11 @@ mod tests {
             (r#"{"argv":["true"],"cwd":"/etc"}"#, "cwd"),
             (r#"{"argv":["true"],"execution_id":"a b"}"#, "execution_id"),
             (r#"{"argv":["true"],"network":"host"}"#, "network"),
-            (r#"{"argv":["true"],"session":"s1"}"#, "sessions"),
+            (r#"{"argv":["true"],"session":"s1"}"#, "not a session id"),
+            (
+                r#"{"argv":["true"],"session":"ses-0123456789abcdef0123456789abcdef","skills":[{"id":"x","revision":1,"version":"1","hash":"b5bcc438dc1139bc1aadc8ad73d72b6717577bf8b39c13207e5f9f583582227b"}]}"#,
+                "one or the other",
+            ),
             (r#"{"argv":["true"],"profile":"strict"}"#, "built-in"),
             (
                 r#"{"argv":["true"],"limits":{"timeout_ms":0}}"#,

@@ -12,9 +12,12 @@
 //! | [`store`] | the content-addressed store |
 //! | [`stage`] | building and verifying a snapshot root |
 //! | [`fsx`] | file-system primitives (no-follow opens, copies, locks) |
+//! | [`catalog`] | the skills offered by name: built-in, user, project |
+//! | [`session`] | the skill host: frozen sessions and their tool routes |
 
 pub mod alias;
 pub mod bundle;
+pub mod catalog;
 pub mod cgroup;
 pub mod daemon;
 pub mod doctor;
@@ -29,6 +32,7 @@ pub mod profile;
 pub mod result;
 #[cfg(target_os = "linux")]
 pub mod seccomp;
+pub mod session;
 pub mod source;
 pub mod stage;
 pub mod store;

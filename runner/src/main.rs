@@ -11,11 +11,15 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand};
 
+use skill_runner::catalog::{Catalog, CatalogConfig};
 use skill_runner::exec::{self, Config, OutputMode, RunOptions, Runner};
 use skill_runner::hash::Binding;
 use skill_runner::job::Job;
 use skill_runner::package::{self, Limits as PackageLimits};
 use skill_runner::result::{ErrorInfo, ExecResult, EXIT_RUNNER};
+use skill_runner::session::{
+    ReadRange, ResourceQuery, SessionError, SessionHost, SessionRequest, SkillSpec, SkillsQuery,
+};
 use skill_runner::supervise::{Cancel, ForwardSink, NoSink};
 use skill_runner::{bundle, doctor, hash, source, stage};
 
@@ -71,6 +75,85 @@ enum Command {
     Doctor,
     /// Serve the HTTP API on a Unix socket (default) or TCP; see docs/daemon.md.
     Serve(Box<skill_runner::daemon::ServeArgs>),
+    /// The skill catalog: built-in, user and project skills by name; see
+    /// docs/skill-host.md.
+    #[command(subcommand)]
+    Catalog(CatalogCommand),
+    /// Skill-host sessions: the command-line form of POST /v1/sessions and
+    /// its routes (JSON out); see docs/skill-host.md.
+    #[command(subcommand)]
+    Session(SessionCommand),
+}
+
+#[derive(Subcommand)]
+enum CatalogCommand {
+    /// List every skill: name, source, kind, description.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rank the skills against a query, by name and description.
+    Find {
+        query: String,
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one skill: where it comes from, what it shadows, its SKILL.md.
+    Show {
+        name: String,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum SessionCommand {
+    /// Create a session: freeze the skills, derive the delivery mode.
+    Create {
+        /// A catalog name, ID@REVISION of a stored binding, or a JSON binding.
+        #[arg(long = "skill", value_name = "SKILL")]
+        skills: Vec<String>,
+        /// A tool the agent has enabled (bash, read, write, edit, glob, grep, …).
+        #[arg(long = "tool", value_name = "TOOL")]
+        tools: Vec<String>,
+    },
+    /// Print a session as created.
+    Show { id: String },
+    /// List a session's skills, or rank them with --query.
+    Skills {
+        id: String,
+        #[arg(long)]
+        query: Option<String>,
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long)]
+        category: Option<String>,
+    },
+    /// Load a skill's body (load_skill / Skill).
+    Load { id: String, name: String },
+    /// Load one supplementary file of a skill (load_skill_section).
+    Section {
+        id: String,
+        name: String,
+        section: String,
+        #[arg(long)]
+        offset: Option<u64>,
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+    /// Read a package file by its alias path (read_skill_resource).
+    Resource {
+        id: String,
+        path: String,
+        #[arg(long)]
+        offset: Option<u64>,
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+    /// Print the session's activation events.
+    Events { id: String },
 }
 
 #[derive(Args)]
@@ -200,6 +283,8 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
             skill_runner::daemon::serve(*args, data_dir)?;
             Ok(0)
         }
+        Command::Catalog(cmd) => catalog_cmd(cmd, &config(data_dir, false).data_dir),
+        Command::Session(cmd) => session_cmd(cmd, &config(data_dir, false).data_dir),
     }
 }
 
@@ -354,5 +439,178 @@ fn explain(job_path: &Path, json: bool, platform: &str, cfg: Config) -> anyhow::
             Ok(0)
         }
         other => bail!("unknown platform {other:?}; use linux or macos"),
+    }
+}
+
+/// The catalog sources of this process: the current folder, `$HOME`, the
+/// data dir (docs/skill-host.md).
+fn catalog_config(data_dir: &Path) -> anyhow::Result<CatalogConfig> {
+    let cwd = std::env::current_dir().context("cannot read the current folder")?;
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    Ok(CatalogConfig::from_env(&cwd, home.as_deref(), data_dir))
+}
+
+fn catalog_cmd(cmd: CatalogCommand, data_dir: &Path) -> anyhow::Result<i32> {
+    use std::fmt::Write as _;
+    let catalog = Catalog::load(&catalog_config(data_dir)?);
+    for w in catalog.warnings() {
+        eprintln!("skill-runner: warning: {w}");
+    }
+    let one_line = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    let mut out = String::new();
+    match cmd {
+        CatalogCommand::List { json: true } => out = pretty(catalog.entries())?,
+        CatalogCommand::List { json: false } => {
+            for e in catalog.entries() {
+                let desc = one_line(&e.description);
+                let (name, source, kind) = (&e.name, e.source.as_str(), e.kind.as_str());
+                writeln!(out, "{name:<28} {source:<8} {kind:<17} {desc}")?;
+            }
+        }
+        CatalogCommand::Find { query, limit, json } => {
+            let found = catalog.find(&query, limit);
+            if json {
+                out = pretty(&found)?;
+            } else {
+                for h in &found.hits {
+                    let desc = one_line(&h.description);
+                    writeln!(out, "{:>4}  {:<28} {desc}", h.score, h.name)?;
+                }
+                if let Some(m) = &found.message {
+                    writeln!(out, "{m}")?;
+                }
+            }
+        }
+        CatalogCommand::Show { name, json } => {
+            let entry = catalog.lookup(&name)?;
+            let files = Catalog::read_files(entry, &PackageLimits::default())?;
+            let md = files
+                .iter()
+                .find(|f| f.0 == package::SKILL_MD)
+                .map(|f| String::from_utf8_lossy(&f.1).into_owned())
+                .unwrap_or_default();
+            if json {
+                #[derive(serde::Serialize)]
+                struct Shown<'a> {
+                    #[serde(flatten)]
+                    entry: &'a skill_runner::catalog::Entry,
+                    file_list: Vec<&'a str>,
+                    skill_md: String,
+                }
+                out = pretty(&Shown {
+                    entry,
+                    file_list: files.iter().map(|f| f.0.as_str()).collect(),
+                    skill_md: md,
+                })?;
+            } else {
+                let at = |p: &Option<PathBuf>| {
+                    p.as_ref()
+                        .map(|p| format!(" {}", p.display()))
+                        .unwrap_or_default()
+                };
+                writeln!(out, "name: {}", entry.name)?;
+                writeln!(out, "description: {}", one_line(&entry.description))?;
+                writeln!(out, "source: {}{}", entry.source.as_str(), at(&entry.path))?;
+                for s in &entry.shadows {
+                    writeln!(out, "shadows: {}{}", s.source.as_str(), at(&s.path))?;
+                }
+                for f in &files {
+                    writeln!(out, "file: {}", f.0)?;
+                }
+                write!(out, "\n{md}")?;
+            }
+        }
+    }
+    emit(&out)?;
+    Ok(0)
+}
+
+/// A session error as one line with its kind, e.g.
+/// `composition_rejected: skill "x" needs files …`.
+fn host_err(e: SessionError) -> anyhow::Error {
+    anyhow::anyhow!("{}: {e}", e.kind())
+}
+
+fn session_cmd(cmd: SessionCommand, data_dir: &Path) -> anyhow::Result<i32> {
+    let host = SessionHost::open(data_dir, catalog_config(data_dir)?).map_err(host_err)?;
+    let doc = match cmd {
+        SessionCommand::Create { skills, tools } => {
+            let skills = skills
+                .iter()
+                .map(|s| SkillSpec::from_arg(s, host.store()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(host_err)?;
+            let created = host
+                .create(SessionRequest { skills, tools })
+                .map_err(host_err)?;
+            for w in &created.warnings {
+                eprintln!("skill-runner: warning: {w}");
+            }
+            pretty(&created)?
+        }
+        SessionCommand::Show { id } => pretty(&host.show(&id).map_err(host_err)?)?,
+        SessionCommand::Skills {
+            id,
+            query,
+            limit,
+            category,
+        } => {
+            let q = SkillsQuery {
+                query,
+                limit,
+                category,
+            };
+            pretty(&host.skills(&id, &q).map_err(host_err)?)?
+        }
+        SessionCommand::Load { id, name } => pretty(&host.load(&id, &name).map_err(host_err)?)?,
+        SessionCommand::Section {
+            id,
+            name,
+            section,
+            offset,
+            limit,
+        } => {
+            let range = ReadRange { offset, limit };
+            pretty(
+                &host
+                    .section(&id, &name, &section, range)
+                    .map_err(host_err)?,
+            )?
+        }
+        SessionCommand::Resource {
+            id,
+            path,
+            offset,
+            limit,
+        } => {
+            let q = ResourceQuery {
+                path,
+                offset,
+                limit,
+            };
+            pretty(&host.resource(&id, &q).map_err(host_err)?)?
+        }
+        SessionCommand::Events { id } => pretty(&host.events(&id).map_err(host_err)?)?,
+    };
+    emit(&doc)?;
+    Ok(0)
+}
+
+fn pretty<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<String> {
+    Ok(serde_json::to_string_pretty(value)? + "\n")
+}
+
+/// Writes `text` to stdout; a reader that went away (`| head`) is not an
+/// error.
+fn emit(text: &str) -> anyhow::Result<()> {
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
     }
 }

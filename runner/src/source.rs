@@ -44,6 +44,16 @@ pub const MAX_DEPTH: usize = 32;
 
 /// Lists the package at `root`: regular files only, sorted for hashing.
 pub fn list_dir(root: &Path, limits: &Limits) -> Result<Vec<ListedFile>, ListError> {
+    list_dir_with_folders(root, limits).map(|(files, _)| files)
+}
+
+/// Like [`list_dir`], and also returns every folder below `root` (relative
+/// paths, empty ones included, in walk order). The catalog stamps them to
+/// notice a file added anywhere in the package.
+pub fn list_dir_with_folders(
+    root: &Path,
+    limits: &Limits,
+) -> Result<(Vec<ListedFile>, Vec<String>), ListError> {
     let meta = fs::symlink_metadata(root).map_err(|source| ListError::Read {
         path: root.to_owned(),
         source,
@@ -55,13 +65,14 @@ pub fn list_dir(root: &Path, limits: &Limits) -> Result<Vec<ListedFile>, ListErr
         });
     }
     let mut out = Vec::new();
+    let mut folders = Vec::new();
     let mut tally = LimitTally::new(*limits);
-    walk(root, "", 0, &mut tally, &mut out)?;
+    walk(root, "", 0, &mut tally, &mut out, &mut folders)?;
     sort_utf16(&mut out, |f| &f.path);
     if !out.iter().any(|f| f.path == SKILL_MD) {
         return Err(PackageError::MissingSkillMd.into());
     }
-    Ok(out)
+    Ok((out, folders))
 }
 
 fn walk(
@@ -70,6 +81,7 @@ fn walk(
     depth: usize,
     tally: &mut LimitTally,
     out: &mut Vec<ListedFile>,
+    folders: &mut Vec<String>,
 ) -> Result<(), ListError> {
     if depth > MAX_DEPTH {
         return Err(ListError::TooDeep { limit: MAX_DEPTH });
@@ -97,7 +109,8 @@ fn walk(
             source,
         })?;
         if ty.is_dir() {
-            walk(&path, &rel, depth + 1, tally, out)?;
+            folders.push(rel.clone());
+            walk(&path, &rel, depth + 1, tally, out, folders)?;
         } else if ty.is_file() {
             let size = entry
                 .metadata()

@@ -388,6 +388,29 @@ impl Store {
         Ok(out)
     }
 
+    /// The published revisions of one skill, sorted by revision; empty
+    /// when none is (or `id` is not an admissible id).
+    pub fn bindings_of(&self, id: &str) -> Result<Vec<Binding>, StoreError> {
+        if package::check_id(id).is_err() {
+            return Ok(Vec::new());
+        }
+        let dir = self.root.join("bindings").join(id);
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io_err(&dir)(e)),
+        };
+        let mut out = Vec::new();
+        for record in entries {
+            let record = record.map_err(io_err(&dir))?;
+            if record.path().extension().is_some_and(|e| e == "json") {
+                out.push(self.read_binding(&record.path())?);
+            }
+        }
+        out.sort_by_key(|b| b.revision);
+        Ok(out)
+    }
+
     /// Records a published selection under its set identity.
     pub fn put_set(&self, bindings: &[Binding]) -> Result<String, StoreError> {
         let identity = hash::set_identity(bindings);

@@ -29,6 +29,7 @@ pub mod registry;
 pub mod roots;
 pub mod routes;
 pub mod server;
+pub mod sessions;
 pub mod stream;
 
 use std::path::PathBuf;
@@ -89,6 +90,15 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         "starting"
     );
 
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let sessions = Arc::new(
+        crate::session::SessionHost::open(
+            &config.data_dir,
+            crate::catalog::CatalogConfig::from_env(&cwd, home.as_deref(), &config.data_dir),
+        )
+        .map_err(|e| DaemonError::Runner(e.to_string()))?,
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("skill-runner-daemon")
@@ -106,6 +116,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
             metrics: Arc::new(metrics::Metrics::default()),
             roots: roots::Roots::new(config.roots.clone()),
             uploads: Arc::new(Semaphore::new(config.max_uploads)),
+            sessions,
             config,
         });
         let served = server::run(listener, app).await;

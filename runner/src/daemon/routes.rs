@@ -9,6 +9,7 @@
 //! | `GET /v1/executions/{id}` | a retained result (200), or 202 while queued or running |
 //! | `DELETE /v1/executions/{id}` | cancel a queued or running execution |
 //! | `GET /metrics` | Prometheus text |
+//! | `/v1/sessions…` | the skill host of §10 ([`super::sessions`]) |
 //!
 //! Invariants:
 //! - every error is `{"error": {"kind", "message"}}` with a fitting status,
@@ -62,6 +63,8 @@ pub struct AppInner {
     pub config: Config,
     pub roots: Roots,
     pub uploads: Arc<Semaphore>,
+    /// The skill host (sessions, catalog) of §10.
+    pub sessions: Arc<crate::session::SessionHost>,
 }
 
 impl App {
@@ -118,6 +121,8 @@ pub enum ApiError {
     Method { method: String, path: String },
     #[error("{0}; this is a bug in the daemon, see its log")]
     Internal(String),
+    #[error(transparent)]
+    Session(#[from] crate::session::SessionError),
 }
 
 impl ApiError {
@@ -152,6 +157,10 @@ impl ApiError {
             ApiError::NotFound { .. } | ApiError::NoRoute { .. } => (S::NOT_FOUND, "not_found"),
             ApiError::NotRunning(_) => (S::CONFLICT, "not_running"),
             ApiError::Method { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            ApiError::Session(e) => (
+                S::from_u16(e.status()).unwrap_or(S::INTERNAL_SERVER_ERROR),
+                e.kind(),
+            ),
         }
     }
 }
@@ -206,6 +215,7 @@ pub fn router(app: App) -> Router {
             "/v1/executions/{id}",
             get(get_execution).delete(delete_execution),
         )
+        .merge(super::sessions::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(bad_method)
         .layer(middleware::from_fn_with_state(app.clone(), guard))
@@ -283,7 +293,7 @@ async fn metrics(State(app): State<App>) -> Response {
 }
 
 /// Refuses a body whose declared length is over `limit` before reading it.
-fn check_length(headers: &HeaderMap, limit: u64) -> Result<(), ApiError> {
+pub(super) fn check_length(headers: &HeaderMap, limit: u64) -> Result<(), ApiError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -295,7 +305,11 @@ fn check_length(headers: &HeaderMap, limit: u64) -> Result<(), ApiError> {
 }
 
 /// Reads a whole body under a size limit and a time limit.
-async fn read_body(body: Body, limit: u64, timeout: Duration) -> Result<Bytes, ApiError> {
+pub(super) async fn read_body(
+    body: Body,
+    limit: u64,
+    timeout: Duration,
+) -> Result<Bytes, ApiError> {
     let limited = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
     match tokio::time::timeout(timeout, limited.collect()).await {
         Err(_) => Err(ApiError::BodyTimeout {

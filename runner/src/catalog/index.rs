@@ -1,0 +1,185 @@
+//! The user-level catalog index: one file caching the scan of each user
+//! root, so that a start does not re-read thousands of `SKILL.md` files.
+//!
+//! Unlike a cache that is rebuilt only when it is missing, a cached root is
+//! used only while it is provably current. Its entry records a stamp
+//! (device, inode, size, modification time) of every folder the scan
+//! walked (the root, category folders, each skill folder and every folder
+//! inside it) and of every `SKILL.md`. Adding, removing or renaming
+//! anything changes the stamp of the folder that holds it; editing
+//! `SKILL.md` in place changes its own stamp; so a cached root is used only
+//! when every stamp still matches. Editing another file in place (a script)
+//! changes nothing the catalog reports (name, description, kind), and the
+//! bytes of a skill are never taken from the catalog: a session reads and
+//! hashes the folder again when it freezes the skill.
+//!
+//! Racy stamps: a file changed in the same clock tick as the scan read it
+//! keeps an equal stamp. So a stamp whose time is within the racy window
+//! (default 2 s) before the scan started is not trusted, and that root is
+//! scanned again next time (as git does with its index).
+//!
+//! The file is written to a private name and renamed into place, so a
+//! reader sees the old index or the new one, never half of one. An
+//! unreadable or foreign index is ignored and rewritten.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::scan::{Found, RootScan};
+use super::Warning;
+
+/// Bumped when the file's shape or the meaning of its entries changes.
+const FORMAT: u32 = 1;
+
+/// What a folder or file looked like when the scan saw it: path
+/// (relative to the root, or absolute outside it; empty for the root),
+/// device, inode, size, modification time (seconds, nanoseconds). Kept as
+/// a JSON array: an index holds thousands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stamp(pub String, pub u64, pub u64, pub u64, pub i64, pub i64);
+
+impl Stamp {
+    /// The stamp of `path` now, following symlinks as the scan does;
+    /// `None` when it cannot be read. `rel` is what the index records.
+    pub fn take(path: &Path, rel: String) -> Option<Stamp> {
+        let st = nix::sys::stat::stat(path).ok()?;
+        Some(Stamp::of(rel, &st))
+    }
+
+    fn of(rel: String, st: &nix::sys::stat::FileStat) -> Stamp {
+        let (dev, ino, size, mtime, nsec) = fields(st);
+        Stamp(rel, dev, ino, size, mtime, nsec)
+    }
+
+    /// True when the file still looks the same, looked up from the
+    /// root's handle (a short path walk instead of a whole absolute path).
+    fn still(&self, root: &fs::File) -> bool {
+        let st = if self.0.is_empty() {
+            nix::sys::stat::fstat(root)
+        } else {
+            nix::sys::stat::fstatat(root, self.0.as_str(), nix::fcntl::AtFlags::empty())
+        };
+        st.is_ok_and(|st| fields(&st) == (self.1, self.2, self.3, self.4, self.5))
+    }
+
+    fn nanos(&self) -> i128 {
+        i128::from(self.4) * 1_000_000_000 + i128::from(self.5)
+    }
+}
+
+/// The cached scan of one root.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CachedRoot {
+    pub root: PathBuf,
+    /// The scan settings it was made with; other settings scan again.
+    pub settings: String,
+    /// When the scan started, in nanoseconds since the Unix epoch.
+    pub scanned_at: i128,
+    pub stamps: Vec<Stamp>,
+    pub found: Vec<Found>,
+    pub warnings: Vec<Warning>,
+}
+
+impl CachedRoot {
+    pub fn new(root: &Path, settings: String, scan: RootScan) -> CachedRoot {
+        CachedRoot {
+            root: root.to_owned(),
+            settings,
+            scanned_at: nanos_since_epoch(scan.started),
+            stamps: scan.stamps,
+            found: scan.found,
+            warnings: scan.warnings,
+        }
+    }
+
+    /// True when every stamp still matches and none is racy.
+    pub fn is_current(&self, racy_window: Duration) -> bool {
+        let trusted_before = self.scanned_at - racy_window.as_nanos() as i128;
+        if self.stamps.iter().any(|s| s.nanos() >= trusted_before) {
+            return false;
+        }
+        let Ok(root) = fs::File::open(&self.root) else {
+            return false;
+        };
+        // Thousands of stats: split them over two threads when there are
+        // enough to pay for a thread (a warm start is mostly these stats).
+        const SPLIT_AT: usize = 2048;
+        let two = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+        if self.stamps.len() < SPLIT_AT || !two {
+            return self.stamps.iter().all(|s| s.still(&root));
+        }
+        let (a, b) = self.stamps.split_at(self.stamps.len() / 2);
+        std::thread::scope(|scope| {
+            let root = &root;
+            let other = scope.spawn(move || b.iter().all(|s| s.still(root)));
+            let mine = a.iter().all(|s| s.still(root));
+            other.join().unwrap_or(false) && mine
+        })
+    }
+}
+
+/// The stamped fields of a `stat`, in fixed types.
+// The `stat` field types differ between Linux and macOS.
+#[allow(clippy::unnecessary_cast)]
+fn fields(st: &nix::sys::stat::FileStat) -> (u64, u64, u64, i64, i64) {
+    (
+        st.st_dev as u64,
+        st.st_ino as u64,
+        st.st_size as u64,
+        st.st_mtime as i64,
+        st.st_mtime_nsec as i64,
+    )
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct IndexFile {
+    format: u32,
+    roots: Vec<CachedRoot>,
+}
+
+fn nanos_since_epoch(t: SystemTime) -> i128 {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i128,
+        Err(e) => -(e.duration().as_nanos() as i128),
+    }
+}
+
+/// Reads the index; a missing, unreadable or foreign file is an empty one.
+pub fn load(path: &Path) -> Vec<CachedRoot> {
+    let Ok(bytes) = fs::read(path) else {
+        return Vec::new();
+    };
+    match serde_json::from_slice::<IndexFile>(&bytes) {
+        Ok(f) if f.format == FORMAT => f.roots,
+        _ => Vec::new(),
+    }
+}
+
+/// Writes the index atomically (private file, then rename).
+pub fn save(path: &Path, roots: &[CachedRoot]) -> io::Result<()> {
+    #[derive(Serialize)]
+    struct Out<'a> {
+        format: u32,
+        roots: &'a [CachedRoot],
+    }
+    let bytes = serde_json::to_vec(&Out {
+        format: FORMAT,
+        roots,
+    })
+    .map_err(io::Error::other)?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = dir.join(format!(".{name}.{}", crate::fsx::random_hex()));
+    let written = fs::write(&tmp, bytes).and_then(|()| fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
+}
