@@ -184,7 +184,12 @@ fn standard_mounts() -> Option<String> {
         let fs_type = |p: &str| {
             nix::sys::statfs::statfs(p)
                 .ok()
-                .map(|s| s.filesystem_type().0 as i64)
+                // f_type's width differs between libcs and architectures.
+                .map(|s| {
+                    #[allow(clippy::unnecessary_cast)]
+                    let t = s.filesystem_type().0 as i64;
+                    t
+                })
         };
         if fs_type("/sys/fs/cgroup") == Some(CGROUP2_SUPER_MAGIC) {
             return Some("0 0 0:0 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n".to_owned());
