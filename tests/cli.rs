@@ -18,20 +18,6 @@ fn output(cmd: &mut Command) -> Output {
     output_within(cmd, HANG_GUARD)
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// `exit N; stdout: …; stderr: …` for assertion messages.
-fn show(out: &Output) -> String {
-    format!(
-        "\n  exit {:?}\n  stdout: {:?}\n  stderr: {:?}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    )
-}
-
 /// `skill-runner ARGS` with the world's data dir.
 fn runner(world: &World, args: &[&str]) -> Output {
     output(world.cmd().args(args))

@@ -13,19 +13,6 @@ use std::process::{Command, Output};
 use serde_json::{json, Value};
 use skill_runner_tests::*;
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn show(out: &Output) -> String {
-    format!(
-        "\n  exit {:?}\n  stdout: {:?}\n  stderr: {:?}",
-        out.status.code(),
-        text(&out.stdout),
-        text(&out.stderr)
-    )
-}
-
 /// A world with `home/.agents/skills` (user) and `proj/skills` (project).
 struct Host {
     world: World,

@@ -295,3 +295,18 @@ pub fn processes_in(dir: &Path) -> Vec<String> {
         })
         .collect()
 }
+
+/// Bytes as text, lossily, for messages.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `exit N; stdout: …; stderr: …` for assertion messages.
+pub fn show(out: &Output) -> String {
+    format!(
+        "\n  exit {:?}\n  stdout: {:?}\n  stderr: {:?}",
+        out.status.code(),
+        text(&out.stdout),
+        text(&out.stderr)
+    )
+}
