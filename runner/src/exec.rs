@@ -250,6 +250,7 @@ impl Runner {
     /// Opens the data dir, probes the host and sweeps leftovers of crashed
     /// runners.
     pub fn new(config: Config) -> Result<Runner, String> {
+        let started = std::time::Instant::now();
         let store = Store::open(&config.data_dir).map_err(|e| e.to_string())?;
         let executions = config.data_dir.join("executions");
         fs::create_dir_all(&executions)
@@ -269,7 +270,13 @@ impl Runner {
             host,
             executions,
         };
+        let probed = started.elapsed();
         runner.sweep();
+        tracing::debug!(
+            probe_ms = probed.as_secs_f64() * 1e3,
+            total_ms = started.elapsed().as_secs_f64() * 1e3,
+            "runner ready"
+        );
         Ok(runner)
     }
 
