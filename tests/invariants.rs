@@ -219,3 +219,71 @@ fn planted_extensions_symlink_is_refused() {
         "keep me\n"
     );
 }
+
+/// Issue 3: a limit passed by the command itself is reported as
+/// `limit_exceeded`, naming the limit (file size and CPU time, enforced by
+/// rlimits, whose signals kill the command).
+#[test]
+fn rlimit_limits_are_reported_by_name() {
+    if !require_sandbox("rlimit_limits_are_reported_by_name") {
+        return;
+    }
+    let w = World::new();
+    let (_, doc, _) = w.run_json(&json!({
+        "argv": ["sh", "-c", "head -c 10485760 /dev/zero > /workspace/big"],
+        "limits": {"file_size_bytes": 1048576},
+    }));
+    assert_eq!(doc["status"], "limit_exceeded", "{doc:#}");
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("file_size_bytes"),
+        "{doc:#}"
+    );
+    assert_eq!(
+        doc["limits"]["file_size_bytes"]["enforced_by"], "rlimit",
+        "{doc:#}"
+    );
+
+    let (code, doc, _) = w.run_json(&json!({
+        "argv": ["sh", "-c", "while :; do :; done"],
+        "limits": {"cpu_ms": 1000, "timeout_ms": 20000},
+    }));
+    assert_eq!(doc["status"], "limit_exceeded", "{doc:#}");
+    assert!(
+        doc["error"]["message"].as_str().unwrap().contains("cpu_ms"),
+        "{doc:#}"
+    );
+    assert_ne!(
+        code, 124,
+        "the CPU limit, not the timeout, must end it: {doc:#}"
+    );
+}
+
+/// Issue 3: a cwd that leaves the workspace through a symlink is refused
+/// before anything runs.
+#[test]
+fn cwd_through_a_symlink_out_of_the_workspace_is_refused() {
+    if !require_sandbox("cwd_through_a_symlink_out_of_the_workspace_is_refused") {
+        return;
+    }
+    let w = World::new();
+    let ws = w.path().join("ws");
+    std::fs::create_dir_all(ws.join("inside")).unwrap();
+    std::os::unix::fs::symlink("/etc", ws.join("out")).unwrap();
+    let (code, doc, _) = w.run_json(&json!({"argv": ["pwd"], "workspace": ws, "cwd": "out"}));
+    assert_eq!(code, 125, "{doc:#}");
+    assert_eq!(doc["status"], "rejected", "{doc:#}");
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("leaves the workspace"),
+        "{doc:#}"
+    );
+    // A real folder inside is fine, and is the cwd in the sandbox.
+    let (code, doc, _) = w.run_json(&json!({"argv": ["pwd"], "workspace": ws, "cwd": "inside"}));
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["stdout"], "/workspace/inside\n", "{doc:#}");
+}
