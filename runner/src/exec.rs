@@ -141,11 +141,8 @@ impl Bwrap {
             },
             found.version
         );
-        // Best effort, atomic: a torn cache file would only cost a re-probe.
-        let tmp = cache_dir.join(format!("bwrap-probe.{}", crate::fsx::random_hex()));
-        if fs::create_dir_all(cache_dir).is_ok() && fs::write(&tmp, text).is_ok() {
-            let _ = fs::rename(&tmp, &cache);
-        }
+        // Best effort: without a cache the next run probes again.
+        let _ = crate::fsx::write_replace(&cache, text.as_bytes());
         Ok(found)
     }
 

@@ -7,7 +7,9 @@
 //!   buffer) and falls back to read/write where the kernel says no;
 //! - [`remove_tree`] deletes a tree whose folders were made read-only;
 //! - [`LockFile`] is an advisory `flock` held for the life of a private
-//!   folder, which is how a sweeper tells a live folder from a crashed one.
+//!   folder, which is how a sweeper tells a live folder from a crashed one;
+//! - [`write_replace`] and [`write_new`] write whole files atomically: a
+//!   reader sees the old file or the new one, never a torn one.
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -195,6 +197,41 @@ pub fn random_hex() -> String {
     // The kernel's random source does not fail on Linux >= 3.17 or macOS.
     getrandom::fill(&mut bytes).expect("getrandom failed");
     crate::hash::to_hex(&bytes)
+}
+
+/// A private sibling name for a file being written next to `path`.
+fn sibling_tmp(path: &Path) -> PathBuf {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!(".{name}.{}.tmp", random_hex()))
+}
+
+/// Writes `bytes` to `path`, replacing it atomically (write a private
+/// sibling, then `rename`). Creates the parent folder.
+pub fn write_replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    let tmp = sibling_tmp(path);
+    let written = fs::write(&tmp, bytes).and_then(|()| fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Creates `path` with `bytes` and `mode` unless it exists: a private
+/// sibling is written, then `link(2)`ed into place, which is atomic and
+/// never replaces. An existing `path` is `AlreadyExists`, untouched.
+pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    let tmp = sibling_tmp(path);
+    let written = fs::write(&tmp, bytes)
+        .and_then(|()| chmod(&tmp, mode))
+        .and_then(|()| fs::hard_link(&tmp, path));
+    let _ = fs::remove_file(&tmp);
+    written
 }
 
 /// Creates a folder with mode 0700 (and its parents, 0755 as usual).

@@ -570,21 +570,13 @@ impl Sessions {
             let path = path.to_owned();
             move |source| SessionError::Io { path, source }
         };
-        fs::create_dir_all(&self.dir).map_err(io(&self.dir))?;
         let path = self.record_path(&record.id);
-        let tmp = self
-            .dir
-            .join(format!(".{}.{}.tmp", record.id, crate::fsx::random_hex()));
         let mut text = serde_json::to_vec_pretty(record).map_err(|e| SessionError::Corrupt {
             path: path.clone(),
             reason: e.to_string(),
         })?;
         text.push(b'\n');
-        let written = fs::write(&tmp, &text)
-            .and_then(|()| crate::fsx::chmod(&tmp, 0o444))
-            .and_then(|()| fs::hard_link(&tmp, &path));
-        let _ = fs::remove_file(&tmp);
-        written.map_err(io(&path))
+        crate::fsx::write_new(&path, &text, 0o444).map_err(io(&path))
     }
 
     /// Appends one event (one `write` of one line, `O_APPEND`).

@@ -322,7 +322,7 @@ impl Store {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        create_once(&self.root.join("tmp"), &path, &text)?;
+        create_once(&path, &text)?;
         let existing = self.read_binding(&path)?;
         if existing != *binding {
             return Err(StoreError::Conflict {
@@ -419,7 +419,7 @@ impl Store {
             path: path.clone(),
             reason: e.to_string(),
         })?;
-        create_once(&self.root.join("tmp"), &path, &text)?;
+        create_once(&path, &text)?;
         Ok(identity)
     }
 
@@ -442,20 +442,12 @@ impl Store {
     }
 }
 
-/// Creates `path` with `text` unless it exists: written to a private file
-/// first, then `link`ed, which is atomic and never replaces.
-fn create_once(tmp: &Path, path: &Path, text: &[u8]) -> Result<(), StoreError> {
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(io_err(parent))?;
-    }
-    let private = tmp.join(format!("{}.record", fsx::random_hex()));
-    fs::write(&private, text).map_err(io_err(&private))?;
-    let linked = fs::hard_link(&private, path);
-    let _ = fs::remove_file(&private);
-    match linked {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(io_err(path)(e)),
+/// Creates `path` with `text` unless it exists (an existing record is left
+/// as it is; the caller compares it).
+fn create_once(path: &Path, text: &[u8]) -> Result<(), StoreError> {
+    match fsx::write_new(path, text, 0o644) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(io_err(path)(e)),
+        _ => Ok(()),
     }
 }
 
@@ -557,17 +549,6 @@ pub fn sweep_locked_dirs(dir: &Path) -> io::Result<usize> {
             fs::remove_file(&path)?;
             drop(lock);
             removed += 1;
-        } else if name.ends_with(".record") {
-            // Records live for an instant; an old one was left by a crash.
-            let old = entry
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age.as_secs() > 60);
-            if old {
-                let _ = fs::remove_file(&path);
-            }
         } else if entry.file_type()?.is_dir() && !dir.join(format!("{name}.lock")).exists() {
             // A folder is only ever created after its lock: no lock means
             // its sweep was interrupted.

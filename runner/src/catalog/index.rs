@@ -173,13 +173,5 @@ pub fn save(path: &Path, roots: &[CachedRoot]) -> io::Result<()> {
         roots,
     })
     .map_err(io::Error::other)?;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir)?;
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(".{name}.{}", crate::fsx::random_hex()));
-    let written = fs::write(&tmp, bytes).and_then(|()| fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    written
+    crate::fsx::write_replace(path, &bytes)
 }
