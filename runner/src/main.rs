@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
 use clap::{Args, Parser, Subcommand};
 
 use skill_runner::catalog::{Catalog, CatalogConfig};
@@ -187,7 +187,7 @@ fn main() -> ExitCode {
     match real_main(cli) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            let _ = writeln!(std::io::stderr(), "skill-runner: {e:#}");
+            let _ = writeln!(std::io::stderr(), "skill-runner: {e}");
             ExitCode::from(EXIT_RUNNER as u8)
         }
     }
@@ -221,7 +221,10 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
         } => explain(&job, json, &platform, config(data_dir, false)),
         Command::Hash { dir } => {
             let h = stage::hash_dir(&dir, &PackageLimits::default())?;
-            println!("{h}");
+            emit(&format!(
+                "{h}
+"
+            ))?;
             Ok(0)
         }
         Command::Pack { dir, meta } => {
@@ -234,19 +237,18 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
                 version: meta.version,
                 hash,
             };
-            package::check_binding(&binding)?;
-            let md = files
-                .iter()
-                .find(|f| f.0 == package::SKILL_MD)
-                .context("the folder has no SKILL.md")?;
-            let doc = package::parse_skill_md(&md.1)?;
-            for w in doc.warnings(Some(&binding.id)) {
-                eprintln!("skill-runner: warning: {w}");
-            }
             let text = bundle::render(&[(binding, files)]);
-            // Prove the output verifies before printing it.
-            bundle::parse(text.as_bytes(), &limits)?;
-            println!("{text}");
+            // Verify what is printed: ids, paths, limits, SKILL.md, hashes.
+            let parsed = bundle::parse(text.as_bytes(), &limits)?;
+            for skill in &parsed {
+                for w in skill.doc.warnings(Some(&skill.binding.id)) {
+                    eprintln!("skill-runner: warning: {w}");
+                }
+            }
+            emit(&format!(
+                "{text}
+"
+            ))?;
             Ok(0)
         }
         Command::Store(cmd) => {
@@ -264,11 +266,11 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
                     for w in &p.warnings {
                         eprintln!("skill-runner: warning: {w}");
                     }
-                    println!("{}", serde_json::to_string(&p.binding)?);
+                    emit(&format!("{}\n", serde_json::to_string(&p.binding)?))?;
                 }
                 StoreCommand::List => {
                     for b in store.bindings()? {
-                        println!("{}", serde_json::to_string(&b)?);
+                        emit(&format!("{}\n", serde_json::to_string(&b)?))?;
                     }
                 }
             }
@@ -445,7 +447,8 @@ fn explain(job_path: &Path, json: bool, platform: &str, cfg: Config) -> anyhow::
 /// The catalog sources of this process: the current folder, `$HOME`, the
 /// data dir (docs/skill-host.md).
 fn catalog_config(data_dir: &Path) -> anyhow::Result<CatalogConfig> {
-    let cwd = std::env::current_dir().context("cannot read the current folder")?;
+    let cwd = std::env::current_dir()
+        .map_err(|e| anyhow::anyhow!("cannot read the current folder: {e}"))?;
     let home = std::env::var_os("HOME")
         .filter(|h| !h.is_empty())
         .map(PathBuf::from);
