@@ -15,7 +15,8 @@
 //! - when a job names a workspace but no extensions dir, the default
 //!   `<workspace>/.sciencediscovery/skill-extensions` is resolved and
 //!   checked the same way, because an earlier command could have planted a
-//!   symlink there.
+//!   symlink there; it stays the runner's default, which the runner creates
+//!   without following symlinks (`exec::default_extensions_dir`).
 //!
 //! Limit: the check and the runner's mount are two moments. A process that
 //! can write inside a root (a sandboxed command whose workspace is there)
@@ -132,16 +133,20 @@ impl Roots {
         if let Some(ws) = &job.workspace {
             job.workspace = Some(self.resolve("workspace", ws)?);
         }
-        let extensions = match (&job.extensions_dir, &job.workspace) {
-            (Some(e), _) => Some(self.resolve("extensions_dir", e)?),
-            (None, Some(ws)) => Some(self.resolve(
-                "extensions_dir",
-                &ws.join(".sciencediscovery/skill-extensions"),
-            )?),
+        match (&job.extensions_dir, &job.workspace) {
+            (Some(e), _) => job.extensions_dir = Some(self.resolve("extensions_dir", e)?),
+            // Checked, but left to the runner, which creates the default
+            // without following symlinks; naming it explicitly here would
+            // turn that into a plain, symlink-following path.
+            (None, Some(ws)) => {
+                self.resolve(
+                    "extensions_dir",
+                    &ws.join(".sciencediscovery/skill-extensions"),
+                )?;
+            }
             // A fresh private workspace: its default is private too.
-            (None, None) => None,
-        };
-        job.extensions_dir = extensions;
+            (None, None) => {}
+        }
         for skill in &mut job.skills {
             if let Some(p) = &skill.path {
                 skill.path = Some(self.resolve("skill path", p)?);
