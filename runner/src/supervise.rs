@@ -22,9 +22,7 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -166,26 +164,24 @@ pub fn supervise(
     sink: &mut dyn Sink,
     cancel: Option<&Cancel>,
 ) -> io::Result<Outcome> {
-    let mut cmd = Command::new(&spawn.program);
-    cmd.args(&spawn.args)
-        .env_clear()
-        .stdin(if spawn.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .envs(spawn.env.iter().map(|(k, v)| (k, v)))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    if !spawn.new_session {
-        // Its own process group: a Ctrl-C at the terminal reaches the
-        // runner, which then stops the sandbox itself. (A new session is
-        // a new group too; setsid refuses a group leader, so not both.)
-        cmd.process_group(0);
-    }
-
-    let mut keep_alive: Vec<OwnedFd> = Vec::new();
-    let mut fd_map: Vec<(RawFd, RawFd)> = Vec::new();
+    // Stdio: pipes for the outputs (and for stdin when the job gives
+    // some), /dev/null otherwise. Every end is close-on-exec; the child
+    // gets its ends at 0, 1 and 2 through the fd map.
+    let (stdin_child, stdin_ours) = match &spawn.stdin {
+        Some(_) => {
+            let (r, w) = sys::pipe_cloexec()?;
+            (r, Some(File::from(w)))
+        }
+        None => (OwnedFd::from(File::open("/dev/null")?), None),
+    };
+    let (stdout_r, stdout_w) = sys::pipe_cloexec()?;
+    let (stderr_r, stderr_w) = sys::pipe_cloexec()?;
+    let mut keep_alive: Vec<OwnedFd> = vec![stdin_child, stdout_w, stderr_w];
+    let mut fd_map: Vec<(RawFd, RawFd)> = keep_alive
+        .iter()
+        .zip(0..)
+        .map(|(fd, target)| (fd.as_raw_fd(), target))
+        .collect();
     for (fd, target) in spawn.fds {
         fd_map.push((fd.as_raw_fd(), target));
         keep_alive.push(fd);
@@ -199,30 +195,29 @@ pub fn supervise(
         }
         None => None,
     };
-    ChildSetup {
+    let setup = ChildSetup {
         fd_map,
         rlimits: spawn.rlimits,
         cgroup_procs: spawn.cgroup_procs.iter().map(|f| f.as_raw_fd()).collect(),
         die_with_parent: true,
         new_session: spawn.new_session,
-    }
-    .install(&mut cmd);
+        // Its own process group: a Ctrl-C at the terminal reaches the
+        // runner, which then stops the sandbox itself. (A new session is
+        // a new group too.)
+        process_group: true,
+    };
     let has_status = spawn.status_fd.is_some();
 
     let started_at = SystemTime::now();
     let start = Instant::now();
-    let mut child = cmd.spawn()?;
+    let pid = sys::spawn(&spawn.program, &spawn.args, &spawn.env, &setup)?;
     // The child has its copies; ours would keep pipes open.
     drop(keep_alive);
     drop(spawn.cgroup_procs);
-    let pid = child.id() as libc::pid_t;
 
-    let stdin = child
-        .stdin
-        .take()
-        .map(|s| (s, spawn.stdin.unwrap_or_default()));
-    let stdout = child.stdout.take().map(File::from_std_stdout);
-    let stderr = child.stderr.take().map(File::from_std_stderr);
+    let stdin = stdin_ours.map(|s| (s, spawn.stdin.unwrap_or_default()));
+    let stdout = Some(File::from(stdout_r));
+    let stderr = Some(File::from(stderr_r));
     // Learn of the exit without reaping: a pidfd where the kernel has one
     // (no thread needed), else a waiter thread and a pipe.
     let pidfd = sys::pidfd_open(pid).ok();
@@ -296,8 +291,6 @@ pub fn supervise(
             }
         }
         let reaped = sys::reap(pid)?;
-        // Don't let `child`'s drop try anything: it has been reaped.
-        std::mem::forget(child);
         let duration = start.elapsed();
         let _ = nix::unistd::write(&stop_w, b"x");
         let pumped = io_thread
@@ -319,19 +312,6 @@ pub fn supervise(
     })
 }
 
-trait FromStd {
-    fn from_std_stdout(s: std::process::ChildStdout) -> File;
-    fn from_std_stderr(s: std::process::ChildStderr) -> File;
-}
-impl FromStd for File {
-    fn from_std_stdout(s: std::process::ChildStdout) -> File {
-        File::from(OwnedFd::from(s))
-    }
-    fn from_std_stderr(s: std::process::ChildStderr) -> File {
-        File::from(OwnedFd::from(s))
-    }
-}
-
 struct Pumped {
     stdout: Captured,
     stderr: Captured,
@@ -344,7 +324,7 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 
 /// Moves bytes: stdin in, stdout/stderr out, bwrap's status out.
 fn pump(
-    stdin: Option<(std::process::ChildStdin, Vec<u8>)>,
+    stdin: Option<(File, Vec<u8>)>,
     stdout: Option<File>,
     stderr: Option<File>,
     status: Option<File>,
@@ -352,7 +332,7 @@ fn pump(
     policy: OutputPolicy,
     sink: &mut dyn Sink,
 ) -> Pumped {
-    let mut stdin = stdin.map(|(pipe, data)| (File::from(OwnedFd::from(pipe)), data, 0usize));
+    let mut stdin = stdin.map(|(pipe, data)| (pipe, data, 0usize));
     if let Some((f, _, _)) = &stdin {
         let _ = nix::fcntl::fcntl(
             f,
@@ -564,6 +544,59 @@ mod tests {
         assert_eq!(out.stdout.bytes, b"hello");
         assert_eq!(out.stderr.bytes, b"err\n");
         assert!(!out.timed_out);
+    }
+
+    fn plain(program: &str, args: &[&str]) -> Spawn {
+        Spawn {
+            program: program.into(),
+            args: args.iter().map(|a| a.into()).collect(),
+            fds: vec![],
+            rlimits: vec![],
+            cgroup_procs: vec![],
+            stdin: None,
+            status_fd: None,
+            env: vec![],
+            new_session: false,
+        }
+    }
+
+    fn run_plain(spawn: Spawn) -> io::Result<Outcome> {
+        let policy = OutputPolicy {
+            cap: 1 << 20,
+            capture: true,
+        };
+        supervise(spawn, Duration::from_secs(10), policy, &mut NoSink, None)
+    }
+
+    #[test]
+    fn the_child_starts_with_no_signal_blocked_or_ignored() {
+        // The runner ignores SIGPIPE (Rust does) and blocks signals around
+        // the spawn; neither may reach the command.
+        let out = run_plain(plain(
+            "/usr/bin/grep",
+            &["-E", "^Sig(Blk|Ign)", "/proc/self/status"],
+        ))
+        .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout.bytes),
+            "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n"
+        );
+    }
+
+    #[test]
+    fn a_missing_program_is_an_error() {
+        let err = run_plain(plain("/nonexistent/program", &[])).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+    }
+
+    #[test]
+    fn a_failing_setup_is_an_error() {
+        // A setup step that fails in the child before exec (here an
+        // rlimit with soft above hard) comes back to the caller as an error.
+        let mut s = plain("/bin/true", &[]);
+        s.rlimits = vec![(nix::sys::resource::Resource::RLIMIT_NOFILE, 2048, 1024)];
+        let err = run_plain(s).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
     }
 
     #[test]

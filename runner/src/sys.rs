@@ -1,9 +1,13 @@
 //! The few operating-system calls that need `unsafe`, in one place.
 //!
-//! - [`ChildSetup`]: what the forked child does between `fork` and `exec`
-//!   (only async-signal-safe calls, no allocation): place inherited file
-//!   descriptors at fixed numbers, set rlimits, join cgroups, ask to be
-//!   killed with the runner;
+//! - [`spawn`]: starts a program with a [`ChildSetup`] applied between
+//!   the child's birth and its `exec` (only async-signal-safe calls, no
+//!   allocation): place descriptors at fixed numbers (stdio included), set
+//!   rlimits, join cgroups, ask to be killed with the runner. On Linux the
+//!   child shares the runner's memory until it execs (`CLONE_VM |
+//!   CLONE_VFORK`, as `posix_spawn` does), so starting a sandbox costs no
+//!   copy of the runner's page tables and no copy-on-write faults
+//!   afterwards, whatever the runner's size (the daemon's is large);
 //! - [`sealed_memfd`]: an anonymous, sealed (immutable) file holding data a
 //!   sandbox reads at start;
 //! - [`wait_exit_nowait`] / [`reap`]: wait for a child without reaping it,
@@ -11,10 +15,11 @@
 //!   reserved until the supervisor is done signalling it, so a kill can
 //!   never hit a recycled pid.
 
+use std::ffi::{CString, OsString};
 use std::io;
 use std::os::fd::{OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
-use std::process::Command;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 
 /// Lowest fd number used as scratch while remapping descriptors.
 const SCRATCH_FD_BASE: RawFd = 100;
@@ -33,6 +38,8 @@ pub struct ChildSetup {
     pub die_with_parent: bool,
     /// Call `setsid` (no controlling terminal, own process group).
     pub new_session: bool,
+    /// Without a new session: put the child in a process group of its own.
+    pub process_group: bool,
 }
 
 impl ChildSetup {
@@ -72,8 +79,11 @@ impl ChildSetup {
         }
         if self.new_session {
             // SAFETY: setsid has no preconditions; it fails only for a
-            // group leader, which the caller avoids.
+            // group leader, which a fresh child is not.
             check(unsafe { libc::setsid() })?;
+        } else if self.process_group {
+            // SAFETY: setpgid(0, 0) makes the caller a group leader.
+            check(unsafe { libc::setpgid(0, 0) })?;
         }
         for &fd in &self.cgroup_procs {
             // SAFETY: fd is an open cgroup.procs file inherited from the
@@ -117,30 +127,284 @@ impl ChildSetup {
         }
         Ok(())
     }
+}
 
-    /// Installs the setup on `cmd`.
-    pub fn install(self, cmd: &mut Command) {
+/// Starts `program` (an absolute path) with `args` and exactly the
+/// environment `env`, applying `setup` in the child before `exec`. The
+/// child's stdio is whatever `setup.fd_map` puts at 0, 1 and 2. Returns
+/// its pid; the caller reaps it.
+pub fn spawn(
+    program: &Path,
+    args: &[OsString],
+    env: &[(String, String)],
+    setup: &ChildSetup,
+) -> io::Result<libc::pid_t> {
+    let c = |bytes: &[u8]| {
+        CString::new(bytes).map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "an argument or environment variable contains a NUL byte",
+            )
+        })
+    };
+    let prog = c(program.as_os_str().as_bytes())?;
+    let mut argv_owned = vec![prog.clone()];
+    for a in args {
+        argv_owned.push(c(a.as_bytes())?);
+    }
+    let mut env_owned = Vec::with_capacity(env.len());
+    for (k, v) in env {
+        env_owned.push(c(format!("{k}={v}").as_bytes())?);
+    }
+    let argv: Vec<*const libc::c_char> = argv_owned
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp: Vec<*const libc::c_char> = env_owned
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let exec = Exec {
+        program: prog.as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        setup,
         // SAFETY: getpid has no preconditions.
-        let parent = unsafe { libc::getpid() };
-        // SAFETY: `apply` makes only async-signal-safe system calls (prctl,
-        // getppid, sigprocmask, setsid, write, fcntl, dup2, close_range,
-        // setrlimit) on data prepared before
-        // the fork, and allocates nothing.
-        unsafe {
-            cmd.pre_exec(move || self.apply(parent));
+        parent: unsafe { libc::getpid() },
+    };
+    spawn_exec(&exec)
+}
+
+/// Everything the child needs, prepared by the parent: the child only
+/// reads it (and, on Linux, writes back the errno of a failure).
+struct Exec<'a> {
+    program: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    setup: &'a ChildSetup,
+    parent: libc::pid_t,
+}
+
+/// Why the child failed before `exec` (0: it did not).
+#[cfg(target_os = "linux")]
+struct ChildError(std::sync::atomic::AtomicI32);
+
+/// The child's side: reset signal handlers, apply the setup, exec.
+/// Returns only on failure, with the errno.
+///
+/// # Safety
+///
+/// Must run in a freshly created child, before `exec`, with every signal
+/// blocked. It calls only async-signal-safe functions and allocates
+/// nothing, so it is also sound in a child sharing the parent's memory.
+unsafe fn child_exec(exec: &Exec<'_>) -> libc::c_int {
+    // Handlers installed by the runner (and its runtime) are addresses in
+    // its memory: the child must not run them. And the command starts
+    // from a clean slate whatever the runner inherited: every signal gets
+    // its default action (Rust programs ignore SIGPIPE; a parent may have
+    // ignored others) before anything is unblocked.
+    for sig in 1..SIGNALS {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            default_action(sig);
         }
+    }
+    if let Err(e) = exec.setup.apply(exec.parent) {
+        return e.raw_os_error().unwrap_or(libc::EINVAL);
+    }
+    // SAFETY: program, argv and envp are NUL-terminated strings and
+    // null-terminated arrays owned by the parent, alive until we exec.
+    unsafe { libc::execve(exec.program, exec.argv, exec.envp) };
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EINVAL)
+}
+
+/// Sets `sig`'s action to the default (async-signal-safe). The raw system
+/// call, because the C library refuses to touch the signals it reserves
+/// for itself (32 and 33), which a parent may still have left ignored.
+#[cfg(target_os = "linux")]
+fn default_action(sig: libc::c_int) {
+    /// The kernel's `struct sigaction` on Linux.
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: usize,
+        flags: libc::c_ulong,
+        restorer: usize,
+        mask: u64,
+    }
+    let dfl = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    // SAFETY: rt_sigaction reads the local struct; the size is that of the
+    // kernel's signal set. A number the kernel refuses fails harmlessly.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            sig,
+            &dfl as *const KernelSigaction,
+            std::ptr::null_mut::<KernelSigaction>(),
+            std::mem::size_of::<u64>(),
+        )
+    };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn default_action(sig: libc::c_int) {
+    // SAFETY: sigaction reads the local struct; an invalid number fails
+    // harmlessly.
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigaction(sig, &dfl, std::ptr::null_mut());
     }
 }
 
+/// One past the highest signal number.
+#[cfg(target_os = "linux")]
+const SIGNALS: libc::c_int = 65;
+#[cfg(not(target_os = "linux"))]
+const SIGNALS: libc::c_int = 32;
+
+/// Stack of the child until it execs. The setup uses a few hundred bytes;
+/// pages never touched are never backed.
+#[cfg(target_os = "linux")]
+const CHILD_STACK: usize = 256 * 1024;
+
+#[cfg(target_os = "linux")]
+fn spawn_exec(exec: &Exec<'_>) -> io::Result<libc::pid_t> {
+    struct Arg<'a, 'b> {
+        exec: &'a Exec<'b>,
+        error: ChildError,
+    }
+    extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+        // SAFETY: `arg` points at the parent's `Arg`, alive until the
+        // child has exec'd or exited (CLONE_VFORK suspends the parent until
+        // then); the child runs with every signal blocked.
+        unsafe {
+            let arg = &*(arg as *const Arg<'_, '_>);
+            let errno = child_exec(arg.exec);
+            arg.error
+                .0
+                .store(errno, std::sync::atomic::Ordering::Relaxed);
+            libc::_exit(127)
+        }
+    }
+
+    let arg = Arg {
+        exec,
+        error: ChildError(std::sync::atomic::AtomicI32::new(0)),
+    };
+    let mut stack = vec![0u8; CHILD_STACK];
+    // SAFETY: one past the end of the allocation, rounded down to the
+    // 16-byte alignment the ABI asks of a stack pointer.
+    let top = unsafe { stack.as_mut_ptr().add(CHILD_STACK) };
+    let top = (top as usize & !15) as *mut libc::c_void;
+
+    // Block everything so no handler of ours runs in the child, which
+    // shares our memory until it execs; it resets them before unblocking.
+    // SAFETY: sigset_t is plain data; zeroed is a valid value.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pthread_sigmask only changes this thread's mask, restored
+    // below.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    // SAFETY: `child_main` runs on `stack`, which outlives the child's use
+    // of it (the parent resumes only once the child has exec'd or exited);
+    // CLONE_VM without CLONE_FILES gives the child its own descriptor
+    // table, so its dup2/close-on-exec changes never touch ours.
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            top,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            &arg as *const Arg<'_, '_> as *mut libc::c_void,
+        )
+    };
+    let clone_error = io::Error::last_os_error();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    drop(stack);
+    if pid < 0 {
+        return Err(clone_error);
+    }
+    let errno = arg.error.0.load(std::sync::atomic::Ordering::Relaxed);
+    if errno != 0 {
+        // It has exited (status 127); reap it so no zombie is left.
+        let mut status = 0;
+        // SAFETY: waitpid on our own child, writing a local.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        return Err(io::Error::from_raw_os_error(errno));
+    }
+    Ok(pid)
+}
+
+/// Elsewhere: `fork`, the setup, `exec`; the errno of a failure comes back
+/// on a close-on-exec pipe.
+#[cfg(not(target_os = "linux"))]
+fn spawn_exec(exec: &Exec<'_>) -> io::Result<libc::pid_t> {
+    use std::os::fd::AsRawFd;
+    let (r, w) = pipe_cloexec()?;
+    // SAFETY: sigset_t is plain data; zeroed is a valid value.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as on Linux: block everything around the fork, restore after.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    }
+    // SAFETY: the child calls only async-signal-safe functions
+    // (`child_exec`, write, _exit) before exec.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        // SAFETY: in the fresh child with every signal blocked.
+        unsafe {
+            let errno = child_exec(exec);
+            let bytes = errno.to_ne_bytes();
+            libc::write(w.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+            libc::_exit(127);
+        }
+    }
+    let fork_error = io::Error::last_os_error();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+    if pid < 0 {
+        return Err(fork_error);
+    }
+    drop(w);
+    let mut bytes = [0u8; 4];
+    let n = loop {
+        // SAFETY: reads into a local buffer of the given length.
+        let n = unsafe { libc::read(r.as_raw_fd(), bytes.as_mut_ptr().cast(), bytes.len()) };
+        if n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            break n;
+        }
+    };
+    if n == bytes.len() as isize {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child, writing a local.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(bytes)));
+    }
+    Ok(pid)
+}
+
 /// Marks every descriptor numbered `first` or above close-on-exec
-/// (async-signal-safe). Marking rather than closing keeps the standard
-/// library's exec-error pipe working until the exec itself.
+/// (async-signal-safe). Marking rather than closing keeps descriptors the
+/// child still uses before `exec` (the macOS exec-error pipe) open.
 fn close_from(first: RawFd) {
     #[cfg(target_os = "linux")]
     {
         const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
         // SAFETY: close_range takes plain integers and only changes flags
-        // of this (forked, single-threaded) process's descriptors.
+        // of this child's descriptors (its table is its own copy).
         let r = unsafe {
             libc::syscall(
                 libc::SYS_close_range,
