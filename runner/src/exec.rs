@@ -1,13 +1,16 @@
 //! One execution, end to end: stage, plan, launch, supervise, report.
 //!
 //! [`Runner`] holds what is shared by every execution of a process (data
-//! dir, store, what the host supports) and is immutable after
-//! [`Runner::new`], so it can serve concurrent executions. Each execution
-//! gets a private folder `<data>/executions/<id>.<random>` (guarded by a
-//! lock file, see [`crate::store::PrivateDir`]) holding its snapshot root
-//! and, unless the job names one, its workspace. It is removed when the
-//! execution ends unless `keep` is set; leftovers of crashed runners are
-//! swept by the next [`Runner::new`].
+//! dir, store, published snapshot roots, what the host supports) and is
+//! immutable after [`Runner::new`], so it can serve concurrent executions.
+//! Each execution leases the published snapshot root of its selection
+//! (staged and verified the first time it is selected; private per
+//! execution on macOS, see [`crate::roots`]) and gets a private folder
+//! `<data>/executions/<id>.<random>` (guarded by a lock file, see
+//! [`crate::store::PrivateDir`]) that names its cgroup and holds, unless the
+//! job names one, its workspace. The folder is removed when the execution
+//! ends unless `keep` is set; leftovers of crashed runners are swept by the
+//! next [`Runner::new`].
 //!
 //! Fail closed: anything that cannot be set up as asked (bwrap missing or
 //! lacking options, seccomp, a limit mechanism failing) rejects the
@@ -29,7 +32,8 @@ use crate::result::{
     rfc3339, Applied, AppliedLimits, ErrorInfo, ExecResult, SkillsInfo, Status, Usage,
     EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND,
 };
-use crate::stage::{self, Selected, SkillSource, Snapshot};
+use crate::roots::{Lease, Roots, KEEP_ROOTS};
+use crate::stage::{Selected, SkillSource};
 use crate::store::{PrivateDir, Store};
 use crate::supervise::{self, Cancel, OutputPolicy, Sink, Spawn};
 
@@ -222,6 +226,7 @@ pub fn userns_available() -> Result<(), String> {
 pub struct Runner {
     pub config: Config,
     pub store: Store,
+    pub roots: Roots,
     pub host: Host,
     executions: PathBuf,
 }
@@ -249,6 +254,12 @@ impl Runner {
     pub fn new(config: Config) -> Result<Runner, String> {
         let started = std::time::Instant::now();
         let store = Store::open(&config.data_dir).map_err(|e| e.to_string())?;
+        let roots = Roots::open(&config.data_dir).map_err(|e| {
+            format!(
+                "cannot create {}: {e}",
+                config.data_dir.join("roots").display()
+            )
+        })?;
         let executions = config.data_dir.join("executions");
         fs::create_dir_all(&executions)
             .map_err(|e| format!("cannot create {}: {e}", executions.display()))?;
@@ -264,6 +275,7 @@ impl Runner {
         let runner = Runner {
             config,
             store,
+            roots,
             host,
             executions,
         };
@@ -277,9 +289,11 @@ impl Runner {
         Ok(runner)
     }
 
-    /// Removes execution folders and cgroups whose runner died.
+    /// Removes execution folders and cgroups whose runner died, roots
+    /// whose staging was interrupted, and idle roots beyond the cap.
     pub fn sweep(&self) -> usize {
-        let removed = crate::store::sweep_locked_dirs(&self.executions).unwrap_or(0);
+        let removed = crate::store::sweep_locked_dirs(&self.executions).unwrap_or(0)
+            + self.roots.sweep(KEEP_ROOTS);
         let executions = self.executions.clone();
         cgroup::sweep(&self.host.cgroups, &|name| {
             crate::fsx::is_locked(&executions.join(format!("{name}.lock")))
@@ -343,10 +357,17 @@ impl Runner {
         dir.keep = self.config.keep;
 
         let selected = self.select(job)?;
-        let root = dir.path.join("skills");
         let staging_started = std::time::Instant::now();
-        let snapshot = stage::stage(&selected, &root, &self.config.package_limits)
-            .map_err(|e| ErrorInfo::new(e.kind(), e.to_string()))?;
+        // Shared where a read-only mount protects it, private otherwise.
+        #[cfg(not(target_os = "macos"))]
+        let lease = self.roots.acquire(&selected, &self.config.package_limits);
+        #[cfg(target_os = "macos")]
+        let lease = crate::roots::stage_private(
+            &selected,
+            &dir.path.join("skills"),
+            &self.config.package_limits,
+        );
+        let lease = lease.map_err(|e| ErrorInfo::new(e.kind(), e.to_string()))?;
         let staging = staging_started.elapsed();
 
         let workspace = match &job.workspace {
@@ -390,7 +411,7 @@ impl Runner {
         }
         Ok(Prepared {
             dir,
-            snapshot,
+            lease,
             staging,
             workspace,
             extensions,
@@ -482,7 +503,13 @@ impl Runner {
             .bwrap
             .as_ref()
             .ok_or_else(|| ErrorInfo::new("sandbox_unavailable", "bubblewrap was not found"))?;
-        let args = Runner::plan_args(job, bwrap, &p.snapshot.root, &p.workspace, &p.extensions)?;
+        let args = Runner::plan_args(
+            job,
+            bwrap,
+            &p.lease.snapshot.root,
+            &p.workspace,
+            &p.extensions,
+        )?;
         let filters = crate::seccomp::compile(&job.profile, job.network)
             .map_err(|e| ErrorInfo::new("sandbox_unavailable", e.to_string()))?;
         let fds = sandbox_fds(&filters).map_err(|e| {
@@ -508,7 +535,7 @@ impl Runner {
         let tmp = p.dir.path.join("tmp");
         fs::create_dir_all(&tmp).map_err(|e| bad_path("tmp", &tmp, e))?;
         let folders = crate::macos::Folders {
-            snapshot_root: p.snapshot.root.clone(),
+            snapshot_root: p.lease.snapshot.root.clone(),
             workspace: p.workspace.clone(),
             extensions: p.extensions.clone(),
             tmp,
@@ -578,11 +605,17 @@ impl Runner {
             new_session: launch.new_session,
         };
         tracing::debug!(
-            skills = p.snapshot.manifest.skills.len(),
-            bytes = p.snapshot.bytes,
+            skills = p.lease.snapshot.manifest.skills.len(),
+            bytes = p.lease.snapshot.bytes,
             "launching"
         );
-        opts.sink.launching(p.snapshot.bytes, p.staging);
+        // Bytes staged by this execution: none when the root was published.
+        let staged = if p.lease.staged {
+            p.lease.snapshot.bytes
+        } else {
+            0
+        };
+        opts.sink.launching(staged, p.staging);
         tracing::debug!(prepare_ms = p.staging.as_secs_f64() * 1e3, "spawning");
         let outcome = supervise::supervise(
             spawn,
@@ -625,8 +658,8 @@ impl Runner {
             finished_at: rfc3339(finished_at),
             sandbox: SANDBOX,
             skills: Some(SkillsInfo {
-                identity: p.snapshot.identity.clone(),
-                manifest: p.snapshot.manifest.clone(),
+                identity: p.lease.snapshot.identity.clone(),
+                manifest: p.lease.snapshot.manifest.clone(),
             }),
             limits: Some(applied),
             usage: Some(Usage {
@@ -636,7 +669,7 @@ impl Runner {
                     .max(outcome.max_rss_bytes),
             }),
             error: None,
-            warnings: p.snapshot.warnings.clone(),
+            warnings: p.lease.snapshot.warnings.clone(),
         };
         classify(&mut result, &outcome, &l, memory_hit, pids_hit);
         tracing::info!(status = ?result.status, code = ?result.exit_code, ms = result.duration_ms, "finished");
@@ -645,7 +678,8 @@ impl Runner {
     }
 
     /// What `explain` prints: the bwrap argv for a job, with the
-    /// per-execution folder shown as `<data-dir>/executions/<id>.<random>`.
+    /// per-execution folder shown as `<data-dir>/executions/<id>.<random>`
+    /// and the published snapshot root as `<data-dir>/roots/<identity>`.
     /// Touches nothing: no data dir, no staging.
     pub fn explain(job: &Job) -> Result<(PathBuf, Vec<std::ffi::OsString>), ErrorInfo> {
         let bwrap = Bwrap::find().unwrap_or(Bwrap {
@@ -667,15 +701,25 @@ impl Runner {
             .extensions_dir
             .clone()
             .unwrap_or_else(|| workspace.join(".sciencediscovery/skill-extensions"));
-        let args = Runner::plan_args(job, &bwrap, &exec.join("skills"), &workspace, &extensions)?;
+        // The published root of the job's pins (a session's pins are only
+        // known to a runner with a data dir).
+        let identity = if job.session.is_some() {
+            "<identity>".to_owned()
+        } else {
+            let pins: Vec<_> = job.skills.iter().map(|s| s.binding.clone()).collect();
+            crate::hash::set_identity(&pins)
+        };
+        let root = PathBuf::from(format!("<data-dir>/roots/{identity}/skills"));
+        let args = Runner::plan_args(job, &bwrap, &root, &workspace, &extensions)?;
         Ok((bwrap.path, args))
     }
 }
 
 struct Prepared {
     dir: PrivateDir,
-    snapshot: Snapshot,
-    /// Time spent staging the snapshot root.
+    /// The published snapshot root, locked for this execution.
+    lease: Lease,
+    /// Time spent finding, or staging and publishing, the snapshot root.
     staging: Duration,
     workspace: PathBuf,
     extensions: PathBuf,

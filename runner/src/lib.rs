@@ -30,6 +30,7 @@ pub mod macos;
 pub mod package;
 pub mod profile;
 pub mod result;
+pub mod roots;
 #[cfg(target_os = "linux")]
 pub mod seccomp;
 pub mod session;

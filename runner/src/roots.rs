@@ -1,0 +1,307 @@
+//! Published snapshot roots: one verified, immutable snapshot root per set
+//! identity, shared read-only by every execution of that selection.
+//!
+//! DESIGN.md §9 allows a snapshot root to be "immutable once published or
+//! private to one execution". Staging the same selection again for every
+//! execution costs a copy, a full re-hash and a dozen inode operations each
+//! time (and for large packages, most of the execution's time), so roots are
+//! published and reused:
+//!
+//! ```text
+//! <data>/roots/<identity>/skills/…          the snapshot root (§4), sealed
+//! <data>/roots/<identity>/meta.json         bytes and staging warnings
+//! <data>/roots/.staging/<random>[.lock]     roots being staged (private)
+//! ```
+//!
+//! - A root is staged and verified by [`crate::stage::stage`] in a private
+//!   folder, exactly as before, and only then renamed to its identity: a
+//!   crash at any moment leaves a private folder the next sweep removes,
+//!   never a partial root under a published name (invariant 5).
+//! - The identity covers every pin (id, revision, version, hash), so a root
+//!   holds exactly the pinned bytes; a source folder is not read again once
+//!   its pinned bytes are published (invariant 4 holds trivially).
+//! - Files are 0444 and folders 0555 on the host, and the sandbox sees the
+//!   root through a read-only bind (invariant 3), so no execution can change
+//!   what the next one sees.
+//! - An execution holds a shared `flock` on its root's folder from lookup
+//!   until it ends. Eviction takes the exclusive lock without waiting,
+//!   renames the root away, then deletes it, so a root in use is never
+//!   removed, and a lookup that races with an eviction notices (the name no
+//!   longer leads to the folder it locked) and stages afresh.
+//! - At most [`KEEP_ROOTS`] idle roots are kept; the oldest go first.
+//!
+//! Sharing needs a read-only view the command cannot get around. Linux
+//! gives one (a read-only bind in a mount namespace); Seatbelt only denies
+//! writes by policy to a process of the runner's own user, so on macOS every
+//! execution still stages a private copy ([`stage_private`]), and a policy
+//! gap could only ever damage that copy.
+
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::fsx;
+use crate::hash::{set_identity, Binding};
+use crate::package::{self, Limits};
+use crate::stage::{self, Manifest, Selected, Snapshot, StageError};
+use crate::store::PrivateDir;
+
+/// How many published roots are kept; older idle ones are evicted.
+pub const KEEP_ROOTS: usize = 128;
+
+const STAGING: &str = ".staging";
+const META: &str = "meta.json";
+const SKILLS: &str = "skills";
+
+/// The published roots of one data dir.
+#[derive(Debug, Clone)]
+pub struct Roots {
+    dir: PathBuf,
+}
+
+/// A root in use by one execution: the shared lock (of a published root)
+/// is held until dropped.
+#[derive(Debug)]
+pub struct Lease {
+    _lock: Option<File>,
+    pub snapshot: Snapshot,
+    /// True when this call staged the root (it was not published yet).
+    pub staged: bool,
+}
+
+/// What a root records besides its tree.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Meta {
+    identity: String,
+    bytes: u64,
+    warnings: Vec<String>,
+}
+
+impl Roots {
+    /// `<data>/roots`, created if missing.
+    pub fn open(data_dir: &Path) -> io::Result<Roots> {
+        let dir = data_dir.join("roots");
+        fs::create_dir_all(dir.join(STAGING))?;
+        Ok(Roots { dir })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The published root for `selected`, staging and publishing it first
+    /// when it is not there yet. Every staged byte is verified against its
+    /// pin before the root is published.
+    pub fn acquire(&self, selected: &[Selected], limits: &Limits) -> Result<Lease, StageError> {
+        let bindings = check_selection(selected)?;
+        let identity = set_identity(&bindings);
+        let manifest = Manifest::for_bindings(&bindings);
+        let path = self.dir.join(&identity);
+        // Two rounds cover a lookup racing with an eviction; a third
+        // failure means something keeps removing roots under us.
+        for _ in 0..3 {
+            if let Some(lease) = self.lookup(&path, &identity, &manifest)? {
+                return Ok(lease);
+            }
+            match self.publish(selected, &path, limits)? {
+                Published::Ours => {
+                    // Bounded: evict only when a new root was added.
+                    self.evict(KEEP_ROOTS);
+                    if let Some(mut lease) = self.lookup(&path, &identity, &manifest)? {
+                        lease.staged = true;
+                        return Ok(lease);
+                    }
+                }
+                Published::Theirs => {}
+            }
+        }
+        Err(StageError::Root {
+            path,
+            source: io::Error::other("the published root kept disappearing while it was locked"),
+        })
+    }
+
+    /// Locks and returns the root at `path` if it is published.
+    fn lookup(
+        &self,
+        path: &Path,
+        identity: &str,
+        manifest: &Manifest,
+    ) -> Result<Option<Lease>, StageError> {
+        let root_err = |source| StageError::Root {
+            path: path.to_owned(),
+            source,
+        };
+        let dir = match fsx::open_dir_nofollow(path) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(root_err(e)),
+        };
+        lock_shared(&dir).map_err(root_err)?;
+        // An eviction may have renamed it away between open and lock.
+        let locked = dir.metadata().map_err(root_err)?;
+        match fs::symlink_metadata(path) {
+            Ok(now) if now.dev() == locked.dev() && now.ino() == locked.ino() => {}
+            Ok(_) => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(root_err(e)),
+        }
+        let text = fs::read(path.join(META)).map_err(root_err)?;
+        let meta: Meta = serde_json::from_slice(&text)
+            .map_err(|e| root_err(io::Error::new(io::ErrorKind::InvalidData, e)))?;
+        if meta.identity != identity {
+            return Err(root_err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "its record names another identity; remove the folder",
+            )));
+        }
+        Ok(Some(Lease {
+            _lock: Some(dir),
+            snapshot: Snapshot {
+                root: path.join(SKILLS),
+                manifest: manifest.clone(),
+                identity: identity.to_owned(),
+                warnings: meta.warnings,
+                bytes: meta.bytes,
+            },
+            staged: false,
+        }))
+    }
+
+    /// Stages `selected` privately, then renames it to `path`.
+    fn publish(
+        &self,
+        selected: &[Selected],
+        path: &Path,
+        limits: &Limits,
+    ) -> Result<Published, StageError> {
+        let staging = self.dir.join(STAGING);
+        let private = PrivateDir::create(&staging).map_err(|source| StageError::Root {
+            path: staging.clone(),
+            source,
+        })?;
+        let snapshot = stage::stage(selected, &private.path.join(SKILLS), limits)?;
+        let root_err = |source| StageError::Root {
+            path: private.path.clone(),
+            source,
+        };
+        let meta = Meta {
+            identity: snapshot.identity.clone(),
+            bytes: snapshot.bytes,
+            warnings: snapshot.warnings,
+        };
+        let text = serde_json::to_vec_pretty(&meta).map_err(io::Error::other);
+        fs::write(private.path.join(META), text.map_err(root_err)?).map_err(root_err)?;
+        fsx::chmod(&private.path.join(META), 0o444).map_err(root_err)?;
+        match fs::rename(&private.path, path) {
+            Ok(()) => {}
+            // Another execution published the same selection first: use
+            // theirs; ours is removed with the private folder.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EEXIST) | Some(libc::ENOTEMPTY)) => {
+                return Ok(Published::Theirs)
+            }
+            Err(e) => return Err(root_err(e)),
+        }
+        // Sealed like the tree inside it (the rename needed it writable).
+        fsx::chmod(path, 0o555).map_err(|source| StageError::Root {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(Published::Ours)
+    }
+
+    /// Removes roots of crashed stagings and evicts idle roots beyond
+    /// `keep`, oldest first. Returns how many folders were removed.
+    pub fn sweep(&self, keep: usize) -> usize {
+        let staging = self.dir.join(STAGING);
+        let swept = crate::store::sweep_locked_dirs(&staging).unwrap_or(0);
+        swept + self.evict(keep)
+    }
+
+    /// Evicts idle roots beyond `keep`, oldest first; roots in use stay.
+    fn evict(&self, keep: usize) -> usize {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        let mut roots: Vec<(i64, PathBuf)> = entries
+            .flatten()
+            .filter(|e| e.file_name() != STAGING)
+            .filter_map(|e| Some((e.metadata().ok()?.mtime(), e.path())))
+            .collect();
+        if roots.len() <= keep {
+            return 0;
+        }
+        roots.sort();
+        let excess = roots.len() - keep;
+        let mut removed = 0;
+        for (_, path) in roots.into_iter().take(excess) {
+            let Ok(dir) = fsx::open_dir_nofollow(&path) else {
+                continue;
+            };
+            if fsx::try_flock(&dir).is_err() {
+                continue; // in use
+            }
+            // Out of the published namespace first, then deleted; a
+            // folder in `.staging` without a lock is swept if we die here.
+            let away = self.dir.join(STAGING).join(fsx::random_hex());
+            if fs::rename(&path, &away).is_ok() && fsx::remove_tree(&away).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
+    }
+}
+
+/// Stages `selected` into `root`, private to one execution (macOS).
+pub fn stage_private(
+    selected: &[Selected],
+    root: &Path,
+    limits: &Limits,
+) -> Result<Lease, StageError> {
+    Ok(Lease {
+        _lock: None,
+        snapshot: stage::stage(selected, root, limits)?,
+        staged: true,
+    })
+}
+
+enum Published {
+    Ours,
+    Theirs,
+}
+
+/// The pins of a selection, checked: valid bindings, no id twice.
+fn check_selection(selected: &[Selected]) -> Result<Vec<Binding>, StageError> {
+    let mut bindings: Vec<Binding> = Vec::with_capacity(selected.len());
+    for s in selected {
+        package::check_binding(&s.binding).map_err(|source| StageError::Binding {
+            id: s.binding.id.clone(),
+            source,
+        })?;
+        if bindings.iter().any(|b| b.id == s.binding.id) {
+            return Err(StageError::DuplicateId {
+                id: s.binding.id.clone(),
+            });
+        }
+        bindings.push(s.binding.clone());
+    }
+    Ok(bindings)
+}
+
+/// Blocking shared `flock` (an eviction holds the exclusive one only for a
+/// rename and a delete).
+fn lock_shared(file: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    loop {
+        #[allow(deprecated)]
+        match nix::fcntl::flock(file.as_raw_fd(), nix::fcntl::FlockArg::LockShared) {
+            Ok(()) => return Ok(()),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! Published snapshot roots on a real file system: a selection is staged
+//! and verified once, then shared read-only; nothing unverified is ever
+//! published; a root in use is never evicted.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use skill_runner::hash::{self, Binding};
+use skill_runner::package::Limits;
+use skill_runner::roots::Roots;
+use skill_runner::stage::{Selected, SkillSource, StageError, MANIFEST_NAME};
+
+fn skill(dir: &Path, body: &str) -> PathBuf {
+    fs::create_dir_all(dir.join("scripts")).unwrap();
+    fs::write(
+        dir.join("SKILL.md"),
+        "---\nname: demo\ndescription: A demo skill.\n---\n# Demo\n",
+    )
+    .unwrap();
+    fs::write(dir.join("scripts/run.sh"), body).unwrap();
+    dir.to_owned()
+}
+
+fn selected(id: &str, src: &Path, hash: &str) -> Vec<Selected> {
+    vec![Selected {
+        binding: Binding {
+            id: id.into(),
+            revision: 1,
+            version: "1.0.0".into(),
+            hash: hash.into(),
+        },
+        source: SkillSource::Dir(src.to_owned()),
+    }]
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn mode(p: &Path) -> u32 {
+    fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+#[test]
+fn a_selection_is_staged_once_then_shared_sealed() {
+    let t = tempfile::tempdir().unwrap();
+    let roots = Roots::open(t.path()).unwrap();
+    let src = skill(&t.path().join("demo"), "echo hi\n");
+    let h = skill_runner::stage::hash_dir(&src, &Limits::default()).unwrap();
+    let sel = selected("demo", &src, &h);
+
+    let first = roots.acquire(&sel, &Limits::default()).unwrap();
+    assert!(first.staged);
+    let second = roots.acquire(&sel, &Limits::default()).unwrap();
+    assert!(!second.staged, "the second execution must reuse the root");
+    assert_eq!(first.snapshot.root, second.snapshot.root);
+    assert_eq!(first.snapshot.identity, second.snapshot.identity);
+    assert_eq!(first.snapshot.bytes, second.snapshot.bytes);
+    assert_eq!(first.snapshot.manifest, second.snapshot.manifest);
+
+    // Exactly the package and the manifest, sealed; the published folder
+    // is named by the set identity.
+    let root = &first.snapshot.root;
+    assert_eq!(
+        root.parent()
+            .unwrap()
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap(),
+        hash::set_identity(&[sel[0].binding.clone()])
+    );
+    assert_eq!(names(root), [MANIFEST_NAME, "demo"]);
+    assert_eq!(names(&root.join("demo")), ["SKILL.md", "scripts"]);
+    for (p, m) in [
+        (root.clone(), 0o555),
+        (root.parent().unwrap().to_owned(), 0o555),
+        (root.join(MANIFEST_NAME), 0o444),
+        (root.join("demo/scripts"), 0o555),
+        (root.join("demo/scripts/run.sh"), 0o444),
+    ] {
+        assert_eq!(mode(&p), m, "{}", p.display());
+    }
+    // Nothing is left in the private staging area.
+    assert!(names(&roots.dir().join(".staging")).is_empty());
+}
+
+#[test]
+fn a_published_root_keeps_the_pinned_bytes_when_the_source_changes() {
+    // The pin names the bytes; the folder is only where to find them the
+    // first time. An edit after publication is never observed.
+    let t = tempfile::tempdir().unwrap();
+    let roots = Roots::open(t.path()).unwrap();
+    let src = skill(&t.path().join("demo"), "echo original\n");
+    let h = skill_runner::stage::hash_dir(&src, &Limits::default()).unwrap();
+    let sel = selected("demo", &src, &h);
+    drop(roots.acquire(&sel, &Limits::default()).unwrap());
+    fs::write(src.join("scripts/run.sh"), "echo edited\n").unwrap();
+    let lease = roots.acquire(&sel, &Limits::default()).unwrap();
+    assert!(!lease.staged);
+    assert_eq!(
+        fs::read_to_string(lease.snapshot.root.join("demo/scripts/run.sh")).unwrap(),
+        "echo original\n"
+    );
+}
+
+#[test]
+fn a_lying_hash_is_never_published() {
+    let t = tempfile::tempdir().unwrap();
+    let roots = Roots::open(t.path()).unwrap();
+    let src = skill(&t.path().join("demo"), "echo hi\n");
+    let sel = selected("demo", &src, &"ab".repeat(32));
+    let e = roots.acquire(&sel, &Limits::default()).unwrap_err();
+    assert!(matches!(e, StageError::HashMismatch { .. }), "{e}");
+    assert_eq!(names(roots.dir()), [".staging"]);
+    assert!(names(&roots.dir().join(".staging")).is_empty());
+    // Still refused the second time: nothing was remembered.
+    assert!(roots.acquire(&sel, &Limits::default()).is_err());
+}
+
+#[test]
+fn concurrent_first_executions_publish_one_root() {
+    let t = tempfile::tempdir().unwrap();
+    let roots = Roots::open(t.path()).unwrap();
+    let src = skill(&t.path().join("demo"), &"x".repeat(1 << 20));
+    let h = skill_runner::stage::hash_dir(&src, &Limits::default()).unwrap();
+    let sel = selected("demo", &src, &h);
+    let leases: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| s.spawn(|| roots.acquire(&sel, &Limits::default()).unwrap()))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let first = &leases[0].snapshot.root;
+    assert!(leases.iter().all(|l| &l.snapshot.root == first));
+    assert!(leases.iter().any(|l| l.staged));
+    assert_eq!(names(roots.dir()).len(), 2, "{:?}", names(roots.dir()));
+    assert!(names(&roots.dir().join(".staging")).is_empty());
+}
+
+#[test]
+fn eviction_keeps_roots_in_use_and_removes_idle_ones() {
+    let t = tempfile::tempdir().unwrap();
+    let roots = Roots::open(t.path()).unwrap();
+    let a = skill(&t.path().join("a"), "echo a\n");
+    let b = skill(&t.path().join("b"), "echo b\n");
+    let ha = skill_runner::stage::hash_dir(&a, &Limits::default()).unwrap();
+    let hb = skill_runner::stage::hash_dir(&b, &Limits::default()).unwrap();
+    let in_use = roots
+        .acquire(&selected("a", &a, &ha), &Limits::default())
+        .unwrap();
+    let idle = roots
+        .acquire(&selected("b", &b, &hb), &Limits::default())
+        .unwrap();
+    let idle_root = idle.snapshot.root.clone();
+    drop(idle);
+
+    assert_eq!(roots.sweep(0), 1);
+    assert!(in_use.snapshot.root.join("a/SKILL.md").exists());
+    assert!(!idle_root.exists());
+    // Once released, it goes too; the next execution stages it again.
+    drop(in_use);
+    assert_eq!(roots.sweep(0), 1);
+    assert_eq!(names(roots.dir()), [".staging"]);
+    let again = roots
+        .acquire(&selected("a", &a, &ha), &Limits::default())
+        .unwrap();
+    assert!(again.staged);
+}
+
+#[test]
+fn interrupted_stagings_are_swept() {
+    let t = tempfile::tempdir().unwrap();
+    let roots = Roots::open(t.path()).unwrap();
+    let staging = roots.dir().join(".staging");
+    // A crashed staging: its lock file is no longer held.
+    fs::create_dir_all(staging.join("dead/skills/x")).unwrap();
+    fs::write(staging.join("dead.lock"), "").unwrap();
+    // An eviction interrupted between its rename and its delete.
+    fs::create_dir_all(staging.join("evicted/skills")).unwrap();
+    assert_eq!(roots.sweep(100), 2);
+    assert!(names(&staging).is_empty());
+}
