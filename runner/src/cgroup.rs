@@ -445,24 +445,58 @@ fn counter(path: &Path, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Sweeps execution cgroups left by a crashed runner: empty folders under
-/// the `skill-runner` parents whose name is not in `live`.
-pub fn sweep(support: &Support, live: &dyn Fn(&str) -> bool) {
-    let parents: Vec<&PathBuf> = match support {
+fn parents(support: &Support) -> Vec<&PathBuf> {
+    match support {
         Support::V2 { parent } => vec![parent],
         Support::V1 { memory, pids } => memory.iter().chain(pids.iter()).collect(),
         Support::None { .. } => vec![],
-    };
-    for parent in parents {
-        // Empty folders of other data dirs: their runners are gone, or
-        // re-create the folder on their next execution (`create_leaf`).
-        if let Some(shared) = parent.parent() {
-            for e in fs::read_dir(shared).into_iter().flatten().flatten() {
-                if e.path() != *parent && e.file_type().is_ok_and(|t| t.is_dir()) {
-                    let _ = fs::remove_dir(e.path());
+    }
+}
+
+/// How long an execution cgroup of another data dir must have been empty
+/// before [`sweep_others`] removes it. A live runner's cgroup is empty only
+/// for the instants between its creation and the sandbox joining it, and
+/// between the sandbox's end and its removal.
+const ABANDONED_AFTER: Duration = Duration::from_secs(600);
+
+/// Sweeps what runners of *other* data dirs left (a data dir that was
+/// deleted never sweeps itself): execution cgroups that hold no process and
+/// were created more than [`ABANDONED_AFTER`] ago, then their folders once
+/// empty. Costs a listing per data dir ever used on this host, so the daemon
+/// does it at start, not every `run`.
+pub fn sweep_others(support: &Support) {
+    for parent in parents(support) {
+        let Some(shared) = parent.parent() else {
+            continue;
+        };
+        for folder in fs::read_dir(shared).into_iter().flatten().flatten() {
+            if folder.path() == *parent || !folder.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            for leaf in fs::read_dir(folder.path()).into_iter().flatten().flatten() {
+                let old = leaf
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > ABANDONED_AFTER);
+                let empty = fs::read_to_string(leaf.path().join("cgroup.procs"))
+                    .is_ok_and(|p| p.trim().is_empty());
+                if old && empty {
+                    let _ = fs::remove_dir(leaf.path());
                 }
             }
+            // Gone once empty; a live runner re-creates it (`create_leaf`).
+            let _ = fs::remove_dir(folder.path());
         }
+    }
+}
+
+/// Sweeps execution cgroups left by a crashed runner of this data dir:
+/// folders under its `skill-runner/<tag>` parents whose name is not in
+/// `live`.
+pub fn sweep(support: &Support, live: &dyn Fn(&str) -> bool) {
+    for parent in parents(support) {
         let Ok(entries) = fs::read_dir(parent) else {
             continue;
         };

@@ -78,6 +78,8 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         keep: false,
     })
     .map_err(DaemonError::Runner)?;
+    // Leftovers of deleted data dirs: once per daemon start, not per run.
+    crate::cgroup::sweep_others(&runner.host.cgroups);
     if let Err(m) = runner.host.bwrap.as_ref().and(runner.host.userns.as_ref()) {
         tracing::warn!("the sandbox is unavailable, executions will be refused (503): {m}");
     }
