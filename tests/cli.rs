@@ -297,6 +297,93 @@ fn explain_prints_the_bwrap_argv() {
 }
 
 #[test]
+fn the_explained_command_runs_by_hand_like_run() {
+    // `explain --fds-dir` gives everything needed to run the printed argv
+    // without the runner: the same output as `run` proves the explanation
+    // is the whole truth (once `run` has published the snapshot root).
+    if !require_sandbox("the_explained_command_runs_by_hand_like_run") {
+        return;
+    }
+    let world = World::new();
+    let workspace = world.path().join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let dir = world.skill("t", &[("scripts/run.sh", b"echo from the package\n")]);
+    let job = world.job(
+        "job",
+        &json!({
+            "argv": ["sh", "-c", "sh /skills/t/scripts/run.sh; id -un; echo $SCIENCEDISCOVERY_SKILLS_DIR; cat /proc/self/status | grep ^Seccomp:"],
+            "workspace": workspace,
+            "skills": [skill_ref("t", &dir)],
+        }),
+    );
+    let ran = runner(&world, &["run", job.to_str().unwrap()]);
+    assert_eq!(ran.status.code(), Some(0), "{}", show(&ran));
+    assert_eq!(
+        text(&ran.stdout),
+        "from the package\nsandbox\n/skills\nSeccomp:\t2\n"
+    );
+
+    let fds = world.path().join("fds");
+    let out = runner(
+        &world,
+        &[
+            "explain",
+            "--json",
+            "--fds-dir",
+            fds.to_str().unwrap(),
+            job.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let data_dir = world.data_dir();
+    let argv: Vec<String> = doc["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            a.as_str()
+                .unwrap()
+                .replace("<data-dir>", data_dir.to_str().unwrap())
+        })
+        .collect();
+    let open = |name: &str| std::fs::File::open(fds.join(name)).unwrap();
+    let mut cmd = std::process::Command::new(doc["program"].as_str().unwrap());
+    cmd.args(&argv);
+    let files = [
+        open("3-seccomp-rules.bpf"),
+        open("4-seccomp-guard.bpf"),
+        open("5-passwd"),
+        open("6-group"),
+        std::fs::File::create("/dev/null").unwrap(),
+    ];
+    let raw: Vec<i32> = files.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+    // SAFETY: between fork and exec, only fcntl and dup2 on descriptors
+    // we own: first out of the way (a source may sit on a target number),
+    // then onto 3-7 (dup2 clears close-on-exec on the copies).
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            let mut high = [0; 5];
+            for (i, fd) in raw.iter().enumerate() {
+                high[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 100);
+                if high[i] < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for (i, fd) in high.iter().enumerate() {
+                if libc::dup2(*fd, 3 + i as i32) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let by_hand = cmd.output().unwrap();
+    assert_eq!(by_hand.status.code(), Some(0), "{}", show(&by_hand));
+    assert_eq!(text(&by_hand.stdout), text(&ran.stdout));
+}
+
+#[test]
 fn explain_json_ends_with_the_rewritten_argv() {
     let world = World::new();
     let (job, _) = alias_job(&world);

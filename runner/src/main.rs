@@ -59,6 +59,11 @@ enum Command {
         /// Platform to explain for: linux (bubblewrap) or macos (Seatbelt).
         #[arg(long, default_value = "linux")]
         platform: String,
+        /// Also write what the sandbox reads on fds 3-6 (seccomp programs,
+        /// /etc/passwd, /etc/group) into this folder, as `3-seccomp-rules.bpf`
+        /// and so on, so the printed command can be run by hand (linux).
+        #[arg(long, value_name = "DIR")]
+        fds_dir: Option<PathBuf>,
     },
     /// Print the package hash of a folder.
     Hash { dir: PathBuf },
@@ -218,7 +223,14 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
             job,
             json,
             platform,
-        } => explain(&job, json, &platform, config(data_dir, false)),
+            fds_dir,
+        } => explain(
+            &job,
+            json,
+            &platform,
+            fds_dir.as_deref(),
+            config(data_dir, false),
+        ),
         Command::Hash { dir } => {
             let h = stage::hash_dir(&dir, &PackageLimits::default())?;
             emit(&format!(
@@ -393,11 +405,23 @@ fn spawn_signal_thread(cancel: std::sync::Arc<Cancel>) {
     });
 }
 
-fn explain(job_path: &Path, json: bool, platform: &str, cfg: Config) -> anyhow::Result<i32> {
+fn explain(
+    job_path: &Path,
+    json: bool,
+    platform: &str,
+    fds_dir: Option<&Path>,
+    cfg: Config,
+) -> anyhow::Result<i32> {
     let job = load_job(job_path).map_err(|e| anyhow::anyhow!(e.message))?;
+    if fds_dir.is_some() && platform != "linux" {
+        anyhow::bail!("--fds-dir is for --platform linux (Seatbelt reads no descriptors)");
+    }
     match platform {
         "linux" => {
             let (program, args) = Runner::explain(&job).map_err(|e| anyhow::anyhow!(e.message))?;
+            if let Some(dir) = fds_dir {
+                write_sandbox_fds(&job, dir)?;
+            }
             if json {
                 let doc = serde_json::json!({
                     "sandbox": "bubblewrap",
@@ -446,6 +470,32 @@ fn explain(job_path: &Path, json: bool, platform: &str, cfg: Config) -> anyhow::
 
 /// The catalog sources of this process: the current folder, `$HOME`, the
 /// data dir (docs/skill-host.md).
+
+/// Writes the contents of fds 3-6 of the explained command into `dir`.
+#[cfg(target_os = "linux")]
+fn write_sandbox_fds(job: &skill_runner::job::Job, dir: &Path) -> anyhow::Result<()> {
+    let filters = skill_runner::seccomp::compile(&job.profile, job.network)?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
+    let files: [(&str, &[u8]); 4] = [
+        ("3-seccomp-rules.bpf", &filters.rules),
+        ("4-seccomp-guard.bpf", &filters.guard),
+        ("5-passwd", skill_runner::launch::PASSWD.as_bytes()),
+        ("6-group", skill_runner::launch::GROUP.as_bytes()),
+    ];
+    for (name, bytes) in files {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes)
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn write_sandbox_fds(_job: &skill_runner::job::Job, _dir: &Path) -> anyhow::Result<()> {
+    anyhow::bail!("--fds-dir needs a Linux build (the seccomp programs are compiled for it)")
+}
+
 fn catalog_config(data_dir: &Path) -> anyhow::Result<CatalogConfig> {
     let cwd = std::env::current_dir()
         .map_err(|e| anyhow::anyhow!("cannot read the current folder: {e}"))?;
