@@ -468,9 +468,6 @@ fn explain(
     }
 }
 
-/// The catalog sources of this process: the current folder, `$HOME`, the
-/// data dir (docs/skill-host.md).
-
 /// Writes the contents of fds 3-6 of the explained command into `dir`.
 #[cfg(target_os = "linux")]
 fn write_sandbox_fds(job: &skill_runner::job::Job, dir: &Path) -> anyhow::Result<()> {
@@ -496,6 +493,8 @@ fn write_sandbox_fds(_job: &skill_runner::job::Job, _dir: &Path) -> anyhow::Resu
     anyhow::bail!("--fds-dir needs a Linux build (the seccomp programs are compiled for it)")
 }
 
+/// The catalog sources of this process: the current folder, `$HOME`, the
+/// data dir (docs/skill-host.md).
 fn catalog_config(data_dir: &Path) -> anyhow::Result<CatalogConfig> {
     let cwd = std::env::current_dir()
         .map_err(|e| anyhow::anyhow!("cannot read the current folder: {e}"))?;
