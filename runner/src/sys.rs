@@ -270,8 +270,64 @@ const SIGNALS: libc::c_int = 65;
 #[cfg(not(target_os = "linux"))]
 const SIGNALS: libc::c_int = 32;
 
-/// Stack of the child until it execs. The setup uses a few hundred bytes;
-/// pages never touched are never backed.
+/// A stack for the child until it execs: its own mapping with a guard
+/// page below, unmapped afterwards. Not from the allocator: a heap block
+/// would be zeroed (touched) on every spawn and kept by the allocator
+/// afterwards, while pages of a fresh mapping that the child never touches
+/// are never backed.
+#[cfg(target_os = "linux")]
+struct ChildStack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+#[cfg(target_os = "linux")]
+impl ChildStack {
+    fn new() -> io::Result<ChildStack> {
+        let page = 4096;
+        let len = CHILD_STACK + page;
+        // SAFETY: a fresh anonymous mapping; no existing memory is touched.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let stack = ChildStack { base, len };
+        // SAFETY: the lowest page of our own mapping becomes inaccessible,
+        // so an overflow faults instead of writing below the mapping.
+        if unsafe { libc::mprotect(base, page, libc::PROT_NONE) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(stack)
+    }
+
+    /// The initial stack pointer: the end of the mapping (page aligned, so
+    /// also 16-byte aligned as the ABI asks).
+    fn top(&self) -> *mut libc::c_void {
+        // SAFETY: one past the end of our own mapping.
+        unsafe { self.base.cast::<u8>().add(self.len).cast() }
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new`, which no one
+        // uses any more (the child has exec'd or exited).
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// Size of the child's stack. The setup uses a few hundred bytes; pages
+/// never touched are never backed.
 #[cfg(target_os = "linux")]
 const CHILD_STACK: usize = 256 * 1024;
 
@@ -299,11 +355,8 @@ fn spawn_exec(exec: &Exec<'_>) -> io::Result<libc::pid_t> {
         exec,
         error: ChildError(std::sync::atomic::AtomicI32::new(0)),
     };
-    let mut stack = vec![0u8; CHILD_STACK];
-    // SAFETY: one past the end of the allocation, rounded down to the
-    // 16-byte alignment the ABI asks of a stack pointer.
-    let top = unsafe { stack.as_mut_ptr().add(CHILD_STACK) };
-    let top = (top as usize & !15) as *mut libc::c_void;
+    let stack = ChildStack::new()?;
+    let top = stack.top();
 
     // Block everything so no handler of ours runs in the child, which
     // shares our memory until it execs; it resets them before unblocking.
