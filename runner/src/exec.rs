@@ -370,15 +370,16 @@ impl Runner {
         let lease = lease.map_err(|e| ErrorInfo::new(e.kind(), e.to_string()))?;
         let staging = staging_started.elapsed();
 
-        let workspace = match &job.workspace {
+        let (workspace, fresh) = match &job.workspace {
             Some(w) => {
                 fs::create_dir_all(w).map_err(|e| bad_path("workspace", w, e))?;
-                w.canonicalize().map_err(|e| bad_path("workspace", w, e))?
+                let real = w.canonicalize().map_err(|e| bad_path("workspace", w, e))?;
+                (real, false)
             }
             None => {
                 let w = dir.path.join("workspace");
                 fs::create_dir(&w).map_err(|e| bad_path("workspace", &w, e))?;
-                w
+                (w, true)
             }
         };
         let extensions = match &job.extensions_dir {
@@ -390,6 +391,12 @@ impl Runner {
             // The default lives in the workspace, which earlier commands
             // could write: it must be a real folder below it, never a
             // symlink planted to get a host folder mounted writable.
+            None if fresh => {
+                // Our own new, empty workspace: nothing in it to check.
+                let e = workspace.join(DEFAULT_EXTENSIONS);
+                fs::create_dir_all(&e).map_err(|err| bad_path("extensions_dir", &e, err))?;
+                e
+            }
             None => default_extensions_dir(&workspace)?,
         };
         // The cwd must be a folder inside the workspace after resolving
@@ -727,6 +734,9 @@ struct Prepared {
     #[cfg_attr(target_os = "macos", allow(dead_code))]
     bwrap: Option<Bwrap>,
 }
+
+/// Where the extensions dir is by default, relative to the workspace.
+const DEFAULT_EXTENSIONS: &str = ".sciencediscovery/skill-extensions";
 
 /// `<workspace>/.sciencediscovery/skill-extensions`, created one component
 /// at a time without following symlinks.

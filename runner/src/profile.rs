@@ -141,18 +141,35 @@ impl Profile {
             })?;
             return Profile::parse(&text, &path.display().to_string());
         }
-        let (_, text) = BUILTIN
-            .iter()
-            .find(|(name, _)| *name == spec)
-            .ok_or_else(|| ProfileError::Unknown {
+        let Some(i) = BUILTIN.iter().position(|(name, _)| *name == spec) else {
+            return Err(ProfileError::Unknown {
                 name: spec.to_owned(),
                 known: BUILTIN
                     .iter()
                     .map(|(n, _)| *n)
                     .collect::<Vec<_>>()
                     .join(", "),
-            })?;
-        Profile::parse(text, &format!("built-in {spec:?}"))
+            });
+        };
+        // Built-in profiles are parsed once per process (a daemon loads one
+        // per job).
+        static PARSED: std::sync::OnceLock<Vec<Result<Profile, String>>> =
+            std::sync::OnceLock::new();
+        let parsed = PARSED.get_or_init(|| {
+            BUILTIN
+                .iter()
+                .map(|(name, text)| {
+                    Profile::parse(text, &format!("built-in {name:?}")).map_err(|e| match e {
+                        ProfileError::Invalid { reason, .. } => reason,
+                        other => other.to_string(),
+                    })
+                })
+                .collect()
+        });
+        parsed[i].clone().map_err(|reason| ProfileError::Invalid {
+            origin: format!("built-in {spec:?}"),
+            reason,
+        })
     }
 
     /// Parses and validates profile TOML.
