@@ -242,6 +242,8 @@ fn default_action(sig: libc::c_int) {
     };
     // SAFETY: rt_sigaction reads the local struct; the size is that of the
     // kernel's signal set. A number the kernel refuses fails harmlessly.
+    // (The struct is all zeros, so architectures whose kernel struct has
+    // no `sa_restorer` read the same action.)
     unsafe {
         libc::syscall(
             libc::SYS_rt_sigaction,
