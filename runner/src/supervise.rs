@@ -2,12 +2,17 @@
 //!
 //! [`supervise`] starts the launcher (bwrap, or sandbox-exec), feeds its
 //! stdin, drains stdout and stderr, enforces the wall-clock timeout and
-//! cancellation, and reaps it with its resource usage.
+//! cancellation, and reaps it with its resource usage: one `poll` loop on
+//! the calling thread, over the launcher's pidfd (readable once it exited,
+//! without reaping it), the cancel switch and every pipe. Kernels without
+//! pidfds (< 5.3) get a waiter thread that reports the exit on a pipe.
 //!
 //! Invariants:
 //! - output is read in fixed-size chunks; at most `output_bytes` per stream
 //!   is kept or forwarded, the rest is drained and counted, so a flood of
-//!   any size costs constant memory and never blocks the command;
+//!   any size costs constant memory and never blocks the command; the
+//!   deadline is checked by the clock on every wake-up, so a flood cannot
+//!   hold it off either;
 //! - on timeout or cancel the launcher is killed with SIGKILL; bubblewrap's
 //!   `--die-with-parent` then takes pid 1 of the sandbox's pid namespace
 //!   down, and with it every process in it (also one that ignores SIGTERM or
@@ -228,225 +233,261 @@ pub fn supervise(
             (r, Some(w))
         }
     };
-    let (stop_r, stop_w) = sys::pipe_cloexec()?;
-
-    std::thread::scope(|scope| -> io::Result<Outcome> {
-        // Waiter: learns of the exit without reaping.
-        if let Some(exit_w) = exit_w {
-            scope.spawn(move || {
-                let _ = sys::wait_exit_nowait(pid);
-                let _ = nix::unistd::write(&exit_w, b"x");
-            });
-        }
-        let io_thread =
-            scope.spawn(move || pump(stdin, stdout, stderr, status_read, stop_r, output, sink));
-
-        let deadline = start + timeout;
-        let mut timed_out = false;
-        let mut cancelled = false;
-        let mut killed = false;
-        loop {
-            let wait = if killed {
-                PollTimeout::NONE
-            } else {
-                let left = deadline.saturating_duration_since(Instant::now());
-                PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
-                    .unwrap_or(PollTimeout::MAX)
-            };
-            let mut fds = vec![PollFd::new(exit_r.as_fd(), PollFlags::POLLIN)];
-            if let Some(c) = cancel {
-                fds.push(PollFd::new(c.read.as_fd(), PollFlags::POLLIN));
-            }
-            let n = match poll(&mut fds, wait) {
-                Ok(n) => n,
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            let exited = fds[0].revents().is_some_and(|r| !r.is_empty());
-            let cancel_now = fds
-                .get(1)
-                .and_then(|f| f.revents())
-                .is_some_and(|r| !r.is_empty());
-            if exited {
-                break;
-            }
-            if !killed && (n == 0 || cancel_now) {
-                if cancel_now {
-                    cancelled = true;
-                } else {
-                    timed_out = true;
-                }
-                // The pid is not reaped yet, so it and its group are
-                // still ours. The group matters where there is no pid
-                // namespace (Seatbelt).
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(-pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-                killed = true;
-            }
-        }
-        let reaped = sys::reap(pid)?;
-        let duration = start.elapsed();
-        let _ = nix::unistd::write(&stop_w, b"x");
-        let pumped = io_thread
-            .join()
-            .map_err(|_| io::Error::other("output thread panicked"))?;
-        Ok(Outcome {
-            status: reaped.status,
-            timed_out,
-            cancelled,
-            // Without a status channel, reaching exec is all we know.
-            started: pumped.started || !has_status,
-            stdout: pumped.stdout,
-            stderr: pumped.stderr,
-            started_at,
-            duration,
-            cpu_ms: reaped.cpu_ms,
-            max_rss_bytes: reaped.max_rss_bytes,
+    // Without a pidfd, a waiter thread learns of the exit (without
+    // reaping) and says so on a pipe.
+    let waiter = exit_w.map(|exit_w| {
+        std::thread::spawn(move || {
+            let _ = sys::wait_exit_nowait(pid);
+            let _ = nix::unistd::write(&exit_w, b"x");
         })
-    })
-}
+    });
+    let mut io = Io::new(stdin, stdout, stderr, status_read, output);
 
-struct Pumped {
-    stdout: Captured,
-    stderr: Captured,
-    started: bool,
-}
-
-/// How long output may keep flowing after the launcher was reaped (only a
-/// process that escaped the pid namespace could still hold the pipes).
-const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
-
-/// Moves bytes: stdin in, stdout/stderr out, bwrap's status out.
-fn pump(
-    stdin: Option<(File, Vec<u8>)>,
-    stdout: Option<File>,
-    stderr: Option<File>,
-    status: Option<File>,
-    stop: OwnedFd,
-    policy: OutputPolicy,
-    sink: &mut dyn Sink,
-) -> Pumped {
-    let mut stdin = stdin.map(|(pipe, data)| (pipe, data, 0usize));
-    if let Some((f, _, _)) = &stdin {
-        let _ = nix::fcntl::fcntl(
-            f,
-            nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-        );
-    }
-    let mut outs: [(Option<File>, Stream, Captured); 2] = [
-        (stdout, Stream::Stdout, Captured::default()),
-        (stderr, Stream::Stderr, Captured::default()),
-    ];
-    let mut status = status;
-    let mut status_text = Vec::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    let mut stop_deadline: Option<Instant> = None;
-    let mut stop = Some(stop);
-
+    // One loop on this thread: the exit, the cancel switch, the deadline,
+    // and every byte in and out.
+    let deadline = start + timeout;
+    let (mut timed_out, mut cancelled, mut killed) = (false, false, false);
+    let mut reaped: Option<(sys::Reaped, Duration)> = None;
+    let mut drain_until: Option<Instant> = None;
     loop {
-        // Poll set: stdin (while data remains), both outputs, status, stop.
-        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(5);
-        let mut which: Vec<u8> = Vec::with_capacity(5);
-        if let Some((f, data, off)) = &stdin {
-            if *off < data.len() {
-                fds.push(PollFd::new(f.as_fd(), PollFlags::POLLOUT));
-                which.push(0);
-            }
-        }
-        for (i, (f, _, _)) in outs.iter().enumerate() {
-            if let Some(f) = f {
-                fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
-                which.push(1 + i as u8);
-            }
-        }
-        if let Some(f) = &status {
-            fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
-            which.push(3);
-        }
-        if let Some(s) = &stop {
-            fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
-            which.push(4);
-        }
-        let outputs_open = outs.iter().any(|o| o.0.is_some()) || status.is_some();
-        if !outputs_open {
+        let exited = reaped.is_some();
+        if exited && !io.open() {
             break;
         }
-        let timeout = match stop_deadline {
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                PollTimeout::try_from(left.as_millis() as i32).unwrap_or(PollTimeout::MAX)
+        let wake_at = match (exited, killed) {
+            // Output may only keep flowing from a process that escaped the
+            // pid namespace; it gets a grace period, not forever.
+            (true, _) => drain_until,
+            (false, false) => Some(deadline),
+            (false, true) => None,
+        };
+        let wait = match wake_at {
+            Some(at) => {
+                let left = at.saturating_duration_since(Instant::now());
+                PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
+                    .unwrap_or(PollTimeout::MAX)
             }
             None => PollTimeout::NONE,
         };
-        match poll(&mut fds, timeout) {
-            Ok(_) => {}
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => break,
+        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(7);
+        let mut which: Vec<Source> = Vec::with_capacity(7);
+        if !exited {
+            fds.push(PollFd::new(exit_r.as_fd(), PollFlags::POLLIN));
+            which.push(Source::Exit);
         }
-        let ready: Vec<u8> = fds
+        if let (Some(c), false) = (cancel, killed) {
+            fds.push(PollFd::new(c.read.as_fd(), PollFlags::POLLIN));
+            which.push(Source::Cancel);
+        }
+        io.poll_set(&mut fds, &mut which);
+        match poll(&mut fds, wait) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => {
+                // Never leave the sandbox running behind an error.
+                kill_launcher(pid);
+                if reaped.is_none() {
+                    let _ = sys::reap(pid);
+                }
+                return Err(e.into());
+            }
+        }
+        let ready: Vec<Source> = fds
             .iter()
             .zip(&which)
             .filter(|(f, _)| f.revents().is_some_and(|r| !r.is_empty()))
             .map(|(_, w)| *w)
             .collect();
         drop(fds);
+        // Deadlines are checked by the clock, not by poll timing out: a
+        // command that floods its output keeps poll busy forever.
+        let now = Instant::now();
+        if exited && drain_until.is_some_and(|d| now >= d) {
+            break; // the drain grace period is over
+        }
+        if !exited && !killed && now >= deadline {
+            timed_out = true;
+            kill_launcher(pid);
+            killed = true;
+        }
         for w in ready {
             match w {
-                0 => {
-                    let Some((f, data, off)) = stdin.as_mut() else {
-                        continue;
-                    };
-                    match f.write(&data[*off..]) {
-                        Ok(n) => *off += n,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        // EPIPE: the command closed stdin; that is its right.
-                        Err(_) => *off = data.len(),
-                    }
-                    if *off >= data.len() {
-                        stdin = None; // closing the pipe sends EOF
+                Source::Exit => {
+                    let r = sys::reap(pid)?;
+                    reaped = Some((r, start.elapsed()));
+                    drain_until = Some(Instant::now() + DRAIN_AFTER_EXIT);
+                }
+                Source::Cancel => {
+                    if !killed {
+                        cancelled = true;
+                        kill_launcher(pid);
+                        killed = true;
                     }
                 }
-                1 | 2 => {
-                    let (file, stream, cap) = &mut outs[(w - 1) as usize];
-                    let Some(f) = file.as_mut() else { continue };
-                    match f.read(&mut buf) {
-                        Ok(0) | Err(_) => *file = None,
-                        Ok(n) => take(cap, *stream, &buf[..n], policy, sink),
-                    }
-                }
-                3 => {
-                    let Some(f) = status.as_mut() else { continue };
-                    match f.read(&mut buf) {
-                        Ok(0) | Err(_) => status = None,
-                        Ok(n) => {
-                            if status_text.len() < 64 * 1024 {
-                                status_text.extend_from_slice(&buf[..n]);
-                            }
-                        }
-                    }
-                }
-                _ => {
-                    stop = None;
-                    stop_deadline = Some(Instant::now() + DRAIN_AFTER_EXIT);
-                }
+                other => io.ready(other, sink),
             }
         }
     }
-    let started = String::from_utf8_lossy(&status_text).contains("\"child-pid\"");
-    let [(_, _, stdout), (_, _, stderr)] = outs;
-    Pumped {
+    if let Some(w) = waiter {
+        let _ = w.join();
+    }
+    let (reaped, duration) = reaped.expect("the loop ends only after the reap");
+    let has_started = io.started();
+    let (stdout, stderr) = io.finish();
+    Ok(Outcome {
+        status: reaped.status,
+        timed_out,
+        cancelled,
+        // Without a status channel, reaching exec is all we know.
+        started: has_started || !has_status,
         stdout,
         stderr,
-        started,
+        started_at,
+        duration,
+        cpu_ms: reaped.cpu_ms,
+        max_rss_bytes: reaped.max_rss_bytes,
+    })
+}
+
+/// Kills the launcher and its process group. The pid is not reaped yet,
+/// so it and its group are still ours. The group matters where there is
+/// no pid namespace (Seatbelt).
+fn kill_launcher(pid: libc::pid_t) {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let _ = kill(Pid::from_raw(-pid), Signal::SIGKILL);
+    let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+}
+
+/// What a ready descriptor in the poll set is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Exit,
+    Cancel,
+    Stdin,
+    Out(usize),
+    Status,
+}
+
+/// How long output may keep flowing after the launcher was reaped (only a
+/// process that escaped the pid namespace could still hold the pipes).
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+
+/// The bytes moving in and out: stdin in, stdout/stderr out, bwrap's
+/// status out. Reads are fixed-size; a flood costs constant memory.
+struct Io {
+    /// The pipe, the bytes, how many were written.
+    stdin: Option<(File, Vec<u8>, usize)>,
+    outs: [(Option<File>, Stream, Captured); 2],
+    status: Option<File>,
+    status_text: Vec<u8>,
+    buf: Vec<u8>,
+    policy: OutputPolicy,
+}
+
+impl Io {
+    fn new(
+        stdin: Option<(File, Vec<u8>)>,
+        stdout: Option<File>,
+        stderr: Option<File>,
+        status: Option<File>,
+        policy: OutputPolicy,
+    ) -> Io {
+        let stdin = stdin.map(|(pipe, data)| {
+            let _ = nix::fcntl::fcntl(
+                &pipe,
+                nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+            );
+            (pipe, data, 0usize)
+        });
+        Io {
+            stdin,
+            outs: [
+                (stdout, Stream::Stdout, Captured::default()),
+                (stderr, Stream::Stderr, Captured::default()),
+            ],
+            status,
+            status_text: Vec::new(),
+            buf: vec![0u8; 64 * 1024],
+            policy,
+        }
+    }
+
+    /// Whether an output (or the status channel) is still open.
+    fn open(&self) -> bool {
+        self.outs.iter().any(|o| o.0.is_some()) || self.status.is_some()
+    }
+
+    /// Adds what is waited on: stdin while data remains, the outputs, the
+    /// status channel.
+    fn poll_set<'a>(&'a self, fds: &mut Vec<PollFd<'a>>, which: &mut Vec<Source>) {
+        if let Some((f, data, off)) = &self.stdin {
+            if *off < data.len() {
+                fds.push(PollFd::new(f.as_fd(), PollFlags::POLLOUT));
+                which.push(Source::Stdin);
+            }
+        }
+        for (i, (f, _, _)) in self.outs.iter().enumerate() {
+            if let Some(f) = f {
+                fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
+                which.push(Source::Out(i));
+            }
+        }
+        if let Some(f) = &self.status {
+            fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
+            which.push(Source::Status);
+        }
+    }
+
+    /// Moves the bytes of one ready descriptor.
+    fn ready(&mut self, source: Source, sink: &mut dyn Sink) {
+        match source {
+            Source::Stdin => {
+                let Some((f, data, off)) = self.stdin.as_mut() else {
+                    return;
+                };
+                match f.write(&data[*off..]) {
+                    Ok(n) => *off += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    // EPIPE: the command closed stdin; that is its right.
+                    Err(_) => *off = data.len(),
+                }
+                if *off >= data.len() {
+                    self.stdin = None; // closing the pipe sends EOF
+                }
+            }
+            Source::Out(i) => {
+                let (file, stream, cap) = &mut self.outs[i];
+                let Some(f) = file.as_mut() else { return };
+                match f.read(&mut self.buf) {
+                    Ok(0) | Err(_) => *file = None,
+                    Ok(n) => take(cap, *stream, &self.buf[..n], self.policy, sink),
+                }
+            }
+            Source::Status => {
+                let Some(f) = self.status.as_mut() else {
+                    return;
+                };
+                match f.read(&mut self.buf) {
+                    Ok(0) | Err(_) => self.status = None,
+                    Ok(n) => {
+                        if self.status_text.len() < 64 * 1024 {
+                            self.status_text.extend_from_slice(&self.buf[..n]);
+                        }
+                    }
+                }
+            }
+            Source::Exit | Source::Cancel => {}
+        }
+    }
+
+    /// Whether bwrap reported that it started the command.
+    fn started(&self) -> bool {
+        String::from_utf8_lossy(&self.status_text).contains("\"child-pid\"")
+    }
+
+    fn finish(self) -> (Captured, Captured) {
+        let [(_, _, stdout), (_, _, stderr)] = self.outs;
+        (stdout, stderr)
     }
 }
 
@@ -597,6 +638,29 @@ mod tests {
         s.rlimits = vec![(nix::sys::resource::Resource::RLIMIT_NOFILE, 2048, 1024)];
         let err = run_plain(s).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
+    }
+
+    #[test]
+    fn timeout_kills_a_command_that_floods_its_output() {
+        // Output arriving without pause must not keep the deadline from
+        // being noticed.
+        let mut s = plain("/usr/bin/yes", &[]);
+        s.new_session = true;
+        let out = supervise(
+            s,
+            Duration::from_millis(300),
+            OutputPolicy {
+                cap: 1024,
+                capture: true,
+            },
+            &mut NoSink,
+            None,
+        )
+        .unwrap();
+        assert!(out.timed_out);
+        assert_eq!(out.status, Err(libc::SIGKILL));
+        assert!(out.stdout.truncated);
+        assert!(out.stdout.total > 1024);
     }
 
     #[test]
