@@ -60,6 +60,7 @@ pub enum DaemonError {
 /// `--data-dir` flag (or `SKILL_RUNNER_DATA_DIR`). Installs the global
 /// `tracing` subscriber.
 pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonError> {
+    limit_malloc_arenas();
     let early_format = args.log_format;
     let config = match Config::build(args, data_dir, std::env::var("SKILL_RUNNER_TOKEN").ok()) {
         Ok(c) => c,
@@ -149,4 +150,19 @@ fn init_logging(format: LogFormat) {
             .try_init(),
         LogFormat::Human => builder.try_init(),
     };
+}
+
+/// Caps glibc's malloc at two arenas. By default every thread that
+/// allocates may get an arena of its own (up to 8 per core), and the
+/// blocking threads that run executions each kept one at its high-water
+/// mark: the daemon's RSS grew ~10% between its first 1,000 and 5,000
+/// executions. The allocation rate here is low, so contention on two arenas
+/// costs nothing measurable.
+fn limit_malloc_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter; it is called
+    // before the daemon starts any thread.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
 }
