@@ -638,6 +638,71 @@ fn fifty_parallel_executions_are_correct_and_isolated() {
 }
 
 #[test]
+fn reused_cgroups_start_every_execution_afresh() {
+    // The daemon keeps execution cgroups for reuse. With one execution at a
+    // time, each of these gets the cgroup the previous one used: a limit
+    // hit must not be blamed on the next execution, limits must be the
+    // job's own, and the reported peak must be the execution's own.
+    if !require_sandbox("reused_cgroups_start_every_execution_afresh") {
+        return;
+    }
+    let (w, roots) = world_with_roots();
+    let ws = w.path().join("roots/ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::copy(probe_bin(), ws.join("probe")).unwrap();
+    let d = Daemon::start(&w, &["--root", &roots, "--max-running", "1"]);
+    let run = |args: &[&str], limits: Value| -> Value {
+        let mut argv = vec!["/workspace/probe"];
+        argv.extend_from_slice(args);
+        let r = d.post(
+            "/v1/executions",
+            &json!({"argv": argv, "workspace": ws, "limits": limits}),
+        );
+        assert_eq!(r.status, 200, "{:#}", r.json());
+        r.json()
+    };
+    let first = run(&["exit", "0"], json!({"pids": 64}));
+    if first["limits"]["pids"]["enforced_by"] == "none" {
+        eprintln!("SKIPPED reused_cgroups_start_every_execution_afresh: no pids cgroup:{first:#}");
+        return;
+    }
+    let bomb = run(
+        &["fork-bomb", "3"],
+        json!({"pids": 64, "timeout_ms": 20000}),
+    );
+    assert_eq!(bomb["status"], "limit_exceeded", "{bomb:#}");
+    let after_bomb = run(&["exit", "0"], json!({"pids": 64}));
+    assert_eq!(after_bomb["status"], "exited", "{after_bomb:#}");
+
+    let hog = run(
+        &["mem-bomb", "2048"],
+        json!({"memory_bytes": 128 << 20, "timeout_ms": 20000}),
+    );
+    assert_eq!(hog["status"], "limit_exceeded", "{hog:#}");
+    assert!(
+        hog["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("memory_bytes"),
+        "{hog:#}"
+    );
+    let after_hog = run(&["exit", "0"], json!({"memory_bytes": 1 << 30}));
+    assert_eq!(after_hog["status"], "exited", "{after_hog:#}");
+    let peak = after_hog["usage"]["max_rss_bytes"].as_u64().unwrap();
+    assert!(
+        peak < 64 << 20,
+        "the peak of the hog carried over: {after_hog:#}"
+    );
+
+    // The job's own (lower) limit holds in a cgroup that had a higher one.
+    let low = run(
+        &["mem-bomb", "2048"],
+        json!({"memory_bytes": 64 << 20, "timeout_ms": 20000}),
+    );
+    assert_eq!(low["status"], "limit_exceeded", "{low:#}");
+}
+
+#[test]
 fn streamed_events_arrive_in_order() {
     if !require_sandbox("streamed_events_arrive_in_order") {
         return;

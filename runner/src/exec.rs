@@ -51,6 +51,9 @@ pub struct Config {
     pub package_limits: PackageLimits,
     /// Keep each execution's private folder after it ends (debugging).
     pub keep: bool,
+    /// Keep execution cgroups for reuse (a long-running runner: the
+    /// daemon), see [`crate::cgroup::Pool`].
+    pub reuse_cgroups: bool,
 }
 
 /// The default data dir: `SKILL_RUNNER_DATA_DIR`, else
@@ -229,6 +232,8 @@ pub struct Runner {
     pub roots: Roots,
     pub host: Host,
     executions: PathBuf,
+    /// Reused execution cgroups, and the locked folder that names them.
+    cgroups: Option<(cgroup::Pool, PrivateDir)>,
 }
 
 /// How output is delivered.
@@ -272,12 +277,28 @@ impl Runner {
             .unwrap_or_else(|_| config.data_dir.clone());
         let tag = crate::hash::file_hash(canonical.as_os_str().as_encoded_bytes());
         host.cgroups = host.cgroups.scoped(&tag[..16]);
+        let cgroups = match &host.cgroups {
+            Support::None { .. } => None,
+            _ if !config.reuse_cgroups => None,
+            support => {
+                let owners = config.data_dir.join("cgroups");
+                let dir = PrivateDir::create(&owners)
+                    .map_err(|e| format!("cannot create {}: {e}", owners.display()))?;
+                let prefix = dir
+                    .path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                Some((cgroup::Pool::new(support.clone(), prefix, 64), dir))
+            }
+        };
         let runner = Runner {
             config,
             store,
             roots,
             host,
             executions,
+            cgroups,
         };
         let probed = started.elapsed();
         runner.sweep();
@@ -294,11 +315,18 @@ impl Runner {
     pub fn sweep(&self) -> usize {
         let removed = crate::store::sweep_locked_dirs(&self.executions).unwrap_or(0)
             + self.roots.sweep(KEEP_ROOTS);
-        let executions = self.executions.clone();
+        // An execution's cgroup is named after its folder; a pooled one
+        // `<owner>+<n>` after `<data>/cgroups/<owner>`, which its runner
+        // keeps locked while it lives.
+        let owners = self.config.data_dir.join("cgroups");
         cgroup::sweep(&self.host.cgroups, &|name| {
-            crate::fsx::is_locked(&executions.join(format!("{name}.lock")))
+            let lock = match name.split_once('+') {
+                Some((owner, _)) => owners.join(format!("{owner}.lock")),
+                None => self.executions.join(format!("{name}.lock")),
+            };
+            crate::fsx::is_locked(&lock)
         });
-        removed
+        removed + crate::store::sweep_locked_dirs(&owners).unwrap_or(0)
     }
 
     /// Runs a validated job to completion. Never panics on bad input;
@@ -578,7 +606,10 @@ impl Runner {
             .unwrap_or_default();
         let (cgroup, cg_note) = match &self.host.cgroups {
             Support::None { reason } => (None, Some(reason.clone())),
-            support => match Cgroup::create(support, &cg_name, l.memory_bytes, l.pids) {
+            support => match match &self.cgroups {
+                Some((pool, _)) => pool.take(l.memory_bytes, l.pids),
+                None => Cgroup::create(support, &cg_name, l.memory_bytes, l.pids),
+            } {
                 Ok(cg) => (Some(cg), None),
                 Err(e) => {
                     return rejected(ErrorInfo::new(
@@ -647,7 +678,11 @@ impl Runner {
         let memory_hit = cgroup.as_ref().is_some_and(Cgroup::memory_exceeded);
         let pids_hit = cgroup.as_ref().is_some_and(Cgroup::pids_exceeded);
         let peak = cgroup.as_ref().and_then(Cgroup::peak_memory);
-        drop(cgroup); // kills stragglers, removes the cgroup
+        // Kills stragglers; removes the cgroup or keeps it for reuse.
+        match (cgroup, &self.cgroups) {
+            (Some(cg), Some((pool, _))) => pool.give(cg),
+            (cg, _) => drop(cg),
+        }
         tracing::debug!("cgroup removed");
         let finished_at = outcome.started_at + outcome.duration;
 

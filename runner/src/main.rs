@@ -212,6 +212,7 @@ fn config(cli_data_dir: Option<PathBuf>, keep: bool) -> Config {
         data_dir: cli_data_dir.unwrap_or_else(exec::default_data_dir),
         package_limits: PackageLimits::default(),
         keep,
+        reuse_cgroups: false,
     }
 }
 

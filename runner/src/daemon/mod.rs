@@ -77,6 +77,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         data_dir: config.data_dir.clone(),
         package_limits: PackageLimits::default(),
         keep: false,
+        reuse_cgroups: true,
     })
     .map_err(DaemonError::Runner)?;
     // Leftovers of deleted data dirs: once per daemon start, not per run.
