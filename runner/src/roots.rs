@@ -44,8 +44,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::fsx;
-use crate::hash::{set_identity, Binding};
-use crate::package::{self, Limits};
+use crate::hash::set_identity;
+use crate::package::Limits;
 use crate::stage::{self, Manifest, Selected, Snapshot, StageError};
 use crate::store::PrivateDir;
 
@@ -97,7 +97,7 @@ impl Roots {
     /// when it is not there yet. Every staged byte is verified against its
     /// pin before the root is published.
     pub fn acquire(&self, selected: &[Selected], limits: &Limits) -> Result<Lease, StageError> {
-        let bindings = check_selection(selected)?;
+        let bindings = stage::check_selection(selected)?;
         let identity = set_identity(&bindings);
         let manifest = Manifest::for_bindings(&bindings);
         let path = self.dir.join(&identity);
@@ -272,24 +272,6 @@ pub fn stage_private(
 enum Published {
     Ours,
     Theirs,
-}
-
-/// The pins of a selection, checked: valid bindings, no id twice.
-fn check_selection(selected: &[Selected]) -> Result<Vec<Binding>, StageError> {
-    let mut bindings: Vec<Binding> = Vec::with_capacity(selected.len());
-    for s in selected {
-        package::check_binding(&s.binding).map_err(|source| StageError::Binding {
-            id: s.binding.id.clone(),
-            source,
-        })?;
-        if bindings.iter().any(|b| b.id == s.binding.id) {
-            return Err(StageError::DuplicateId {
-                id: s.binding.id.clone(),
-            });
-        }
-        bindings.push(s.binding.clone());
-    }
-    Ok(bindings)
 }
 
 /// Blocking shared `flock` (an eviction holds the exclusive one only for a

@@ -182,19 +182,7 @@ fn stage_inner(
     root: &Path,
     limits: &Limits,
 ) -> Result<Snapshot, StageError> {
-    let mut bindings: Vec<Binding> = Vec::with_capacity(selected.len());
-    for s in selected {
-        package::check_binding(&s.binding).map_err(|source| StageError::Binding {
-            id: s.binding.id.clone(),
-            source,
-        })?;
-        if bindings.iter().any(|b| b.id == s.binding.id) {
-            return Err(StageError::DuplicateId {
-                id: s.binding.id.clone(),
-            });
-        }
-        bindings.push(s.binding.clone());
-    }
+    let bindings = check_selection(selected)?;
     let root_err = |source| StageError::Root {
         path: root.to_owned(),
         source,
@@ -250,6 +238,24 @@ fn stage_inner(
         warnings,
         bytes,
     })
+}
+
+/// The pins of a selection, checked: valid bindings, no id twice.
+pub fn check_selection(selected: &[Selected]) -> Result<Vec<Binding>, StageError> {
+    let mut bindings: Vec<Binding> = Vec::with_capacity(selected.len());
+    for s in selected {
+        package::check_binding(&s.binding).map_err(|source| StageError::Binding {
+            id: s.binding.id.clone(),
+            source,
+        })?;
+        if bindings.iter().any(|b| b.id == s.binding.id) {
+            return Err(StageError::DuplicateId {
+                id: s.binding.id.clone(),
+            });
+        }
+        bindings.push(s.binding.clone());
+    }
+    Ok(bindings)
 }
 
 /// What staging one skill produced.

@@ -640,23 +640,23 @@ mod tests {
         assert_eq!(err.raw_os_error(), Some(libc::EINVAL));
     }
 
+    /// Runs `program args` in a new session under a short timeout.
+    fn run_timed(program: &str, args: &[&str], timeout_ms: u64) -> Outcome {
+        let mut s = plain(program, args);
+        s.new_session = true;
+        let policy = OutputPolicy {
+            cap: 1024,
+            capture: true,
+        };
+        let timeout = Duration::from_millis(timeout_ms);
+        supervise(s, timeout, policy, &mut NoSink, None).unwrap()
+    }
+
     #[test]
     fn timeout_kills_a_command_that_floods_its_output() {
         // Output arriving without pause must not keep the deadline from
         // being noticed.
-        let mut s = plain("/usr/bin/yes", &[]);
-        s.new_session = true;
-        let out = supervise(
-            s,
-            Duration::from_millis(300),
-            OutputPolicy {
-                cap: 1024,
-                capture: true,
-            },
-            &mut NoSink,
-            None,
-        )
-        .unwrap();
+        let out = run_timed("/usr/bin/yes", &[], 300);
         assert!(out.timed_out);
         assert_eq!(out.status, Err(libc::SIGKILL));
         assert!(out.stdout.truncated);
@@ -665,28 +665,7 @@ mod tests {
 
     #[test]
     fn timeout_kills() {
-        let spawn = Spawn {
-            program: "/bin/sh".into(),
-            args: vec!["-c".into(), "exec sleep 30".into()],
-            fds: vec![],
-            rlimits: vec![],
-            cgroup_procs: vec![],
-            stdin: None,
-            status_fd: None,
-            env: vec![],
-            new_session: true,
-        };
-        let out = supervise(
-            spawn,
-            Duration::from_millis(200),
-            OutputPolicy {
-                cap: 1024,
-                capture: true,
-            },
-            &mut NoSink,
-            None,
-        )
-        .unwrap();
+        let out = run_timed("/bin/sh", &["-c", "exec sleep 30"], 200);
         assert!(out.timed_out);
         assert_eq!(out.status, Err(libc::SIGKILL));
     }
