@@ -260,15 +260,7 @@ impl Cgroup {
         memory_bytes: u64,
         pids: u64,
     ) -> io::Result<Cgroup> {
-        let mut cg = Cgroup {
-            version: support.version().unwrap_or(Version::V1),
-            memory: None,
-            pids: None,
-            base_oom_kills: 0,
-            base_pids_refused: 0,
-            base_usage: 0,
-            peak_is_own: true,
-        };
+        let mut cg = Cgroup::fresh(support.version().unwrap_or(Version::V1));
         match support {
             Support::V2 { parent } => {
                 let dir = parent.join(name);
@@ -295,6 +287,19 @@ impl Cgroup {
         }
         cg.set_limits(memory_bytes, pids)?;
         Ok(cg)
+    }
+
+    /// A cgroup with no folders yet, whose counters start at zero.
+    fn fresh(version: Version) -> Cgroup {
+        Cgroup {
+            version,
+            memory: None,
+            pids: None,
+            base_oom_kills: 0,
+            base_pids_refused: 0,
+            base_usage: 0,
+            peak_is_own: true,
+        }
     }
 
     /// Sets the memory and process limits.
@@ -657,15 +662,10 @@ pub fn sweep(support: &Support, live: &dyn Fn(&str) -> bool) {
             let name = e.file_name();
             let Some(name) = name.to_str() else { continue };
             if e.file_type().is_ok_and(|t| t.is_dir()) && !live(name) {
-                drop(Cgroup {
-                    version: support.version().unwrap_or(Version::V1),
-                    memory: Some(e.path()),
-                    pids: None,
-                    base_oom_kills: 0,
-                    base_pids_refused: 0,
-                    base_usage: 0,
-                    peak_is_own: false,
-                });
+                // Dropping kills what is left in it and removes it.
+                let mut leftover = Cgroup::fresh(support.version().unwrap_or(Version::V1));
+                leftover.memory = Some(e.path());
+                drop(leftover);
             }
         }
     }

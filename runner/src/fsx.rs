@@ -182,6 +182,19 @@ pub fn try_flock(file: &File) -> io::Result<()> {
     .map_err(io::Error::from)
 }
 
+/// Blocking shared `flock`, held until the file is closed.
+pub fn lock_shared(file: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    loop {
+        #[allow(deprecated)]
+        match nix::fcntl::flock(file.as_raw_fd(), nix::fcntl::FlockArg::LockShared) {
+            Ok(()) => return Ok(()),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
 /// True when the lock file at `path` is held by a live process. A missing
 /// lock file counts as not held.
 pub fn is_locked(path: &Path) -> bool {

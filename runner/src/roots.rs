@@ -141,7 +141,9 @@ impl Roots {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(root_err(e)),
         };
-        lock_shared(&dir).map_err(root_err)?;
+        // Blocking: an eviction holds the exclusive lock only for a rename
+        // and a delete.
+        fsx::lock_shared(&dir).map_err(root_err)?;
         // An eviction may have renamed it away between open and lock.
         let locked = dir.metadata().map_err(root_err)?;
         match fs::symlink_metadata(path) {
@@ -272,18 +274,4 @@ pub fn stage_private(
 enum Published {
     Ours,
     Theirs,
-}
-
-/// Blocking shared `flock` (an eviction holds the exclusive one only for a
-/// rename and a delete).
-fn lock_shared(file: &File) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    loop {
-        #[allow(deprecated)]
-        match nix::fcntl::flock(file.as_raw_fd(), nix::fcntl::FlockArg::LockShared) {
-            Ok(()) => return Ok(()),
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
 }

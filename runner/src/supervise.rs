@@ -559,28 +559,9 @@ mod tests {
     #[test]
     fn supervises_a_plain_process() {
         // Pure supervision (no sandbox): stdin in, stdout out, exit code.
-        let spawn = Spawn {
-            program: "/bin/sh".into(),
-            args: vec!["-c".into(), "cat; echo err >&2; exit 3".into()],
-            fds: vec![],
-            rlimits: vec![],
-            cgroup_procs: vec![],
-            stdin: Some(b"hello".to_vec()),
-            status_fd: None,
-            env: vec![],
-            new_session: false,
-        };
-        let out = supervise(
-            spawn,
-            Duration::from_secs(10),
-            OutputPolicy {
-                cap: 1 << 20,
-                capture: true,
-            },
-            &mut NoSink,
-            None,
-        )
-        .unwrap();
+        let mut spawn = plain("/bin/sh", &["-c", "cat; echo err >&2; exit 3"]);
+        spawn.stdin = Some(b"hello".to_vec());
+        let out = run_plain(spawn).unwrap();
         assert_eq!(out.status, Ok(3));
         assert_eq!(out.stdout.bytes, b"hello");
         assert_eq!(out.stderr.bytes, b"err\n");
