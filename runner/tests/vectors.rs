@@ -1,6 +1,7 @@
-//! The shared test vectors of `../shared/vectors/package-hash.json`,
-//! computed by an independent implementation: every package hash, file
-//! hash, UTF-16 order and set identity must match byte for byte.
+//! The hash vectors of `runner/tests/vectors/package-hash.json`, computed
+//! by an independent implementation of the formats in `docs/formats.md`
+//! (those of the ScienceDiscovery runner): every package hash, file hash,
+//! UTF-16 order and set identity must match byte for byte.
 
 use std::path::PathBuf;
 
@@ -9,8 +10,7 @@ use serde_json::Value;
 use skill_runner::hash::{self, Binding};
 
 fn vectors() -> Value {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors/package-hash.json");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/package-hash.json");
     let text =
         std::fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     serde_json::from_slice(&text).expect("vectors are JSON")
