@@ -709,3 +709,187 @@ fn nested_user_namespace_keeps_the_escape_probes_denied() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------
+// Issue 14: the job from stdin, named folders, --help, freezing stored bytes
+// ---------------------------------------------------------------------------
+
+/// `run -` reads the job from stdin; its relative paths resolve against
+/// the current folder.
+#[test]
+fn run_dash_reads_the_job_from_stdin() {
+    if !require_sandbox("run_dash_reads_the_job_from_stdin") {
+        return;
+    }
+    let world = World::new();
+    let dir = world.skill("t", &[("references/data.txt", b"from the package\n")]);
+    let ws = world.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::write(ws.join("mark"), "from the workspace\n").unwrap();
+    let mut skill = skill_ref("t", &dir);
+    skill["path"] = json!("skills/t");
+    // Kept outside the current folder, so only stdin can bring it.
+    let job = world.job(
+        "elsewhere",
+        &json!({
+            "argv": ["cat", "/skills/t/references/data.txt", "/workspace/mark"],
+            "workspace": "ws",
+            "skills": [skill],
+        }),
+    );
+    for mode in [&["run", "-"][..], &["run", "--json", "-"][..]] {
+        let out = output(
+            world
+                .cmd()
+                .current_dir(world.path())
+                .stdin(std::fs::File::open(&job).unwrap())
+                .args(mode),
+        );
+        assert_eq!(out.status.code(), Some(0), "{mode:?}{}", show(&out));
+        let stdout = if mode.contains(&"--json") {
+            let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+            doc["stdout"].as_str().unwrap().to_owned()
+        } else {
+            text(&out.stdout)
+        };
+        assert_eq!(
+            stdout,
+            "from the package\nfrom the workspace\n",
+            "{mode:?}{}",
+            show(&out)
+        );
+    }
+    // Bad JSON on stdin is refused like a bad job file.
+    let out = output(
+        world
+            .cmd()
+            .stdin(std::fs::File::open(dir.join("SKILL.md")).unwrap())
+            .args(["run", "-"]),
+    );
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    assert!(
+        text(&out.stderr).contains("not valid JSON"),
+        "{}",
+        show(&out)
+    );
+}
+
+/// A workspace or extensions dir the job names must exist: it is refused
+/// in one sentence, never created.
+#[test]
+fn a_named_folder_that_does_not_exist_is_refused_not_created() {
+    let world = World::new();
+    let missing = world.path().join("no/such/ws");
+    let job = job_with(&world, json!({"workspace": missing}));
+    assert_refused(&world, &job, "does not exist", Some("bad_job"));
+    let job = job_with(&world, json!({"extensions_dir": missing}));
+    assert_refused(&world, &job, "extensions_dir", Some("bad_job"));
+    assert!(!world.path().join("no").exists(), "a folder was created");
+
+    let file = world.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let job = job_with(&world, json!({"workspace": file}));
+    assert_refused(&world, &job, "is not a folder", Some("bad_job"));
+}
+
+/// Every subcommand's `--help` says what each positional argument and
+/// each option is (walking `help` down every level).
+#[test]
+fn help_describes_every_argument_of_every_subcommand() {
+    let world = World::new();
+    let mut todo: Vec<Vec<String>> = vec![Vec::new()];
+    let mut seen = 0;
+    while let Some(path) = todo.pop() {
+        let mut args: Vec<&str> = path.iter().map(String::as_str).collect();
+        args.push("--help");
+        let out = runner(&world, &args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}{}", show(&out));
+        seen += 1;
+        let help = text(&out.stdout);
+        let mut section = "";
+        for line in help.lines() {
+            if !line.starts_with(' ') {
+                section = line.trim_end_matches(':');
+                continue;
+            }
+            let item = line.trim_start();
+            match section {
+                "Commands" => {
+                    let name = item.split_whitespace().next().unwrap();
+                    if name != "help" {
+                        let mut sub = path.clone();
+                        sub.push(name.to_owned());
+                        todo.push(sub);
+                    }
+                }
+                // `<NAME>  text` or `-x, --flag <V>  text`: two spaces
+                // separate the name from its description (long
+                // descriptions wrap onto indented lines).
+                "Arguments" | "Options" if item.starts_with(['<', '-']) => {
+                    assert!(
+                        item.split_once("  ")
+                            .is_some_and(|(_, d)| !d.trim().is_empty()),
+                        "{args:?}: {item:?} has no description:\n{help}"
+                    );
+                }
+                _ => {}
+            }
+        }
+    }
+    assert!(seen >= 20, "walked only {seen} help pages");
+    // pack names what --id, --revision and --version are.
+    let help = text(&runner(&world, &["pack", "--help"]).stdout);
+    for needle in [
+        "<DIR>",
+        "--id <ID>",
+        "--revision <REVISION>",
+        "--version <VERSION>",
+    ] {
+        assert!(help.contains(needle), "{needle}:\n{help}");
+    }
+    assert!(help.contains("integer >= 1"), "{help}");
+}
+
+/// `session create --skill NAME` freezes the binding the store already
+/// holds for the folder's bytes (here revision 1, version 1.0.0 from
+/// `store add`), not a new revision with the catalog's default version.
+#[test]
+fn session_create_freezes_the_stored_binding_of_the_same_bytes() {
+    let world = World::new();
+    let dir = world.skill("hello", &[("scripts/greet.sh", b"echo hi\n")]);
+    let hash = hash_of(&dir);
+    let store_add = runner(
+        &world,
+        &[
+            "store",
+            "add",
+            dir.to_str().unwrap(),
+            "--id",
+            "hello",
+            "--revision",
+            "1",
+            "--version",
+            "1.0.0",
+        ],
+    );
+    assert_eq!(store_add.status.code(), Some(0), "{}", show(&store_add));
+    // The world's `skills/` folder is the project catalog of its cwd.
+    let out = output(
+        world
+            .cmd()
+            .env("HOME", world.path().join("home"))
+            .current_dir(world.path())
+            .args(["session", "create", "--skill", "hello", "--tool", "bash"]),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let stored = json!({"id": "hello", "revision": 1, "version": "1.0.0", "hash": hash});
+    assert_eq!(doc["skills"], json!([stored]), "{doc:#}");
+    let list = runner(&world, &["store", "list"]);
+    assert_eq!(
+        text(&list.stdout).lines().count(),
+        1,
+        "nothing new was published:{}",
+        show(&list)
+    );
+}

@@ -1150,8 +1150,21 @@ fn host_paths_outside_the_roots_are_refused() {
     assert!(msg.contains("extensions_dir"), "{msg}");
     assert!(!Path::new("/etc/skill-extensions").exists());
 
+    // Under the roots, a named workspace must exist (issue 14): refused,
+    // not created.
+    let missing = root.join("missing/ws");
+    let msg = d
+        .post(
+            "/v1/executions",
+            &json!({"argv": ["true"], "workspace": missing}),
+        )
+        .assert_error(400, "bad_job");
+    assert!(msg.contains("does not exist"), "{msg}");
+    assert!(!root.join("missing").exists());
+
     // Under the roots, it runs and writes where it was told.
     let ws = root.join("ok/ws");
+    std::fs::create_dir_all(&ws).unwrap();
     let r = d.post(
         "/v1/executions",
         &json!({"argv": ["sh", "-c", "echo hi > /workspace/out"], "workspace": ws}),

@@ -181,6 +181,7 @@ fn planted_extensions_symlink_is_refused() {
     }
     let w = World::new();
     let ws = w.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
     let victim = w.path().join("victim");
     std::fs::create_dir_all(&victim).unwrap();
     std::fs::write(victim.join("precious"), "keep me\n").unwrap();

@@ -373,6 +373,17 @@ impl Runner {
 
     /// Everything before the launch: checks, staging, folders.
     fn prepare(&self, job: &Job) -> Result<Prepared, ErrorInfo> {
+        // The folders the job names exist, or nothing else is done.
+        let named_workspace = job
+            .workspace
+            .as_deref()
+            .map(|w| named_folder("workspace", w, "a fresh empty one"))
+            .transpose()?;
+        let named_extensions = job
+            .extensions_dir
+            .as_deref()
+            .map(|e| named_folder("extensions_dir", e, "the default in the workspace"))
+            .transpose()?;
         let bwrap = self.launcher_available()?;
         let dir = PrivateDir::create_named(&self.executions, &format!("{}.", job.execution_id))
             .map_err(|e| {
@@ -398,24 +409,16 @@ impl Runner {
         let lease = lease.map_err(|e| ErrorInfo::new(e.kind(), e.to_string()))?;
         let staging = staging_started.elapsed();
 
-        let (workspace, fresh) = match &job.workspace {
-            Some(w) => {
-                fs::create_dir_all(w).map_err(|e| bad_path("workspace", w, e))?;
-                let real = w.canonicalize().map_err(|e| bad_path("workspace", w, e))?;
-                (real, false)
-            }
+        let (workspace, fresh) = match named_workspace {
+            Some(w) => (w, false),
             None => {
                 let w = dir.path.join("workspace");
                 fs::create_dir(&w).map_err(|e| bad_path("workspace", &w, e))?;
                 (w, true)
             }
         };
-        let extensions = match &job.extensions_dir {
-            Some(e) => {
-                fs::create_dir_all(e).map_err(|err| bad_path("extensions_dir", e, err))?;
-                e.canonicalize()
-                    .map_err(|err| bad_path("extensions_dir", e, err))?
-            }
+        let extensions = match named_extensions {
+            Some(e) => e,
             // The default lives in the workspace, which earlier commands
             // could write: it must be a real folder below it, never a
             // symlink planted to get a host folder mounted writable.
@@ -796,6 +799,35 @@ fn default_extensions_dir(workspace: &Path) -> Result<PathBuf, ErrorInfo> {
         }
     }
     Ok(dir)
+}
+
+/// A host folder the job names (`workspace`, `extensions_dir`), resolved;
+/// `default` says what the job gets without it. It must exist: the runner
+/// creates only the folders it chooses itself (a fresh workspace, the
+/// default extensions dir), never a path from the job, where a typo would
+/// otherwise become a new folder anywhere the runner's user may write.
+fn named_folder(field: &str, path: &Path, default: &str) -> Result<PathBuf, ErrorInfo> {
+    let real = path.canonicalize().map_err(|e| {
+        let why = if e.kind() == io::ErrorKind::NotFound {
+            "does not exist".to_owned()
+        } else {
+            format!("cannot be used ({e})")
+        };
+        ErrorInfo::new(
+            "bad_job",
+            format!(
+                "{field} {} {why}; create the folder first, or leave {field} out for {default}",
+                path.display()
+            ),
+        )
+    })?;
+    if !real.is_dir() {
+        return Err(ErrorInfo::new(
+            "bad_job",
+            format!("{field} {} is not a folder; name a folder", path.display()),
+        ));
+    }
+    Ok(real)
 }
 
 fn bad_path(field: &str, path: &Path, e: io::Error) -> ErrorInfo {

@@ -1,10 +1,11 @@
-//! The `skill-runner` command line (DESIGN.md §8).
+//! The `skill-runner` command line (README "Using it"; formats and exit
+//! codes in docs/formats.md).
 //!
 //! Thin: parses arguments, calls the library, prints, and maps outcomes to
 //! exit codes. Errors reach the user as one sentence on stderr with exit
 //! code 125 (the runner refused or failed), as `docker run` does.
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -42,6 +43,10 @@ enum Command {
     /// Run a job: stage its skills, start the sandbox, stream its output,
     /// exit with its code.
     Run {
+        /// The job document (JSON, docs/formats.md). `-` reads it from
+        /// stdin; relative paths in it then resolve against the current
+        /// folder instead of the job file's folder.
+        #[arg(value_name = "JOB")]
         job: PathBuf,
         /// Print the result document instead of streaming output.
         #[arg(long)]
@@ -52,6 +57,8 @@ enum Command {
     },
     /// Print what a job would run, without running it.
     Explain {
+        /// The job document (JSON), as for `run`; `-` reads it from stdin.
+        #[arg(value_name = "JOB")]
         job: PathBuf,
         /// Print JSON instead of a shell-quoted command.
         #[arg(long)]
@@ -66,9 +73,14 @@ enum Command {
         fds_dir: Option<PathBuf>,
     },
     /// Print the package hash of a folder.
-    Hash { dir: PathBuf },
-    /// Print a bundle (transport JSON) of a folder.
+    Hash {
+        /// The package folder (SKILL.md at its root).
+        dir: PathBuf,
+    },
+    /// Print a bundle (transport JSON, docs/formats.md) of a folder, to
+    /// publish with POST /v1/skill-packages.
     Pack {
+        /// The package folder (SKILL.md at its root).
         dir: PathBuf,
         #[command(flatten)]
         meta: BindingArgs,
@@ -94,20 +106,26 @@ enum Command {
 enum CatalogCommand {
     /// List every skill: name, source, kind, description.
     List {
+        /// Print JSON instead of one line per skill.
         #[arg(long)]
         json: bool,
     },
     /// Rank the skills against a query, by name and description.
     Find {
+        /// Words to look for in skill names and descriptions.
         query: String,
+        /// How many skills to print at most.
         #[arg(long, default_value_t = 10)]
         limit: usize,
+        /// Print JSON instead of one line per skill.
         #[arg(long)]
         json: bool,
     },
     /// Show one skill: where it comes from, what it shadows, its SKILL.md.
     Show {
+        /// The skill's catalog name.
         name: String,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -125,48 +143,80 @@ enum SessionCommand {
         tools: Vec<String>,
     },
     /// Print a session as created.
-    Show { id: String },
+    Show {
+        /// The session id (ses-…), as `session create` printed it.
+        id: String,
+    },
     /// List a session's skills, or rank them with --query.
     Skills {
+        /// The session id (ses-…).
         id: String,
+        /// Rank the skills against these words instead of listing them all.
         #[arg(long)]
         query: Option<String>,
+        /// How many skills to return at most.
         #[arg(long)]
         limit: Option<usize>,
+        /// Only skills of this category (front matter metadata.category).
         #[arg(long)]
         category: Option<String>,
     },
     /// Load a skill's body (load_skill / Skill).
-    Load { id: String, name: String },
+    Load {
+        /// The session id (ses-…).
+        id: String,
+        /// The skill's name in the session (its id).
+        name: String,
+    },
     /// Load one supplementary file of a skill (load_skill_section).
     Section {
+        /// The session id (ses-…).
         id: String,
+        /// The skill's name in the session (its id).
         name: String,
+        /// The file, as load_skill lists it (e.g. references/guide.md).
         section: String,
+        /// First byte to return.
         #[arg(long)]
         offset: Option<u64>,
+        /// How many bytes to return at most.
         #[arg(long)]
         limit: Option<u64>,
     },
     /// Read a package file by its alias path (read_skill_resource).
     Resource {
+        /// The session id (ses-…).
         id: String,
+        /// The file: /skills/ID/PATH, $SCIENCEDISCOVERY_SKILLS_DIR/ID/PATH
+        /// or ${SCIENCEDISCOVERY_SKILLS_DIR}/ID/PATH.
         path: String,
+        /// First byte to return.
         #[arg(long)]
         offset: Option<u64>,
+        /// How many bytes to return at most.
         #[arg(long)]
         limit: Option<u64>,
     },
     /// Print the session's activation events.
-    Events { id: String },
+    Events {
+        /// The session id (ses-…).
+        id: String,
+    },
 }
 
+/// The frozen binding a folder is published under; its hash is computed.
 #[derive(Args)]
 struct BindingArgs {
+    /// Skill id: lowercase letters and digits in dash-separated words
+    /// (e.g. hello, alpha-tools); the folder it is staged as, /skills/ID.
     #[arg(long)]
     id: String,
+    /// Revision, an integer >= 1; a published (id, revision) never changes,
+    /// so publish other bytes under a new revision.
     #[arg(long)]
     revision: u64,
+    /// Version, any string (e.g. 1.0.0); recorded in the binding, not
+    /// interpreted.
     #[arg(long)]
     version: String,
 }
@@ -175,6 +225,7 @@ struct BindingArgs {
 enum StoreCommand {
     /// Publish folders as packages: `store add DIR --id ID --revision N --version V`.
     Add {
+        /// The package folder (SKILL.md at its root).
         dir: PathBuf,
         #[command(flatten)]
         meta: BindingArgs,
@@ -303,25 +354,36 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
-/// Reads and validates a job file; relative paths resolve against its folder.
+/// Reads and validates a job: from a file, whose folder relative paths
+/// resolve against, or from stdin when `path` is `-`, where they resolve
+/// against the current folder.
 fn load_job(path: &Path) -> Result<Job, ErrorInfo> {
-    let bytes = std::fs::read(path).map_err(|e| {
-        ErrorInfo::new(
-            "bad_job",
-            format!("cannot read job file {}: {e}", path.display()),
-        )
-    })?;
-    let base = path
-        .parent()
-        .map(|p| {
-            if p.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                p
-            }
-        })
-        .and_then(|p| p.canonicalize().ok());
-    Job::from_json(&bytes, base.as_deref()).map_err(|e| ErrorInfo::new("bad_job", e.to_string()))
+    let bad = |message: String| ErrorInfo::new("bad_job", message);
+    let (bytes, base) = if path == Path::new("-") {
+        let mut bytes = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut bytes)
+            .map_err(|e| bad(format!("cannot read the job from stdin: {e}")))?;
+        let cwd = std::env::current_dir()
+            .and_then(|d| d.canonicalize())
+            .map_err(|e| bad(format!("cannot read the current folder: {e}")))?;
+        (bytes, Some(cwd))
+    } else {
+        let bytes = std::fs::read(path)
+            .map_err(|e| bad(format!("cannot read job file {}: {e}", path.display())))?;
+        let base = path
+            .parent()
+            .map(|p| {
+                if p.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    p
+                }
+            })
+            .and_then(|p| p.canonicalize().ok());
+        (bytes, base)
+    };
+    Job::from_json(&bytes, base.as_deref()).map_err(|e| bad(e.to_string()))
 }
 
 fn run(job_path: &Path, json: bool, cfg: Config) -> anyhow::Result<i32> {

@@ -5,10 +5,12 @@
 //! the store, or catalog names) and the agent's enabled tools. Creating it
 //!
 //! 1. resolves every skill to exact bytes: a binding must be in the store;
-//!    a catalog name is read from its folder now, hashed, and published to
-//!    the store under the skill's next revision (the latest revision is
-//!    reused when its hash is the same, so the revision grows only when the
-//!    bytes change);
+//!    a catalog name is read from its folder now and hashed; when the store
+//!    already holds a binding of that id with that hash (published by
+//!    `store add`, a bundle or an earlier session), that binding is frozen
+//!    as it is, revision and version included; otherwise the bytes are
+//!    published under the skill's next revision, so the revision grows
+//!    only when the bytes change;
 //! 2. decides the delivery mode from the tools and the skills' kinds, or
 //!    refuses the composition ([`delivery`]); a refusal publishes nothing;
 //! 3. renders the prompt block and the tool schemas, and writes the session
@@ -847,9 +849,10 @@ impl SessionHost {
         })
     }
 
-    /// Publishes `files` as `id`'s latest revision, unless the latest
-    /// already has this hash. Returns the binding and whether a revision
-    /// was published.
+    /// The binding the store holds for `id` with `hash` (the latest such
+    /// revision, whatever its version); else publishes `files` as `id`'s
+    /// next revision under `version`. Returns the binding and whether a
+    /// revision was published.
     fn freeze(
         &self,
         id: &str,
@@ -858,12 +861,14 @@ impl SessionHost {
         files: &[(String, Vec<u8>)],
     ) -> Result<(Binding, bool), SessionError> {
         for _ in 0..FREEZE_TRIES {
-            let latest = self.store.bindings_of(id)?.pop();
-            if let Some(b) = &latest {
-                if b.hash == hash && b.version == version {
-                    return Ok((b.clone(), false));
-                }
+            let mut stored = self.store.bindings_of(id)?;
+            // Same bytes already published: that is the binding, even when
+            // the catalog folder states no version (issue 14: the store's
+            // hello r1 / 1.0.0 must not become r2 / 0.0.0).
+            if let Some(b) = stored.iter().rev().find(|b| b.hash == hash) {
+                return Ok((b.clone(), false));
             }
+            let latest = stored.pop();
             let binding = Binding {
                 id: id.to_owned(),
                 revision: latest.map_or(1, |b| b.revision + 1),

@@ -9,9 +9,11 @@
 //!
 //! Invariants:
 //! - a path is absolute and has no `..` segment; the longest existing
-//!   prefix is resolved with `realpath`, the missing rest (created later by
-//!   the runner) is appended as plain names, and a dangling symlink on the
-//!   way is refused (creating through it would leave the roots);
+//!   prefix is resolved with `realpath`, the missing rest is appended as
+//!   plain names (the runner then refuses a named folder that does not
+//!   exist, and creates only its own default extensions dir), and a
+//!   dangling symlink on the way is refused (creating through it would
+//!   leave the roots);
 //! - when a job names a workspace but no extensions dir, the default
 //!   `<workspace>/.sciencediscovery/skill-extensions` is resolved and
 //!   checked the same way, because an earlier command could have planted a
@@ -177,7 +179,7 @@ mod tests {
             roots.resolve("workspace", &root.join("ws")).unwrap(),
             root.join("ws")
         );
-        // Missing folders are fine: the runner creates them.
+        // Missing folders resolve (the runner decides what may be missing).
         assert_eq!(
             roots.resolve("workspace", &root.join("new/sub")).unwrap(),
             root.join("new/sub")
