@@ -1,4 +1,4 @@
-//! The job document of DESIGN.md §6: parsed raw, then validated.
+//! The job document (docs/formats.md): parsed raw, then validated.
 //!
 //! [`RawJob`] mirrors the JSON with unknown fields refused. [`Job::validate`]
 //! turns it into a [`Job`] whose every field has been checked: the
@@ -8,8 +8,8 @@
 //! defaults filled in). Launch code accepts only a [`Job`].
 //!
 //! A job selects its skills either in `skills` or by naming a `session`
-//! (DESIGN.md §10), whose frozen bindings the runner reads from the data
-//! dir when it prepares the execution; giving both is an error.
+//! (docs/skill-host.md), whose frozen bindings the runner reads from the
+//! data dir when it prepares the execution; giving both is an error.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -147,8 +147,8 @@ pub enum JobError {
     RelativePath { field: &'static str, path: PathBuf },
 }
 
-/// Names a job may never set (§5), besides the `LD_*` and `BASH_FUNC_*`
-/// families.
+/// Names a job may never set (docs/formats.md), besides the `LD_*` and
+/// `BASH_FUNC_*` families.
 const RESERVED_ENV: &[&str] = &[
     "PATH",
     "HOME",

@@ -70,8 +70,9 @@ pub struct Plan<'a> {
     pub features: BwrapFeatures,
 }
 
-/// The environment of §5: the fixed baseline, then the job's variables
-/// (already validated not to touch a reserved name).
+/// The environment in the sandbox (docs/formats.md): the fixed baseline,
+/// then the job's variables (already validated not to touch a reserved
+/// name).
 pub fn environment(job_env: &[(String, String)]) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = [
         ("HOME", "/tmp"),

@@ -1,4 +1,4 @@
-//! The result document of DESIGN.md §7 and the exit codes of §8.
+//! The result document and the exit codes of `run` (docs/formats.md).
 
 use serde::Serialize;
 
@@ -104,7 +104,7 @@ pub struct ExecResult {
     pub warnings: Vec<String>,
 }
 
-/// Exit code of `skill-runner run` for the execution (§8).
+/// Exit code of `skill-runner run` for the execution (docs/formats.md).
 pub const EXIT_TIMED_OUT: i32 = 124;
 pub const EXIT_RUNNER: i32 = 125;
 pub const EXIT_NOT_EXECUTABLE: i32 = 126;
