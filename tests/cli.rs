@@ -1,4 +1,4 @@
-//! The command line of DESIGN.md §8 as a user meets it: the bundled
+//! The command line (README, docs/formats.md) as a user meets it: the bundled
 //! example, plain and `--json` runs, clear refusals of bad input, `explain`,
 //! `hash`, `pack`, `store`, `doctor`, and running inside a nested
 //! unprivileged user namespace (as inside a container), issue 3.

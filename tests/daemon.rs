@@ -1,4 +1,4 @@
-//! The daemon (`skill-runner serve`, DESIGN.md §9) driven over its real
+//! The daemon (`skill-runner serve`, docs/daemon.md) driven over its real
 //! Unix socket or loopback TCP, running real bubblewrap sandboxes (issue:
 //! "skill-runner serve").
 //!
@@ -458,7 +458,7 @@ fn execution_leftovers(world: &World) -> Vec<String> {
     }
 }
 
-/// A bundle (§3) of one skill folder, and its binding.
+/// A bundle (docs/formats.md) of one skill folder, and its binding.
 fn bundle_of(id: &str, dir: &Path) -> (Value, Value) {
     let limits = skill_runner::package::Limits::default();
     let files = skill_runner::source::read_dir_files(dir, &limits).unwrap();
@@ -1376,7 +1376,7 @@ fn a_stream_reader_that_stalls_has_its_execution_cancelled() {
     drop(conn);
 }
 
-/// The skill host over HTTP (issue 6, DESIGN.md §10): a session created
+/// The skill host over HTTP (issue 6, docs/skill-host.md): a session created
 /// from published bindings in both delivery modes, its tools as routes,
 /// the refusal of a file-needing skill in a session without file tools,
 /// bounded resource reads, and an execution naming the session.

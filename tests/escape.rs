@@ -1,5 +1,5 @@
 //! The escape suite (issue 3): every isolation and supervision promise of
-//! DESIGN.md §5–§8, shown by attempting the forbidden thing inside a real
+//! the README's threat model, shown by attempting the forbidden thing inside a real
 //! bubblewrap sandbox and watching it fail.
 //!
 //! Each test copies the `probe` helper (`tests/probe`) into a fresh
@@ -275,7 +275,7 @@ fn assert_nothing_alive(fx: &Fixture, heartbeat_file: Option<&Path>, run: &dyn f
 }
 
 // ---------------------------------------------------------------------------
-// /skills is read-only (DESIGN.md §4 invariant 3)
+// /skills is read-only (snapshot-root invariant 3, docs/packages.md)
 // ---------------------------------------------------------------------------
 
 /// Runs each attempt under `/skills`, expects a read-only denial for each,

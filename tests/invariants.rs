@@ -1,4 +1,4 @@
-//! The snapshot-root invariants of DESIGN.md §4 proven with the real binary
+//! The snapshot-root invariants (docs/packages.md) proven with the real binary
 //! and real bubblewrap (issue 2; 2 and 3 are also covered by the library
 //! tests and the escape suite).
 

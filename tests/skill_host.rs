@@ -1,4 +1,4 @@
-//! The skill host from the command line (DESIGN.md §10, the skill-host
+//! The skill host from the command line (docs/skill-host.md, the skill-host
 //! issue): `skill-runner catalog list|find|show` over built-in, user and
 //! project folders; `skill-runner session create|load|resource|events`;
 //! and a `run` job that names a session and gets its frozen skills, even

@@ -1,4 +1,4 @@
-//! Path aliases of DESIGN.md §5.
+//! Path aliases (docs/formats.md, "The job").
 //!
 //! `$SCIENCEDISCOVERY_SKILLS_DIR/x`, `${SCIENCEDISCOVERY_SKILLS_DIR}/x` and
 //! `/skills/x` all name package file `x`; the same three spellings exist for

@@ -1,4 +1,4 @@
-//! Bundles: the transport JSON of DESIGN.md §3.
+//! Bundles: the transport JSON of docs/formats.md.
 //!
 //! `{"skills":[{"id","revision","version","hash","files":[{"path","size","hash","content"}]}]}`
 //! with `content` in standard base64 that must round-trip exactly. A parsed

@@ -149,7 +149,7 @@ pub struct CatalogConfig {
     pub max_folders: usize,
     /// Skills per source.
     pub max_skills: usize,
-    /// Package limits each skill must fit (DESIGN.md §3).
+    /// Package limits each skill must fit (docs/formats.md).
     pub limits: Limits,
     /// The index file caching the user layer; `None`: no cache.
     pub index: Option<PathBuf>,
@@ -272,7 +272,7 @@ pub enum CatalogError {
 }
 
 impl CatalogError {
-    /// The error kind of DESIGN.md's error documents.
+    /// The error kind of the error documents (docs/formats.md).
     pub fn kind(&self) -> &'static str {
         match self {
             CatalogError::BadName { .. } => "bad_request",
@@ -551,7 +551,7 @@ impl Catalog {
 
     /// Reads a skill's files now, in package-hash order, for freezing.
     /// A folder is read without following symlinks and must be a valid
-    /// package (DESIGN.md §3).
+    /// package (docs/formats.md).
     pub fn read_files(
         entry: &Entry,
         limits: &Limits,

@@ -1,4 +1,4 @@
-//! Package hash, file hash and set identity (DESIGN.md §3).
+//! Package hash, file hash and set identity (docs/formats.md).
 //!
 //! These formats are shared byte for byte with the ScienceDiscovery runner:
 //!
@@ -42,7 +42,7 @@ pub enum HashError {
     NoFile,
 }
 
-/// Compares two paths by their UTF-16 code units, the order of §3.
+/// Compares two paths by their UTF-16 code units, the package-hash order.
 ///
 /// For ASCII this is byte order; it differs from UTF-8 byte order for
 /// characters above U+FFFF (surrogate pairs sort before U+E000..U+FFFF).

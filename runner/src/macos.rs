@@ -80,8 +80,9 @@ pub fn plan(job: &Job, f: &Folders) -> Result<(seatbelt::Rendered, Vec<String>),
     Ok((rendered, full))
 }
 
-/// The environment of §5 on macOS: host paths for the two variables, and
-/// `HOME`/`TMPDIR` in the private temp folder (`/tmp` is not writable).
+/// The environment in the sandbox (docs/formats.md) on macOS: host paths
+/// for the two variables, and `HOME`/`TMPDIR` in the private temp folder
+/// (`/tmp` is not writable).
 pub fn environment(job: &Job, f: &Folders) -> Result<Vec<(String, String)>, MacosError> {
     let tmp = canonical(&f.tmp)?;
     let mut env = vec![

@@ -1,5 +1,5 @@
 //! The Skill package format: admissible paths, ids, limits and `SKILL.md`
-//! front matter (DESIGN.md §1, §3).
+//! front matter (docs/formats.md, "Skill packages").
 //!
 //! A package is a folder of regular files with `SKILL.md` at its root. This
 //! module decides what is admissible; it does not read folders (see
@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 /// The file every package must have at its root.
 pub const SKILL_MD: &str = "SKILL.md";
 
-/// Size and count limits of one package. Defaults are those of §3.
+/// Size and count limits of one package, with the defaults of docs/formats.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
@@ -61,7 +61,7 @@ pub enum PackageError {
     FrontMatter { reason: String },
 }
 
-/// Checks a package-relative path against the rules of §3.
+/// Checks a package-relative path against the path rules.
 pub fn check_path(path: &str) -> Result<(), PackageError> {
     let bad = |reason| {
         Err(PackageError::BadPath {

@@ -1,14 +1,14 @@
 //! Published snapshot roots: one verified, immutable snapshot root per set
 //! identity, shared read-only by every execution of that selection.
 //!
-//! DESIGN.md §9 allows a snapshot root to be "immutable once published or
-//! private to one execution". Staging the same selection again for every
+//! Anything shared between concurrent executions must be immutable once
+//! published or private to one execution (docs/packages.md). Staging the same selection again for every
 //! execution costs a copy, a full re-hash and a dozen inode operations each
 //! time (and for large packages, most of the execution's time), so roots are
 //! published and reused:
 //!
 //! ```text
-//! <data>/roots/<identity>/skills/…          the snapshot root (§4), sealed
+//! <data>/roots/<identity>/skills/…          the snapshot root and manifest, sealed
 //! <data>/roots/<identity>/meta.json         bytes and staging warnings
 //! <data>/roots/.staging/<random>[.lock]     roots being staged (private)
 //! ```

@@ -1,5 +1,5 @@
 //! Sessions: one agent's frozen selection of skills, and the tool routes
-//! that serve it (DESIGN.md §10, the skill host).
+//! that serve it (docs/skill-host.md, the skill host).
 //!
 //! A session is created from a list of skills (frozen bindings already in
 //! the store, or catalog names) and the agent's enabled tools. Creating it
@@ -24,7 +24,7 @@
 //! - the delivery mode, prompt and tool schemas are fixed in the record at
 //!   creation: nothing re-derives them, and no route changes a session;
 //! - a resource read stays inside the session's packages: the three path
-//!   aliases of DESIGN.md §5 are accepted, anything else (another root, a
+//!   aliases of docs/formats.md are accepted, anything else (another root, a
 //!   `..` that climbs out, a skill not selected, a file not in the
 //!   package) is refused, and binary files are refused, never executed;
 //! - every load and read that returns content is first recorded as an
@@ -377,7 +377,7 @@ pub struct SessionDoc {
     pub skills: Vec<Binding>,
     pub prompt: Prompt,
     pub tools: Vec<Value>,
-    /// Set identity of the bindings (DESIGN.md §3).
+    /// Set identity of the bindings (docs/formats.md).
     pub identity: String,
     pub created_at: String,
     pub enabled_tools: Vec<String>,
@@ -1091,7 +1091,7 @@ impl SessionHost {
 
     /// `GET /v1/sessions/{id}/resources?path=&offset=&limit=`:
     /// `read_skill_resource`. `path` is one of the three aliases of
-    /// DESIGN.md §5 and must name a file of one of the session's packages.
+    /// docs/formats.md and must name a file of one of the session's packages.
     /// Records a `read_resource` event.
     pub fn resource(&self, id: &str, q: &ResourceQuery) -> Result<Chunk, SessionError> {
         let rec = self.sessions.read(id)?;

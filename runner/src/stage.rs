@@ -1,7 +1,7 @@
 //! Staging: building a per-execution snapshot root and proving its bytes.
 //!
 //! A snapshot root holds one folder per selected skill id and the manifest
-//! `.sciencediscovery-snapshot.json` (DESIGN.md §4). It is built inside the
+//! `.sciencediscovery-snapshot.json` (docs/formats.md). It is built inside the
 //! runner's private execution folder, never shared, and it is returned only
 //! after the staged copy itself was hashed and matched the pins:
 //!
@@ -55,7 +55,7 @@ pub struct Selected {
     pub source: SkillSource,
 }
 
-/// The manifest of §4. Field order is the serialized key order.
+/// The manifest (docs/formats.md). Field order is the serialized key order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Manifest {
@@ -63,7 +63,7 @@ pub struct Manifest {
     pub skills: Vec<ManifestSkill>,
 }
 
-/// One skill in the manifest; keys in the order of §4.
+/// One skill in the manifest; field order is the serialized key order.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ManifestSkill {
@@ -94,7 +94,7 @@ impl Manifest {
         }
     }
 
-    /// Exact text of §4: two-space indent, one trailing newline.
+    /// Exact text: two-space indent, one trailing newline.
     pub fn to_text(&self) -> String {
         // Strings and integers always serialize.
         let mut s = serde_json::to_string_pretty(self).unwrap_or_default();

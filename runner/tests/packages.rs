@@ -1,6 +1,6 @@
 //! Package layer on a real file system: bad inputs are refused with a clear
 //! error and leave nothing behind; staging and the store keep the
-//! invariants of DESIGN.md §4 (issue 2).
+//! snapshot-root invariants of docs/packages.md (issue 2).
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

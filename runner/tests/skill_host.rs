@@ -1,4 +1,4 @@
-//! The skill host on a real file system (DESIGN.md §10, the skill-host
+//! The skill host on a real file system (docs/skill-host.md, the skill-host
 //! issue): the delivery-mode decision table, freezing, catalog precedence
 //! and shadowing, index invalidation, ranking, name validation, bounded
 //! reads, binary refusal, path aliases and escapes, activation events.

@@ -168,3 +168,78 @@ fn own_ordering_traps() {
     h.update(b"5").unwrap();
     assert!(h.begin_file("\u{1F600}", 1).is_err());
 }
+
+/// The worked examples of `docs/formats.md` are the vectors' own: the
+/// page shows the exact bytes that are hashed and the exact bundle text,
+/// and this test keeps them true.
+#[test]
+fn the_worked_examples_of_the_formats_page_hold() {
+    let page_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/formats.md");
+    let page = std::fs::read_to_string(&page_path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", page_path.display()));
+    let v = vectors();
+    let case = |name: &str| -> Value {
+        v["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("no vector {name}"))
+            .clone()
+    };
+
+    // Package hash: header, bytes, header of the next file, no separator.
+    let empty = case("empty-file");
+    let empty_files = files(&empty);
+    let mut stream = Vec::new();
+    for (path, bytes) in &empty_files {
+        let header = format!("{}:{path}:{}:", path.len(), bytes.len());
+        assert!(page.contains(&header), "the page lacks {header:?}");
+        stream.extend_from_slice(header.as_bytes());
+        stream.extend_from_slice(bytes);
+    }
+    let shown = String::from_utf8(stream.clone())
+        .unwrap()
+        .replace('\n', "\\n");
+    assert!(page.contains(&shown), "the page lacks the stream {shown:?}");
+    let want = empty["package_hash"].as_str().unwrap();
+    assert_eq!(hash::file_hash(&stream), want);
+    assert!(page.contains(want));
+    // Lengths count UTF-8 bytes.
+    assert!(files(&case("ordering-unicode"))
+        .iter()
+        .any(|(p, b)| p == "été.md" && format!("{}:{p}:{}:", p.len(), b.len()) == "8:été.md:2:"));
+    assert!(page.contains("8:été.md:2:"));
+
+    // Set identity: the compact JSON text shown, and its SHA-256.
+    let one = v["sets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "one")
+        .unwrap();
+    let b = &one["bindings"][0];
+    let text = format!(
+        r#"[{{"hash":"{}","id":"{}","revision":{},"version":"{}"}}]"#,
+        b["hash"].as_str().unwrap(),
+        b["id"].as_str().unwrap(),
+        b["revision"],
+        b["version"].as_str().unwrap()
+    );
+    assert!(page.contains(&text), "the page lacks {text}");
+    let identity = one["identity"].as_str().unwrap();
+    assert_eq!(hash::file_hash(text.as_bytes()), identity);
+    assert!(page.contains(identity));
+
+    // The smallest bundle, exactly as rendered.
+    let minimal = case("minimal");
+    let binding = Binding {
+        id: "minimal".into(),
+        revision: 1,
+        version: "1.0.0".into(),
+        hash: minimal["package_hash"].as_str().unwrap().to_owned(),
+    };
+    let text = skill_runner::bundle::render(&[(binding, files(&minimal))]);
+    assert!(page.contains(&text), "the page lacks the bundle {text}");
+    skill_runner::bundle::parse(text.as_bytes(), &Default::default()).unwrap();
+}

@@ -43,11 +43,6 @@ pub fn probe_bin() -> PathBuf {
     p
 }
 
-/// `../shared` next to the project root.
-pub fn shared_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared")
-}
-
 /// The project root.
 pub fn project_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -6,7 +6,7 @@
 //! starting with `.`) and plain files are ignored. A symlink to a folder is
 //! followed at the catalog level (skills are often linked into
 //! `~/.agents/skills`), never inside a package, where it makes the package
-//! invalid as it does everywhere else (DESIGN.md §3).
+//! invalid as it does everywhere else (docs/formats.md).
 //!
 //! Every problem is a [`Warning`] naming the file and the reason, and the
 //! skill is skipped: a bad `SKILL.md`, a name that is not a valid skill

@@ -1,4 +1,4 @@
-//! The daemon: `skill-runner serve`, the HTTP API of DESIGN.md §9.
+//! The daemon: `skill-runner serve`, the HTTP API of docs/daemon.md.
 //!
 //! One process, one [`Runner`] shared by every execution (it is immutable
 //! and thread-safe). Each execution runs [`Runner::run`] on a blocking

@@ -1,5 +1,5 @@
 //! Host paths a daemon job may name: only folders under the configured
-//! roots (DESIGN.md §9, §11).
+//! roots (docs/daemon.md, "Security").
 //!
 //! A socket caller is trusted to choose skills and limits, not host paths:
 //! `workspace`, `extensions_dir` and each skill `path` must resolve, after

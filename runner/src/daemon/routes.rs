@@ -1,4 +1,4 @@
-//! The HTTP routes of DESIGN.md §9: JSON in, JSON (or NDJSON) out.
+//! The HTTP routes of docs/daemon.md: JSON in, JSON (or NDJSON) out.
 //!
 //! | route | does |
 //! |---|---|
@@ -9,7 +9,7 @@
 //! | `GET /v1/executions/{id}` | a retained result (200), or 202 while queued or running |
 //! | `DELETE /v1/executions/{id}` | cancel a queued or running execution |
 //! | `GET /metrics` | Prometheus text |
-//! | `/v1/sessions…` | the skill host of §10 ([`super::sessions`]) |
+//! | `/v1/sessions…` | the skill host, docs/skill-host.md ([`super::sessions`]) |
 //!
 //! Invariants:
 //! - every error is `{"error": {"kind", "message"}}` with a fitting status,
@@ -63,7 +63,7 @@ pub struct AppInner {
     pub config: Config,
     pub roots: Roots,
     pub uploads: Arc<Semaphore>,
-    /// The skill host (sessions, catalog) of §10.
+    /// The skill host (sessions, catalog), docs/skill-host.md.
     pub sessions: Arc<crate::session::SessionHost>,
 }
 

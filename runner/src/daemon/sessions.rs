@@ -1,4 +1,4 @@
-//! The skill-host routes of DESIGN.md §10 under `/v1/sessions`.
+//! The skill-host routes (docs/skill-host.md) under `/v1/sessions`.
 //!
 //! | route | `SessionHost` method |
 //! |---|---|

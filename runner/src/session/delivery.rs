@@ -1,5 +1,5 @@
 //! How a session's skills reach the agent: the delivery mode, the prompt
-//! metadata block, and the tool schemas (DESIGN.md §10).
+//! metadata block, and the tool schemas (docs/skill-host.md).
 //!
 //! The mode is a function of the session's enabled tools and the kinds of
 //! its skills, decided once when the session is created:
