@@ -305,8 +305,7 @@ fn the_explained_command_runs_by_hand_like_run() {
         return;
     }
     let world = World::new();
-    let workspace = world.path().join("ws");
-    std::fs::create_dir_all(&workspace).unwrap();
+    let workspace = world.sandbox_folder("ws");
     let dir = world.skill("t", &[("scripts/run.sh", b"echo from the package\n")]);
     let job = world.job(
         "job",
@@ -350,28 +349,43 @@ fn the_explained_command_runs_by_hand_like_run() {
     let open = |name: &str| std::fs::File::open(fds.join(name)).unwrap();
     let mut cmd = std::process::Command::new(doc["program"].as_str().unwrap());
     cmd.args(&argv);
-    let files = [
-        open("3-seccomp-rules.bpf"),
-        open("4-seccomp-guard.bpf"),
-        open("5-passwd"),
-        open("6-group"),
-        std::fs::File::create("/dev/null").unwrap(),
+    let mut files = vec![
+        (open("3-seccomp-rules.bpf"), 3),
+        (open("4-seccomp-guard.bpf"), 4),
+        (open("5-passwd"), 5),
+        (open("6-group"), 6),
+        (std::fs::File::create("/dev/null").unwrap(), 7),
     ];
-    let raw: Vec<i32> = files.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
+    if let Some(shim) = doc["shim"].as_str() {
+        files.push((std::fs::File::open(shim).unwrap(), 8));
+        files.push((std::fs::File::create("/dev/null").unwrap(), 9));
+    }
+    // The host folders the runner opens at launch.
+    for (fd, path) in doc["folders"].as_object().unwrap() {
+        let path = path
+            .as_str()
+            .unwrap()
+            .replace("<data-dir>", data_dir.to_str().unwrap());
+        files.push((std::fs::File::open(path).unwrap(), fd.parse().unwrap()));
+    }
+    let raw: Vec<(i32, i32)> = files
+        .iter()
+        .map(|(f, n)| (std::os::fd::AsRawFd::as_raw_fd(f), *n))
+        .collect();
     // SAFETY: between fork and exec, only fcntl and dup2 on descriptors
     // we own: first out of the way (a source may sit on a target number),
-    // then onto 3-7 (dup2 clears close-on-exec on the copies).
+    // then onto their numbers (dup2 clears close-on-exec on the copies).
     unsafe {
         std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-            let mut high = [0; 5];
-            for (i, fd) in raw.iter().enumerate() {
+            let mut high = [0; 16];
+            for (i, (fd, _)) in raw.iter().enumerate() {
                 high[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 100);
                 if high[i] < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            for (i, fd) in high.iter().enumerate() {
-                if libc::dup2(*fd, 3 + i as i32) < 0 {
+            for (i, (_, target)) in raw.iter().enumerate() {
+                if libc::dup2(high[i], *target) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
             }
@@ -400,6 +414,8 @@ fn explain_json_ends_with_the_rewritten_argv() {
     assert!(
         argv.ends_with(&[
             "--",
+            "/proc/self/fd/8",
+            "--skill-runner-exec-shim",
             "sh",
             "/skills/t/scripts/run.sh",
             "/skills/t/SKILL.md",
@@ -678,6 +694,12 @@ fn nested_user_namespace_keeps_the_escape_probes_denied() {
     };
     let world = World::new();
     let workspace = world.workspace_with_probe();
+    // The nested runner maps uid 0 alone and keeps it (crate::identity):
+    // the workspace is its own, not the sandbox user's.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        std::os::unix::fs::chown(&workspace, Some(0), Some(0)).unwrap();
+    }
     let skill = world.skill("t", &[("references/data.txt", b"data\n")]);
     let probes: &[&[&str]] = &[
         &["socket-inet"],
@@ -723,8 +745,7 @@ fn run_dash_reads_the_job_from_stdin() {
     }
     let world = World::new();
     let dir = world.skill("t", &[("references/data.txt", b"from the package\n")]);
-    let ws = world.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
+    let ws = world.sandbox_folder("ws");
     std::fs::write(ws.join("mark"), "from the workspace\n").unwrap();
     let mut skill = skill_ref("t", &dir);
     skill["path"] = json!("skills/t");
@@ -892,4 +913,105 @@ fn session_create_freezes_the_stored_binding_of_the_same_bytes() {
         "nothing new was published:{}",
         show(&list)
     );
+}
+
+// ---------------------------------------------------------------------------
+// Issue 11: the runner's state is never a job's folder; --confine
+// ---------------------------------------------------------------------------
+
+#[test]
+fn a_cli_job_can_name_no_piece_of_the_runner_state() {
+    if !require_sandbox("a_cli_job_can_name_no_piece_of_the_runner_state") {
+        return;
+    }
+    let world = World::new();
+    let skill = world.skill("t", &[("references/data.txt", b"data\n")]);
+    let (code, doc) = {
+        let (c, d, _) =
+            world.run_json(&json!({"argv": ["true"], "skills": [skill_ref("t", &skill)]}));
+        (c, d)
+    };
+    assert_eq!(code, 0, "{doc:#}");
+    let identity = doc["skills"]["identity"].as_str().unwrap();
+    let data = world.data_dir().canonicalize().unwrap();
+    let root = data.join("published").join(identity);
+    let state = [
+        root.join("skills"),
+        root.join("skills/t"),
+        root.clone(),
+        data.join("published"),
+        data.join("store"),
+        data.join("executions"),
+        data.clone(),
+        world.path().to_owned(),
+        PathBuf::from("/"),
+    ];
+    for dir in &state {
+        for field in ["workspace", "extensions_dir"] {
+            let (code, doc, _) = world.run_json(&json!({"argv": ["true"], field: dir}));
+            assert_eq!(code, 125, "{field} {}: {doc:#}", dir.display());
+            let msg = doc["error"]["message"].as_str().unwrap();
+            assert!(msg.contains("data dir"), "{field} {}: {msg}", dir.display());
+        }
+    }
+    // A skill packaged from inside the state is refused too.
+    let inside = root.join("skills/t");
+    let mut pin = skill_ref("t", &skill);
+    pin["path"] = json!(inside);
+    let (code, doc, _) = world.run_json(&json!({"argv": ["true"], "skills": [pin]}));
+    assert_eq!(code, 125, "{doc:#}");
+    // The job root of the data dir is for jobs.
+    let jobs = data.join("roots/w");
+    std::fs::create_dir_all(&jobs).unwrap();
+    give_to_sandbox(&jobs);
+    let (code, doc, _) = world.run_json(&json!({"argv": ["true"], "workspace": jobs}));
+    assert_eq!(code, 0, "{doc:#}");
+    // And the data dir is private.
+    let mode = std::fs::metadata(&data).unwrap().permissions();
+    let mode = std::os::unix::fs::PermissionsExt::mode(&mode);
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
+}
+
+#[test]
+fn confine_keeps_a_job_files_paths_in_one_folder() {
+    let world = World::new();
+    let inside = world.sandbox_folder("jobs/ws");
+    let job_in = world.job("in", &json!({"argv": ["true"], "workspace": inside}));
+    let confine = world.path().join("jobs");
+    let run = |job: &Path, extra: &[&str]| {
+        let mut c = world.cmd();
+        c.args(["run", "--json", "--confine", confine.to_str().unwrap()]);
+        c.args(extra).arg(job);
+        output(&mut c)
+    };
+    for (name, job) in [
+        ("etc", json!({"argv": ["true"], "workspace": "/etc"})),
+        (
+            "ext",
+            json!({"argv": ["true"], "extensions_dir": "/etc/ssl"}),
+        ),
+        ("dots", json!({"argv": ["true"], "workspace": "jobs/../.."})),
+        (
+            "profile",
+            json!({"argv": ["true"], "profile": "/etc/passwd"}),
+        ),
+        (
+            "profile2",
+            json!({"argv": ["true"], "profile": "../../../../etc/shadow"}),
+        ),
+    ] {
+        let path = world.job(name, &job);
+        let out = run(&path, &[]);
+        assert_eq!(out.status.code(), Some(125), "{name}:{}", show(&out));
+        let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let msg = doc["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains("--confine") || msg.contains("'..'"),
+            "{name}: {msg}"
+        );
+    }
+    if require_sandbox("confine_keeps_a_job_files_paths_in_one_folder") {
+        let out = run(&job_in, &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    }
 }

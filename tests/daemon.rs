@@ -41,7 +41,7 @@ impl Daemon {
     }
 
     fn command(world: &World, args: &[&str]) -> Command {
-        let mut c = Command::new(runner_bin());
+        let mut c = runner_command();
         c.arg("--data-dir")
             .arg(world.data_dir())
             .arg("serve")
@@ -650,6 +650,7 @@ fn reused_cgroups_start_every_execution_afresh() {
     let ws = w.path().join("roots/ws");
     std::fs::create_dir_all(&ws).unwrap();
     std::fs::copy(probe_bin(), ws.join("probe")).unwrap();
+    give_to_sandbox(&ws);
     let d = Daemon::start(&w, &["--root", &roots, "--max-running", "1"]);
     let run = |args: &[&str], limits: Value| -> Value {
         let mut argv = vec!["/workspace/probe"];
@@ -662,6 +663,10 @@ fn reused_cgroups_start_every_execution_afresh() {
         r.json()
     };
     let first = run(&["exit", "0"], json!({"pids": 64}));
+    for limit in ["memory_bytes", "pids"] {
+        let by = first["limits"][limit]["enforced_by"].as_str().unwrap_or("");
+        assert_cgroup_mechanism(by, &format!("{first:#}"));
+    }
     if first["limits"]["pids"]["enforced_by"] == "none" {
         eprintln!("SKIPPED reused_cgroups_start_every_execution_afresh: no pids cgroup:{first:#}");
         return;
@@ -1165,6 +1170,7 @@ fn host_paths_outside_the_roots_are_refused() {
     // Under the roots, it runs and writes where it was told.
     let ws = root.join("ok/ws");
     std::fs::create_dir_all(&ws).unwrap();
+    give_to_sandbox(&ws);
     let r = d.post(
         "/v1/executions",
         &json!({"argv": ["sh", "-c", "echo hi > /workspace/out"], "workspace": ws}),
@@ -1473,4 +1479,244 @@ fn session_routes_serve_the_skill_host() {
     let res = r.json();
     assert_eq!(res["status"], "exited", "{res:#}");
     assert_eq!(res["stdout"], "from-tooly\n", "{res:#}");
+}
+
+// ---------------------------------------------------------------------------
+// Issue 11: nothing shared is reachable from a job
+
+/// The published root of a fresh one-skill selection, after one run.
+fn publish_one(d: &Daemon, w: &World) -> (Value, PathBuf) {
+    let skill = w.skill("p", &[("scripts/run.sh", b"echo pinned\n")]);
+    let mut pin = skill_ref("p", &skill);
+    pin.as_object_mut().unwrap().remove("path");
+    let bundle = Command::new(runner_bin())
+        .args([
+            "pack",
+            skill.to_str().unwrap(),
+            "--id",
+            "p",
+            "--revision",
+            "1",
+            "--version",
+            "1.0.0",
+        ])
+        .output()
+        .unwrap();
+    let bundle: Value = serde_json::from_slice(&bundle.stdout).unwrap();
+    assert_eq!(d.post("/v1/skill-packages", &bundle).status, 200);
+    let r = d.post(
+        "/v1/executions",
+        &json!({"argv": ["sh", "/skills/p/scripts/run.sh"], "skills": [pin]}),
+    );
+    let doc = r.json();
+    assert_eq!(doc["stdout"], "pinned\n", "{doc:#}");
+    let identity = doc["skills"]["identity"].as_str().unwrap().to_owned();
+    let root = w.data_dir().join("published").join(identity);
+    assert!(
+        root.join("skills/p/scripts/run.sh").is_file(),
+        "{}",
+        root.display()
+    );
+    (pin, root)
+}
+
+#[test]
+fn a_daemon_job_can_name_no_piece_of_the_runner_state() {
+    if !require_sandbox("a_daemon_job_can_name_no_piece_of_the_runner_state") {
+        return;
+    }
+    let w = World::new();
+    let d = Daemon::start(&w, &[]);
+    let (_, root) = publish_one(&d, &w);
+    let data = w.data_dir().canonicalize().unwrap();
+    let state = [
+        root.join("skills"),
+        root.clone(),
+        data.join("published"),
+        data.join("store"),
+        data.join("executions"),
+        data.clone(),
+        data.parent().unwrap().to_owned(),
+    ];
+    for dir in &state {
+        for field in ["workspace", "extensions_dir"] {
+            let msg = d
+                .post("/v1/executions", &json!({"argv": ["true"], field: dir}))
+                .assert_error(400, "bad_job");
+            assert!(
+                msg.contains("outside the daemon's roots"),
+                "{field} {}: {msg}",
+                dir.display()
+            );
+        }
+    }
+    // The published root is as it was published.
+    let script = std::fs::read_to_string(root.join("skills/p/scripts/run.sh")).unwrap();
+    assert_eq!(script, "echo pinned\n");
+    // A root overlapping the state is refused at start.
+    for bad in [
+        data.clone(),
+        data.join("published"),
+        data.join("store"),
+        data.parent().unwrap().to_owned(),
+    ] {
+        let err = Daemon::try_start(
+            &w,
+            &[
+                "--root",
+                bad.to_str().unwrap(),
+                "--socket",
+                w.path().join("x.sock").to_str().unwrap(),
+            ],
+        )
+        .err()
+        .unwrap_or_else(|| panic!("started with root {}", bad.display()));
+        assert!(err.contains("overlaps the data dir"), "{err}");
+    }
+}
+
+#[test]
+fn a_root_forged_under_the_job_root_is_never_used() {
+    if !require_sandbox("a_root_forged_under_the_job_root_is_never_used") {
+        return;
+    }
+    let w = World::new();
+    let d = Daemon::start(&w, &[]);
+    let (pin, root) = publish_one(&d, &w);
+    let identity = root.file_name().unwrap().to_str().unwrap().to_owned();
+    // The job root is the workspace: forge a root for the identity there,
+    // and one whose skills folder leads to the host's /.
+    let jobs = w.data_dir().join("roots");
+    give_to_sandbox(&jobs);
+    let forge = format!(
+        "mkdir -p {identity}/skills/p/scripts && echo 'echo forged' > {identity}/skills/p/scripts/run.sh && echo '{{}}' > {identity}/meta.json && mkdir -p x && ln -s / x/skills && echo done"
+    );
+    let r = d.post(
+        "/v1/executions",
+        &json!({"argv": ["sh", "-c", forge], "workspace": jobs}),
+    );
+    assert_eq!(r.json()["stdout"], "done\n", "{:#}", r.json());
+    // Evict everything idle, then run the selection again.
+    std::fs::remove_dir_all(&root).ok();
+    let r = d.post(
+        "/v1/executions",
+        &json!({"argv": ["sh", "/skills/p/scripts/run.sh"], "skills": [pin]}),
+    );
+    assert_eq!(r.json()["stdout"], "pinned\n", "{:#}", r.json());
+    assert!(jobs
+        .join(&identity)
+        .join("skills/p/scripts/run.sh")
+        .exists());
+}
+
+#[test]
+fn a_folder_swapped_while_its_job_is_queued_is_not_mounted() {
+    if !require_sandbox("a_folder_swapped_while_its_job_is_queued_is_not_mounted") {
+        return;
+    }
+    let (w, roots) = world_with_roots();
+    let root = w.path().join("roots").canonicalize().unwrap();
+    let ws = root.join("b/x");
+    std::fs::create_dir_all(&ws).unwrap();
+    give_to_sandbox(&root.join("b"));
+    let outside = w.path().join("outside/x");
+    std::fs::create_dir_all(&outside).unwrap();
+    give_to_sandbox(&w.path().join("outside"));
+    let d = Arc::new(Daemon::start(&w, &["--root", &roots, "--max-running", "1"]));
+    // The first job holds the only run slot while the second waits.
+    let first = {
+        let d = d.clone();
+        std::thread::spawn(move || d.post("/v1/executions", &json!({"argv": ["sleep", "3"]})))
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let second = {
+        let (d, ws) = (d.clone(), ws.clone());
+        std::thread::spawn(move || {
+            d.post(
+                "/v1/executions",
+                &json!({"argv": ["sh", "-c", "echo planted > /workspace/planted"], "workspace": ws}),
+            )
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    // Checked and admitted; now `b` becomes a symlink out of the roots.
+    std::fs::rename(root.join("b"), root.join("b-real")).unwrap();
+    std::os::unix::fs::symlink(w.path().join("outside"), root.join("b")).unwrap();
+    assert_eq!(first.join().unwrap().status, 200);
+    let r = second.join().unwrap();
+    let doc = r.json();
+    assert!(
+        !outside.join("planted").exists(),
+        "mounted a folder outside the roots: {doc:#}"
+    );
+    assert_eq!(doc["status"], "rejected", "{doc:#}");
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("changed since it was checked"),
+        "{doc:#}"
+    );
+}
+
+#[test]
+fn idle_connections_without_the_token_do_not_starve_clients_with_it() {
+    let w = World::new();
+    let token = "test-token-0123456789abcdef";
+    let file = w.path().join("token");
+    std::fs::write(&file, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let mut d = Daemon::start(
+        &w,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+            file.to_str().unwrap(),
+            "--max-connections",
+            "8",
+            "--header-timeout",
+            "120s",
+        ],
+    );
+    let addr = d.tcp.unwrap();
+    // Twice as many idle connections as places: they send nothing.
+    let idle: Vec<TcpStream> = (0..16).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    d.token = Some(token.into());
+    // Without eviction this would wait for the 120 s header timeout; the
+    // client's own timeout (PATIENCE) is the hang guard.
+    let r = d.get("/metrics");
+    assert_eq!(r.status, 200);
+    drop(idle);
+}
+
+#[test]
+fn job_text_cannot_forge_daemon_log_lines() {
+    let w = World::new();
+    let d = Daemon::start(&w, &[]);
+    let forged = "x\n2026-01-01T00:00:00.000000Z  INFO forged: \u{1b}[31mred";
+    let r = d.post(
+        "/v1/executions",
+        &json!({"argv": [forged], "workspace": format!("/nonexistent\n{forged}")}),
+    );
+    assert!(matches!(r.status, 400 | 403), "{}", r.status);
+    let r = d.post("/v1/executions", &json!({"argv": [forged]}));
+    assert_eq!(r.status, 200);
+    std::thread::sleep(Duration::from_millis(200));
+    let log = d.log();
+    assert!(log.contains("argv0"), "{log}");
+    assert!(!log.lines().any(|l| l.starts_with("2026-01-01")), "{log}");
+    assert!(!log.contains('\u{1b}'), "{log}");
+}
+
+#[test]
+fn the_data_dir_is_private() {
+    let w = World::new();
+    let _d = Daemon::start(&w, &[]);
+    let mode = std::fs::metadata(w.data_dir())
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700, "{mode:o}");
 }

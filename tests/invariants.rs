@@ -180,8 +180,7 @@ fn planted_extensions_symlink_is_refused() {
         return;
     }
     let w = World::new();
-    let ws = w.path().join("ws");
-    std::fs::create_dir_all(&ws).unwrap();
+    let ws = w.sandbox_folder("ws");
     let victim = w.path().join("victim");
     std::fs::create_dir_all(&victim).unwrap();
     std::fs::write(victim.join("precious"), "keep me\n").unwrap();
@@ -273,6 +272,7 @@ fn cwd_through_a_symlink_out_of_the_workspace_is_refused() {
     let ws = w.path().join("ws");
     std::fs::create_dir_all(ws.join("inside")).unwrap();
     std::os::unix::fs::symlink("/etc", ws.join("out")).unwrap();
+    give_to_sandbox(&ws);
     let (code, doc, _) = w.run_json(&json!({"argv": ["pwd"], "workspace": ws, "cwd": "out"}));
     assert_eq!(code, 125, "{doc:#}");
     assert_eq!(doc["status"], "rejected", "{doc:#}");

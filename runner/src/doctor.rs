@@ -1,10 +1,20 @@
 //! `skill-runner doctor`: what this host supports, and what that means for
 //! the isolation promises.
+//!
+//! The verdict is a real execution: [`trial`] runs a job through
+//! [`Runner::run`], so the sandbox it tries is the one every job gets (the
+//! same argv, seccomp programs, fresh `/proc`, hostname, host identity and
+//! data dir). `doctor` cannot pass where every run fails, and the daemon's
+//! health uses the same trial ([`crate::daemon::selfcheck`]).
 
 use std::fmt::Write as _;
+use std::path::Path;
 
 use crate::cgroup::Support;
-use crate::exec::{userns_available, Bwrap};
+use crate::exec::{userns_available, Bwrap, Config, OutputMode, RunOptions, Runner};
+use crate::job::Job;
+use crate::result::Status;
+use crate::supervise::NoSink;
 
 /// One line of the report.
 #[derive(Debug, Clone)]
@@ -24,8 +34,41 @@ pub struct Report {
     pub checks: Vec<Check>,
 }
 
+/// The job the trial runs: the smallest command, in the sandbox of the
+/// built-in profile, with no skills.
+const TRIAL_JOB: &str = r#"{"argv": ["true"], "limits": {"timeout_ms": 20000}}"#;
+
+/// Runs [`TRIAL_JOB`] through `runner`, as `run` and the daemon run jobs:
+/// `Ok` when the command ran and exited 0, else the result's error, which
+/// says what to change.
+pub fn trial(runner: &Runner) -> Result<(), String> {
+    let job = Job::from_json(TRIAL_JOB.as_bytes(), None).map_err(|e| e.to_string())?;
+    let result = runner.run(
+        &job,
+        RunOptions {
+            output: OutputMode::Capture,
+            sink: &mut NoSink,
+            cancel: None,
+        },
+    );
+    match (&result.status, result.exit_code, &result.error) {
+        (Status::Exited, Some(0), _) => Ok(()),
+        (_, _, Some(e)) => Err(format!("{}: {}", e.kind, e.message)),
+        (status, code, None) => Err(format!(
+            "the trial command ended {status:?} with exit code {code:?}; stderr: {}",
+            result.stderr.trim()
+        )),
+    }
+}
+
+/// The hint every data-dir error carries.
+pub const DATA_DIR_HINT: &str =
+    "set --data-dir or SKILL_RUNNER_DATA_DIR to a writable folder (in a container: a volume or a tmpfs)";
+
 impl Report {
-    pub fn gather() -> Report {
+    /// Checks the host, opens `data_dir` as `run` would, and runs a trial
+    /// job in it.
+    pub fn gather(data_dir: &Path) -> Report {
         let mut checks = Vec::new();
         let bwrap = Bwrap::find();
         checks.push(Check {
@@ -51,29 +94,31 @@ impl Report {
             meaning: "bwrap needs a user namespace to drop privileges and build the sandbox's view",
             required: true,
         });
-        if let Ok(b) = &bwrap {
-            let live = std::process::Command::new(&b.path)
-                .args([
-                    "--unshare-all",
-                    "--unshare-user",
-                    "--die-with-parent",
-                    "--ro-bind",
-                    "/",
-                    "/",
-                    "--",
-                    "/bin/true",
-                ])
-                .output();
-            let (ok, detail) = match live {
-                Ok(o) if o.status.success() => (true, "a trial sandbox started".to_owned()),
-                Ok(o) => (false, String::from_utf8_lossy(&o.stderr).trim().to_owned()),
-                Err(e) => (false, e.to_string()),
-            };
+        let runner = Runner::new(Config {
+            data_dir: data_dir.to_owned(),
+            package_limits: Default::default(),
+            keep: false,
+            reuse_cgroups: false,
+        });
+        checks.push(Check {
+            name: "data dir",
+            ok: runner.is_ok(),
+            detail: match &runner {
+                Ok(_) => format!("{} is usable", data_dir.display()),
+                Err(e) => e.clone(),
+            },
+            meaning: "the store, snapshot roots and execution folders live there; run refuses without it",
+            required: true,
+        });
+        if let (Ok(_), Ok(()), Ok(runner)) = (&bwrap, &userns, &runner) {
+            let verdict = trial(runner);
             checks.push(Check {
                 name: "trial sandbox",
-                ok,
-                detail,
-                meaning: "bwrap is installed but cannot create namespaces here (inside a container, allow nested user namespaces)",
+                ok: verdict.is_ok(),
+                detail: verdict
+                    .err()
+                    .unwrap_or_else(|| "a job's sandbox started and ran `true`".into()),
+                meaning: "every job would fail the same way: fix this first",
                 required: true,
             });
         }
@@ -103,6 +148,15 @@ impl Report {
             meaning: "memory falls back to RLIMIT_AS per process, and the process count is not enforced for root (the result says so)",
             required: false,
         });
+        if let Some(engine) = crate::diagnose::container() {
+            checks.push(Check {
+                name: "container",
+                ok: true,
+                detail: format!("running in a {engine} container; see docs/containers.md for the settings it needs"),
+                meaning: "",
+                required: false,
+            });
+        }
         Report { checks }
     }
 

@@ -24,18 +24,23 @@ use std::time::Duration;
 
 use crate::alias::{self, Spelling};
 use crate::cgroup::{self, Cgroup, Support};
+use crate::identity::Identity;
 use crate::job::Job;
 use crate::launch::{self, BwrapFeatures, Plan};
 use crate::package::Limits as PackageLimits;
 use crate::profile;
 use crate::result::{
     rfc3339, Applied, AppliedLimits, ErrorInfo, ExecResult, SkillsInfo, Status, Usage,
-    EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND,
+    EXIT_NOT_FOUND,
 };
 use crate::roots::{Lease, Roots, KEEP_ROOTS};
 use crate::stage::{Selected, SkillSource};
 use crate::store::{PrivateDir, Store};
-use crate::supervise::{self, Cancel, OutputPolicy, Sink, Spawn};
+use crate::supervise::{self, Cancel, ExecReport, OutputPolicy, Sink, Spawn};
+
+/// The folder of a data dir that is for jobs' own folders (the daemon's
+/// default root); everything else in a data dir is the runner's state.
+pub const JOB_ROOT: &str = "roots";
 
 /// The sandbox this build launches, as named in results.
 #[cfg(target_os = "macos")]
@@ -81,7 +86,6 @@ pub struct Bwrap {
 /// Options bwrap must support for our argv.
 pub const REQUIRED_BWRAP_OPTIONS: &[&str] = &[
     "--add-seccomp-fd",
-    "--json-status-fd",
     "--ro-bind-data",
     "--size",
     "--perms",
@@ -194,26 +198,41 @@ pub struct Host {
     pub bwrap: Result<Bwrap, String>,
     pub cgroups: Support,
     pub userns: Result<(), String>,
+    /// Who the sandboxed command is on the host, or why no safe identity
+    /// can be had.
+    pub identity: Result<Identity, String>,
 }
 
 impl Host {
     /// Probes the host; the bwrap probe is cached under `cache_dir`.
     pub fn probe(cache_dir: &Path) -> Host {
+        let identity = crate::identity::detect();
+        // bwrap makes its user namespace as the identity it runs as.
+        let userns = match &identity {
+            Ok(id) if id.switch_to().is_some() => userns_available_to(false),
+            _ => userns_available(),
+        };
         Host {
             bwrap: Bwrap::find_cached(cache_dir),
             cgroups: Support::detect(),
-            userns: userns_available(),
+            userns,
+            identity,
         }
     }
 }
 
 /// Whether this process can create user namespaces (bwrap needs one).
 pub fn userns_available() -> Result<(), String> {
+    userns_available_to(nix::unistd::geteuid().is_root())
+}
+
+/// Whether a process that is (or is not) root can create user namespaces.
+fn userns_available_to(root: bool) -> Result<(), String> {
     let read = |p: &str| fs::read_to_string(p).ok().map(|s| s.trim().to_owned());
     if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
         return Err("user namespaces are disabled (user.max_user_namespaces = 0); enable them with sysctl -w user.max_user_namespaces=15000".into());
     }
-    if !nix::unistd::geteuid().is_root() {
+    if !root {
         if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
             return Err("unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0); enable them or run as root".into());
         }
@@ -232,6 +251,8 @@ pub struct Runner {
     pub roots: Roots,
     pub host: Host,
     executions: PathBuf,
+    /// The canonical data dir: its state is never a job's folder.
+    data_real: PathBuf,
     /// Reused execution cgroups, and the locked folder that names them.
     cgroups: Option<(cgroup::Pool, PrivateDir)>,
 }
@@ -258,16 +279,23 @@ impl Runner {
     /// runners.
     pub fn new(config: Config) -> Result<Runner, String> {
         let started = std::time::Instant::now();
+        private_data_dir(&config.data_dir)?;
         let store = Store::open(&config.data_dir).map_err(|e| e.to_string())?;
         let roots = Roots::open(&config.data_dir).map_err(|e| {
             format!(
-                "cannot create {}: {e}",
-                config.data_dir.join("roots").display()
+                "cannot create {}: {e}; {}",
+                config.data_dir.join(crate::roots::PUBLISHED).display(),
+                crate::doctor::DATA_DIR_HINT
             )
         })?;
         let executions = config.data_dir.join("executions");
-        fs::create_dir_all(&executions)
-            .map_err(|e| format!("cannot create {}: {e}", executions.display()))?;
+        fs::create_dir_all(&executions).map_err(|e| {
+            format!(
+                "cannot create {}: {e}; {}",
+                executions.display(),
+                crate::doctor::DATA_DIR_HINT
+            )
+        })?;
         let mut host = Host::probe(&config.data_dir.join("cache"));
         // One cgroup folder per data dir, so a sweep never touches the
         // executions of a runner with another data dir.
@@ -298,6 +326,7 @@ impl Runner {
             roots,
             host,
             executions,
+            data_real: canonical,
             cgroups,
         };
         let probed = started.elapsed();
@@ -336,7 +365,8 @@ impl Runner {
         let _guard = span.enter();
         match self.prepare(job) {
             Err(error) => {
-                tracing::info!(kind = %error.kind, "rejected: {}", error.message);
+                // Job text (paths, argv) is escaped: no forged log lines.
+                tracing::info!(kind = %error.kind, "rejected: {}", error.message.escape_debug());
                 ExecResult::rejected(&job.execution_id, SANDBOX, error)
             }
             Ok(prepared) => self.launch(job, prepared, opts),
@@ -371,6 +401,41 @@ impl Runner {
         }
     }
 
+    /// Refuses a job folder (canonical) inside the runner's state or above
+    /// it. The data dir holds the store, published roots, executions,
+    /// sessions and caches; only its job root `<data>/roots` (the daemon's
+    /// default) is for jobs.
+    fn not_state(&self, field: &str, real: &Path) -> Result<(), ErrorInfo> {
+        let data = &self.data_real;
+        let jobs = data.join(JOB_ROOT);
+        let inside = real.starts_with(data) && !real.starts_with(&jobs);
+        if inside || data.starts_with(real) {
+            return Err(ErrorInfo::new(
+                "bad_job",
+                format!(
+                    "{field} {} is {} the runner's data dir {}, which holds the store and published snapshot roots; name a folder outside it{}",
+                    real.display(),
+                    if inside { "inside" } else { "above" },
+                    data.display(),
+                    if inside {
+                        format!(" (or under {})", jobs.display())
+                    } else {
+                        String::new()
+                    }
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The host identity of this runner's sandboxes.
+    fn identity(&self) -> Result<Identity, ErrorInfo> {
+        self.host
+            .identity
+            .clone()
+            .map_err(|m| ErrorInfo::new("sandbox_unavailable", m))
+    }
+
     /// Everything before the launch: checks, staging, folders.
     fn prepare(&self, job: &Job) -> Result<Prepared, ErrorInfo> {
         // The folders the job names exist, or nothing else is done.
@@ -384,7 +449,27 @@ impl Runner {
             .as_deref()
             .map(|e| named_folder("extensions_dir", e, "the default in the workspace"))
             .transpose()?;
+        for (field, dir) in [
+            ("workspace", &named_workspace),
+            ("extensions_dir", &named_extensions),
+        ] {
+            if let Some(dir) = dir {
+                self.not_state(field, dir)?;
+            }
+        }
         let bwrap = self.launcher_available()?;
+        let identity = self.identity()?;
+        let owner = identity.switch_to();
+        if let Some((uid, gid)) = owner {
+            for (field, dir) in [
+                ("workspace", &named_workspace),
+                ("extensions_dir", &named_extensions),
+            ] {
+                if let Some(dir) = dir {
+                    writable_by(field, dir, uid, gid)?;
+                }
+            }
+        }
         let dir = PrivateDir::create_named(&self.executions, &format!("{}.", job.execution_id))
             .map_err(|e| {
                 ErrorInfo::new(
@@ -409,30 +494,37 @@ impl Runner {
         let lease = lease.map_err(|e| ErrorInfo::new(e.kind(), e.to_string()))?;
         let staging = staging_started.elapsed();
 
-        let (workspace, fresh) = match named_workspace {
-            Some(w) => (w, false),
-            None => {
+        // A fresh workspace is a tmpfs made by bwrap on Linux (bounded by
+        // disk_bytes, never on the host disk); Seatbelt needs a folder.
+        let workspace = match named_workspace {
+            Some(w) => Some(w),
+            None if cfg!(target_os = "macos") => {
                 let w = dir.path.join("workspace");
                 fs::create_dir(&w).map_err(|e| bad_path("workspace", &w, e))?;
-                (w, true)
+                Some(w)
             }
+            None => None,
         };
-        let extensions = match named_extensions {
-            Some(e) => e,
+        let extensions = match (named_extensions, &workspace) {
+            (Some(e), _) => Some(e),
             // The default lives in the workspace, which earlier commands
             // could write: it must be a real folder below it, never a
             // symlink planted to get a host folder mounted writable.
-            None if fresh => {
-                // Our own new, empty workspace: nothing in it to check.
-                let e = workspace.join(DEFAULT_EXTENSIONS);
-                fs::create_dir_all(&e).map_err(|err| bad_path("extensions_dir", &e, err))?;
-                e
-            }
-            None => default_extensions_dir(&workspace)?,
+            (None, Some(w)) => Some(default_extensions_dir(w, owner)?),
+            (None, None) => None,
         };
         // The cwd must be a folder inside the workspace after resolving
         // symlinks: a symlink in the workspace must not lead it elsewhere.
         if !job.cwd.is_empty() {
+            let Some(workspace) = &workspace else {
+                return Err(ErrorInfo::new(
+                    "bad_job",
+                    format!(
+                        "cwd {:?} does not exist in the workspace (a fresh workspace is empty)",
+                        job.cwd
+                    ),
+                ));
+            };
             let cwd = workspace.join(&job.cwd);
             let real = cwd.canonicalize().map_err(|_| {
                 ErrorInfo::new(
@@ -440,7 +532,7 @@ impl Runner {
                     format!("cwd {:?} does not exist in the workspace", job.cwd),
                 )
             })?;
-            if !real.starts_with(&workspace) || !real.is_dir() {
+            if !real.starts_with(workspace) || !real.is_dir() {
                 return Err(ErrorInfo::new(
                     "bad_job",
                     format!("cwd {:?} leaves the workspace or is not a folder", job.cwd),
@@ -454,6 +546,7 @@ impl Runner {
             workspace,
             extensions,
             bwrap,
+            identity,
         })
     }
 
@@ -493,6 +586,7 @@ impl Runner {
                                 ),
                             )
                         })?;
+                        self.not_state("skill path", &real)?;
                         SkillSource::Dir(real)
                     }
                     None => SkillSource::Store(
@@ -510,22 +604,33 @@ impl Runner {
     }
 
     /// Builds the bwrap argv for a prepared execution.
+    /// `named_workspace`/`named_extensions`: whether those are host
+    /// folders (handed over on descriptors) or the fresh defaults.
     pub fn plan_args(
         job: &Job,
         bwrap: &Bwrap,
-        snapshot_root: &Path,
-        workspace: &Path,
-        extensions: &Path,
+        named_workspace: bool,
+        named_extensions: bool,
     ) -> Result<Vec<std::ffi::OsString>, ErrorInfo> {
         let mounts = job.profile.resolve_mounts(profile::host_entry);
         let argv = alias::rewrite_argv(&job.argv, Spelling::Sandbox)
             .map_err(|e| ErrorInfo::new("bad_job", e.to_string()))?;
         let env = launch::environment(&job.env);
+        let workspace = if named_workspace {
+            launch::Workspace::Host
+        } else {
+            launch::Workspace::Fresh {
+                bytes: job.limits.disk_bytes,
+            }
+        };
+        let extensions = match (named_extensions, named_workspace) {
+            (false, false) => launch::Extensions::InFreshWorkspace,
+            _ => launch::Extensions::Host,
+        };
         Ok(launch::bwrap_args(&Plan {
             mounts: &mounts,
-            snapshot_root,
-            extensions,
             workspace,
+            extensions,
             cwd: &job.cwd,
             env: &env,
             argv: &argv,
@@ -541,27 +646,48 @@ impl Runner {
             .bwrap
             .as_ref()
             .ok_or_else(|| ErrorInfo::new("sandbox_unavailable", "bubblewrap was not found"))?;
-        let args = Runner::plan_args(
-            job,
-            bwrap,
-            &p.lease.snapshot.root,
-            &p.workspace,
-            &p.extensions,
-        )?;
-        let filters = crate::seccomp::compile(&job.profile, job.network)
-            .map_err(|e| ErrorInfo::new("sandbox_unavailable", e.to_string()))?;
-        let fds = sandbox_fds(&filters).map_err(|e| {
+        let args = Runner::plan_args(job, bwrap, p.workspace.is_some(), p.extensions.is_some())?;
+        let filters =
+            crate::seccomp::compile_for(&job.profile, job.network, p.identity.root_mapped)
+                .map_err(|e| ErrorInfo::new("sandbox_unavailable", e.to_string()))?;
+        let mut fds = sandbox_fds(&filters).map_err(|e| {
             ErrorInfo::new(
                 "sandbox_unavailable",
                 format!("cannot prepare the sandbox's descriptors: {e}"),
             )
         })?;
+        // The host folders, opened now, at launch: what bwrap mounts is
+        // what was checked, whatever happens to the paths meanwhile.
+        let folders = [
+            ("skills", Some(&p.lease.snapshot.root), launch::FD_SKILLS),
+            ("workspace", p.workspace.as_ref(), launch::FD_WORKSPACE),
+            (
+                "extensions_dir",
+                p.extensions.as_ref(),
+                launch::FD_EXTENSIONS,
+            ),
+        ];
+        for (field, path, target) in folders {
+            if let Some(path) = path {
+                let dir = crate::fsx::open_dir_no_symlinks(path).map_err(|e| {
+                    ErrorInfo::new(
+                        "bad_job",
+                        format!(
+                            "{field} {} changed since it was checked or cannot be opened without following a symlink ({e}); name a folder no running command can rename",
+                            path.display()
+                        ),
+                    )
+                })?;
+                fds.push((dir.into(), target));
+            }
+        }
         Ok(Launcher {
             program: bwrap.path.clone(),
             args,
             env: Vec::new(),
             fds,
-            status_fd: Some(launch::FD_STATUS),
+            report_fd: Some(launch::FD_EXEC_REPORT),
+            stderr_fd: Some(launch::FD_STDERR),
             new_session: false, // bwrap --new-session
         })
     }
@@ -589,7 +715,8 @@ impl Runner {
             args: argv.map(Into::into).collect(),
             env,
             fds: Vec::new(),
-            status_fd: None,
+            report_fd: None,
+            stderr_fd: None,
             new_session: true,
         })
     }
@@ -631,7 +758,46 @@ impl Runner {
                 ))
             }
         };
-        let (rlimits, applied) = limits_plan(&l, cgroup.as_ref(), cg_note);
+        let disk = if p.workspace.is_some() {
+            Disk::Watcher
+        } else {
+            Disk::Tmpfs
+        };
+        let (rlimits, applied) = match limits_plan(&l, cgroup.as_ref(), cg_note, &p.identity, disk)
+        {
+            Ok(plan) => plan,
+            Err(e) => return rejected(e),
+        };
+        // A host workspace is watched: past disk_bytes the run is ended.
+        let cancel = match (&opts.cancel, disk) {
+            (Some(c), _) => Some(c.clone()),
+            (None, Disk::Watcher) => match Cancel::new() {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    return rejected(ErrorInfo::new(
+                        "sandbox_unavailable",
+                        format!("cannot make the execution's cancel switch: {e}"),
+                    ))
+                }
+            },
+            (None, Disk::Tmpfs) => None,
+        };
+        let watch = match (disk, &cancel) {
+            (Disk::Watcher, Some(cancel)) => {
+                let mut dirs: Vec<PathBuf> = p.workspace.iter().cloned().collect();
+                if let Some(e) = &p.extensions {
+                    if !dirs.iter().any(|w| e.starts_with(w)) {
+                        dirs.push(e.clone());
+                    }
+                }
+                Some(crate::diskwatch::DiskWatch::start(
+                    dirs,
+                    l.disk_bytes,
+                    cancel.clone(),
+                ))
+            }
+            _ => None,
+        };
 
         let program = launch.program.clone();
         let spawn = Spawn {
@@ -642,8 +808,10 @@ impl Runner {
             rlimits,
             cgroup_procs,
             stdin: job.stdin.clone(),
-            status_fd: launch.status_fd,
+            report_fd: launch.report_fd,
+            stderr_fd: launch.stderr_fd,
             new_session: launch.new_session,
+            identity: p.identity.switch_to(),
         };
         tracing::debug!(
             skills = p.lease.snapshot.manifest.skills.len(),
@@ -666,8 +834,9 @@ impl Runner {
                 capture: opts.output == OutputMode::Capture,
             },
             opts.sink,
-            opts.cancel.as_deref(),
+            cancel.as_deref(),
         );
+        let disk_hit = watch.is_some_and(crate::diskwatch::DiskWatch::stop);
         let outcome = match outcome {
             Ok(o) => o,
             Err(e) => {
@@ -678,8 +847,11 @@ impl Runner {
             }
         };
         tracing::debug!("supervised");
-        let memory_hit = cgroup.as_ref().is_some_and(Cgroup::memory_exceeded);
-        let pids_hit = cgroup.as_ref().is_some_and(Cgroup::pids_exceeded);
+        let hits = Hits {
+            memory: cgroup.as_ref().is_some_and(Cgroup::memory_exceeded),
+            pids: cgroup.as_ref().is_some_and(Cgroup::pids_exceeded),
+            disk: disk_hit,
+        };
         let peak = cgroup.as_ref().and_then(Cgroup::peak_memory);
         // Kills stragglers; removes the cgroup or keeps it for reuse.
         match (cgroup, &self.cgroups) {
@@ -715,8 +887,9 @@ impl Runner {
             }),
             error: None,
             warnings: p.lease.snapshot.warnings.clone(),
+            identity: Some(p.identity.clone()),
         };
-        classify(&mut result, &outcome, &l, memory_hit, pids_hit);
+        classify(&mut result, &outcome, &l, hits);
         tracing::info!(status = ?result.status, code = ?result.exit_code, ms = result.duration_ms, "finished");
         drop(p.dir);
         result
@@ -724,9 +897,13 @@ impl Runner {
 
     /// What `explain` prints: the bwrap argv for a job, with the
     /// per-execution folder shown as `<data-dir>/executions/<id>.<random>`
-    /// and the published snapshot root as `<data-dir>/roots/<identity>`.
+    /// and the published snapshot root as `<data-dir>/published/<identity>`.
     /// Touches nothing: no data dir, no staging.
-    pub fn explain(job: &Job) -> Result<(PathBuf, Vec<std::ffi::OsString>), ErrorInfo> {
+    /// Also returns the host folders the runner would open on fds 10-12.
+    #[allow(clippy::type_complexity)]
+    pub fn explain(
+        job: &Job,
+    ) -> Result<(PathBuf, Vec<std::ffi::OsString>, Vec<(i32, String)>), ErrorInfo> {
         let bwrap = Bwrap::find().unwrap_or(Bwrap {
             path: PathBuf::from("bwrap"),
             version: String::new(),
@@ -734,18 +911,6 @@ impl Runner {
                 disable_userns: true,
             },
         });
-        let exec = PathBuf::from(format!(
-            "<data-dir>/executions/{}.<random>",
-            job.execution_id
-        ));
-        let workspace = job
-            .workspace
-            .clone()
-            .unwrap_or_else(|| exec.join("workspace"));
-        let extensions = job
-            .extensions_dir
-            .clone()
-            .unwrap_or_else(|| workspace.join(".sciencediscovery/skill-extensions"));
         // The published root of the job's pins (a session's pins are only
         // known to a runner with a data dir).
         let identity = if job.session.is_some() {
@@ -754,9 +919,28 @@ impl Runner {
             let pins: Vec<_> = job.skills.iter().map(|s| s.binding.clone()).collect();
             crate::hash::set_identity(&pins)
         };
-        let root = PathBuf::from(format!("<data-dir>/roots/{identity}/skills"));
-        let args = Runner::plan_args(job, &bwrap, &root, &workspace, &extensions)?;
-        Ok((bwrap.path, args))
+        let mut folders = vec![(
+            launch::FD_SKILLS,
+            format!("<data-dir>/published/{identity}/skills"),
+        )];
+        if let Some(w) = &job.workspace {
+            folders.push((launch::FD_WORKSPACE, w.display().to_string()));
+        }
+        match (&job.extensions_dir, &job.workspace) {
+            (Some(e), _) => folders.push((launch::FD_EXTENSIONS, e.display().to_string())),
+            (None, Some(w)) => folders.push((
+                launch::FD_EXTENSIONS,
+                w.join(launch::DEFAULT_EXTENSIONS).display().to_string(),
+            )),
+            (None, None) => {}
+        }
+        let args = Runner::plan_args(
+            job,
+            &bwrap,
+            job.workspace.is_some(),
+            job.extensions_dir.is_some(),
+        )?;
+        Ok((bwrap.path, args, folders))
     }
 }
 
@@ -766,24 +950,33 @@ struct Prepared {
     lease: Lease,
     /// Time spent finding, or staging and publishing, the snapshot root.
     staging: Duration,
-    workspace: PathBuf,
-    extensions: PathBuf,
+    /// The host workspace; `None`: a fresh tmpfs (Linux).
+    workspace: Option<PathBuf>,
+    /// The host extensions dir; `None`: inside the fresh workspace.
+    extensions: Option<PathBuf>,
+    identity: Identity,
     /// The bwrap to use (Linux); `None` under Seatbelt.
     #[cfg_attr(target_os = "macos", allow(dead_code))]
     bwrap: Option<Bwrap>,
 }
 
-/// Where the extensions dir is by default, relative to the workspace.
-const DEFAULT_EXTENSIONS: &str = ".sciencediscovery/skill-extensions";
-
 /// `<workspace>/.sciencediscovery/skill-extensions`, created one component
-/// at a time without following symlinks.
-fn default_extensions_dir(workspace: &Path) -> Result<PathBuf, ErrorInfo> {
+/// at a time without following symlinks, and given to `owner` (the sandbox
+/// user) where the runner creates it.
+fn default_extensions_dir(
+    workspace: &Path,
+    owner: Option<(u32, u32)>,
+) -> Result<PathBuf, ErrorInfo> {
     let mut dir = workspace.to_owned();
     for part in [".sciencediscovery", "skill-extensions"] {
         dir.push(part);
         match fs::create_dir(&dir) {
-            Ok(()) => {}
+            Ok(()) => {
+                if let Some((uid, gid)) = owner {
+                    std::os::unix::fs::lchown(&dir, Some(uid), Some(gid))
+                        .map_err(|e| bad_path("extensions_dir", &dir, e))?;
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(bad_path("extensions_dir", &dir, e)),
         }
@@ -830,6 +1023,55 @@ fn named_folder(field: &str, path: &Path, default: &str) -> Result<PathBuf, Erro
     Ok(real)
 }
 
+/// Creates the data dir private to this user (0700), or makes an existing
+/// one of ours private: it holds workspaces, session records and the
+/// store, which other local users have no business reading. Everything the
+/// runner creates inside is then out of their reach whatever its own mode.
+fn private_data_dir(dir: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let hint = "set --data-dir or SKILL_RUNNER_DATA_DIR to a folder this user may create";
+    if let Some(parent) = dir.parent() {
+        fs::create_dir_all(parent)
+            .map_err(|e| format!("cannot create {}: {e}; {hint}", parent.display()))?;
+    }
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(format!(
+                "cannot create the data dir {}: {e}; {hint}",
+                dir.display()
+            ))
+        }
+    }
+    let meta = fs::metadata(dir)
+        .map_err(|e| format!("cannot use the data dir {}: {e}; {hint}", dir.display()))?;
+    if meta.uid() == nix::unistd::geteuid().as_raw() && meta.mode() & 0o077 != 0 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("cannot make the data dir {} private: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// Refuses a named folder the sandbox user could not write, naming the
+/// user and the fix (a root runner launches as that user).
+fn writable_by(field: &str, dir: &Path, uid: u32, gid: u32) -> Result<(), ErrorInfo> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::metadata(dir).map_err(|e| bad_path(field, dir, e))?;
+    if crate::identity::may_write(uid, gid, meta.uid(), meta.gid(), meta.mode()) {
+        return Ok(());
+    }
+    Err(ErrorInfo::new(
+        "bad_job",
+        format!(
+            "{field} {} is not writable by the sandbox user (host uid {uid}, gid {gid}), which a root runner launches commands as; give the folder to it (chown -R {uid}:{gid} {}) or set {} to the folder's owner",
+            dir.display(),
+            dir.display(),
+            crate::identity::SANDBOX_USER_VAR
+        ),
+    ))
+}
+
 fn bad_path(field: &str, path: &Path, e: io::Error) -> ErrorInfo {
     ErrorInfo::new(
         "bad_job",
@@ -843,7 +1085,10 @@ struct Launcher {
     args: Vec<std::ffi::OsString>,
     env: Vec<(String, String)>,
     fds: Vec<(std::os::fd::OwnedFd, i32)>,
-    status_fd: Option<i32>,
+    /// Child fd of the exec shim's report, when the launcher runs it.
+    report_fd: Option<i32>,
+    /// Child fd of the command's stderr, when apart from the launcher's.
+    stderr_fd: Option<i32>,
     new_session: bool,
 }
 
@@ -869,17 +1114,39 @@ fn sandbox_fds(filters: &crate::seccomp::Filters) -> io::Result<Vec<(std::os::fd
             launch::FD_PASSWD,
         ),
         (memfd("group", launch::GROUP.as_bytes())?, launch::FD_GROUP),
+        // The runner's own binary, which bwrap executes as the exec shim.
+        (crate::shim::executable()?, launch::FD_SHIM),
     ])
 }
 
 type Rlimits = Vec<(nix::sys::resource::Resource, u64, u64)>;
 
-/// Chooses the mechanism for each limit.
+/// How `disk_bytes` is enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Disk {
+    /// A fresh workspace: a tmpfs of that size (writes fail past it).
+    Tmpfs,
+    /// A host workspace: [`crate::diskwatch`] ends the run past it.
+    Watcher,
+}
+
+/// Which limits stopped the command.
+#[derive(Debug, Clone, Copy, Default)]
+struct Hits {
+    memory: bool,
+    pids: bool,
+    disk: bool,
+}
+
+/// Chooses the mechanism for each limit, or refuses the execution when a
+/// limit cannot be enforced on this host: a limit is never dropped.
 fn limits_plan(
     l: &crate::job::Limits,
     cg: Option<&Cgroup>,
     cg_note: Option<String>,
-) -> (Rlimits, AppliedLimits) {
+    identity: &Identity,
+    disk: Disk,
+) -> Result<(Rlimits, AppliedLimits), ErrorInfo> {
     use nix::sys::resource::Resource;
     let mut r: Rlimits = vec![
         (Resource::RLIMIT_CORE, 0, 0),
@@ -912,25 +1179,61 @@ fn limits_plan(
     };
     let pids = match cg_name.filter(|_| cg.is_some_and(Cgroup::limits_pids)) {
         Some(name) => Applied::by(Some(l.pids), name),
+        // The kernel exempts host root from RLIMIT_NPROC; any other uid
+        // is bound by it.
         #[cfg(target_os = "linux")]
-        None if !nix::unistd::geteuid().is_root() => {
+        None if !identity.root_mapped => {
             r.push((Resource::RLIMIT_NPROC, l.pids, l.pids));
             Applied {
                 value: Some(l.pids),
                 enforced_by: "rlimit",
-                note: Some(
-                    "RLIMIT_NPROC counts every process of this user, not only the sandbox's".into(),
-                ),
+                note: Some(format!(
+                    "RLIMIT_NPROC counts every process of host uid {} (concurrent executions together), and a refused fork is not reported as limit_exceeded{}",
+                    identity.uid,
+                    cg_note
+                        .as_ref()
+                        .map(|n| format!("; no cgroup: {n}"))
+                        .unwrap_or_default()
+                )),
             }
         }
+        #[cfg(target_os = "linux")]
+        None => {
+            return Err(ErrorInfo::new(
+                "sandbox_unavailable",
+                format!(
+                    "the pids limit cannot be enforced here: there is no pids cgroup{}, and RLIMIT_NPROC does not bind the sandbox's uid, which maps to host root; give the runner a writable cgroup (cgroup v2 with Delegate=yes, or the pids controller) or run it as root with user namespaces that map the sandbox user",
+                    cg_note
+                        .as_ref()
+                        .map(|n| format!(" ({n})"))
+                        .unwrap_or_default()
+                ),
+            ))
+        }
+        #[cfg(not(target_os = "linux"))]
         None => Applied {
             value: Some(l.pids),
             enforced_by: "none",
-            note: Some(if cfg!(target_os = "linux") {
-                "no pids cgroup, and RLIMIT_NPROC does not bind root".into()
-            } else {
-                "no cgroups on this OS; RLIMIT_NPROC would count every process of the user".into()
-            }),
+            note: Some(
+                "no cgroups on this OS; RLIMIT_NPROC would count every process of the user".into(),
+            ),
+        },
+    };
+    let disk_bytes = match disk {
+        Disk::Tmpfs => Applied {
+            value: Some(l.disk_bytes),
+            enforced_by: "tmpfs",
+            note: Some(
+                "the fresh workspace is a tmpfs of this size (memory, charged to the memory limit where a cgroup enforces it); nothing reaches the host disk".into(),
+            ),
+        },
+        Disk::Watcher => Applied {
+            value: Some(l.disk_bytes),
+            enforced_by: "watcher",
+            note: Some(format!(
+                "the runner measures the workspace and extensions dir every {} ms or so and ends the run past the limit; between two measurements a command may write more",
+                crate::diskwatch::MIN_INTERVAL.as_millis()
+            )),
         },
     };
     let cpu = match l.cpu_ms {
@@ -945,7 +1248,7 @@ fn limits_plan(
         }
         None => Applied::by(None, "none"),
     };
-    (
+    Ok((
         r,
         AppliedLimits {
             timeout_ms: Applied::by(Some(l.timeout_ms), "supervisor"),
@@ -956,18 +1259,18 @@ fn limits_plan(
             file_size_bytes: Applied::by(Some(l.file_size_bytes), "rlimit"),
             tmp_bytes: Applied::by(Some(l.tmp_bytes), "tmpfs"),
             open_files: Applied::by(Some(l.open_files), "rlimit"),
+            disk_bytes,
         },
-    )
+    ))
 }
 
 /// Sets status, codes and error from how the launcher ended.
-fn classify(
-    r: &mut ExecResult,
-    o: &supervise::Outcome,
-    l: &crate::job::Limits,
-    memory_hit: bool,
-    pids_hit: bool,
-) {
+fn classify(r: &mut ExecResult, o: &supervise::Outcome, l: &crate::job::Limits, hits: Hits) {
+    let Hits {
+        memory: memory_hit,
+        pids: pids_hit,
+        disk: disk_hit,
+    } = hits;
     // bwrap reports the command's end as an exit code: N, or 128+N when
     // the command was killed by signal N.
     let (code, signal) = match o.status {
@@ -977,8 +1280,17 @@ fn classify(
     };
     r.exit_code = code;
     r.signal = signal;
-    let stderr_tail = String::from_utf8_lossy(&o.stderr.tail);
-    if o.cancelled {
+    if disk_hit {
+        // The watcher ended the run (through the cancel switch).
+        r.status = Status::LimitExceeded;
+        r.error = Some(ErrorInfo::new(
+            "limit_exceeded",
+            format!(
+                "the command added more than its disk_bytes limit ({}) to the workspace and extensions dir, and its sandbox was killed",
+                l.disk_bytes
+            ),
+        ));
+    } else if o.cancelled {
         r.status = Status::Cancelled;
         r.error = Some(ErrorInfo::new(
             "cancelled",
@@ -993,42 +1305,28 @@ fn classify(
                 l.timeout_ms
             ),
         ));
-    } else if !o.started {
+    } else if o.exec == ExecReport::NotReached {
+        // The shim never ran: bubblewrap did not finish the sandbox, and
+        // nothing of the command ran. Its code is bubblewrap's, not the
+        // command's.
         r.status = Status::Failed;
         r.exit_code = Some(crate::result::EXIT_RUNNER);
         r.signal = None;
-        let msg = stderr_tail
-            .lines()
-            .rev()
-            .find(|l| l.starts_with("bwrap:"))
-            .unwrap_or("bwrap exited before starting the command")
-            .to_owned();
-        r.error = Some(ErrorInfo::new(
-            "sandbox_failed",
-            format!("bubblewrap could not set up the sandbox ({msg}); run skill-runner doctor"),
+        r.error = Some(crate::diagnose::setup_failed(
+            &o.launcher_stderr,
+            o.status,
+            crate::diagnose::container(),
         ));
-    } else if let Some(line) = (code == Some(1))
-        .then(|| {
-            stderr_tail
-                .lines()
-                .rev()
-                .find(|l| l.starts_with("bwrap: execvp "))
-                .map(str::to_owned)
-        })
-        .flatten()
-    {
-        let not_executable = line.contains("Permission denied");
+    } else if let ExecReport::ExecFailed(errno) = o.exec {
+        let not_found = crate::shim::exit_code_for(errno) == EXIT_NOT_FOUND;
         r.status = Status::Failed;
-        r.exit_code = Some(if not_executable {
-            EXIT_NOT_EXECUTABLE
-        } else {
-            EXIT_NOT_FOUND
-        });
+        r.exit_code = Some(crate::shim::exit_code_for(errno));
+        r.signal = None;
         r.error = Some(ErrorInfo::new(
-            if not_executable { "not_executable" } else { "not_found" },
+            if not_found { "not_found" } else { "not_executable" },
             format!(
                 "the command could not be started ({}); argv[0] is looked up in PATH=/usr/bin:/bin inside the sandbox, and staged files are 0444, so run scripts through their interpreter",
-                line.trim_start_matches("bwrap: ")
+                io::Error::from_raw_os_error(errno)
             ),
         ));
     } else {

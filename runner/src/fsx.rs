@@ -14,6 +14,7 @@
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
@@ -47,6 +48,28 @@ pub fn open_dir_nofollow(path: &Path) -> io::Result<File> {
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
+}
+
+/// Opens the folder at the absolute `path` one component at a time from
+/// `/`, refusing a symlink anywhere on the way: what is opened is the
+/// folder the (canonical) path named when it was checked, or nothing.
+pub fn open_dir_no_symlinks(path: &Path) -> io::Result<File> {
+    let rel = path
+        .strip_prefix("/")
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "not an absolute path"))?;
+    let mut dir = File::open("/")?;
+    for part in rel.components() {
+        let std::path::Component::Normal(name) = part else {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a canonical path",
+            ));
+        };
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd = openat(dir.as_fd(), name, flags, Mode::empty()).map_err(io::Error::from)?;
+        dir = File::from(fd);
+    }
+    Ok(dir)
 }
 
 /// Copies `len` bytes (or until EOF when the source is shorter) from `src`
@@ -103,6 +126,12 @@ pub fn chmod(path: &Path, mode: u32) -> io::Result<()> {
 
 /// Removes a tree even where its folders are 0555: makes each folder
 /// writable on the way down. Missing is not an error.
+///
+/// Works through directory handles: each folder is opened relative to its
+/// open parent without following symlinks, and entries are unlinked
+/// relative to it. A folder swapped for a symlink while the tree is being
+/// removed (by anything that can write in it) is unlinked as a link, never
+/// followed, so the deletion cannot be redirected outside the tree.
 pub fn remove_tree(path: &Path) -> io::Result<()> {
     let meta = match fs::symlink_metadata(path) {
         Ok(m) => m,
@@ -112,18 +141,55 @@ pub fn remove_tree(path: &Path) -> io::Result<()> {
     if !meta.is_dir() {
         return fs::remove_file(path);
     }
-    if meta.permissions().mode() & 0o700 != 0o700 {
-        chmod(path, 0o700)?;
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "cannot remove a root folder",
+        ));
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    remove_at(&open_dir_nofollow(parent)?, name)
+}
+
+/// Removes the entry `name` of the open folder `parent`, with everything
+/// below it when it is a folder.
+fn remove_at(parent: &File, name: &std::ffi::OsStr) -> io::Result<()> {
+    use nix::unistd::{unlinkat, UnlinkatFlags};
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let dir = match openat(parent.as_fd(), name, flags, Mode::empty()) {
+        Ok(fd) => File::from(fd),
+        // A file or a symlink: unlink the entry itself.
+        Err(nix::errno::Errno::ENOTDIR) | Err(nix::errno::Errno::ELOOP) => {
+            return unlinkat(parent.as_fd(), name, UnlinkatFlags::NoRemoveDir)
+                .map_err(io::Error::from);
+        }
+        Err(nix::errno::Errno::ENOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    if dir.metadata()?.permissions().mode() & 0o700 != 0o700 {
+        nix::sys::stat::fchmod(dir.as_fd(), Mode::from_bits_truncate(0o700))
+            .map_err(io::Error::from)?;
     }
-    for entry in fs::read_dir(path)? {
-        let entry = entry?;
-        if entry.file_type()?.is_dir() {
-            remove_tree(&entry.path())?;
-        } else {
-            fs::remove_file(entry.path())?;
+    let mut names = Vec::new();
+    {
+        let listing = nix::dir::Dir::from_fd(dir.try_clone()?.into())?;
+        let mut listing = listing;
+        for entry in listing.iter() {
+            let entry = entry?;
+            let n = entry.file_name().to_bytes();
+            if n != b"." && n != b".." {
+                names.push(std::ffi::OsStr::from_bytes(n).to_owned());
+            }
         }
     }
-    fs::remove_dir(path)
+    for n in &names {
+        remove_at(&dir, n)?;
+    }
+    unlinkat(parent.as_fd(), name, UnlinkatFlags::RemoveDir).map_err(io::Error::from)
 }
 
 /// Sets files 0444 and folders 0555 below (and including) `root`, deepest
@@ -258,4 +324,81 @@ pub fn create_private_dir(path: &Path) -> io::Result<()> {
         Err(e) => return Err(e),
     }
     chmod(path, 0o700)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 11: a folder swapped for a symlink (`renameat2` with
+    /// `RENAME_EXCHANGE`) again and again while the tree is removed never
+    /// redirects the removal into the symlink's target.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn removal_is_not_redirected_by_a_swapped_symlink() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let t = tempfile::tempdir().unwrap();
+        let victim = t.path().join("victim");
+        fs::create_dir(&victim).unwrap();
+        for i in 0..200 {
+            fs::write(victim.join(format!("f{i}")), "precious").unwrap();
+        }
+        for round in 0..20 {
+            let tree = t.path().join(format!("tree{round}"));
+            let a = tree.join("a");
+            fs::create_dir_all(&a).unwrap();
+            for i in 0..200 {
+                fs::write(a.join(format!("f{i}")), "x").unwrap();
+            }
+            std::os::unix::fs::symlink(&victim, tree.join("link")).unwrap();
+            let stop = std::sync::Arc::new(AtomicBool::new(false));
+            let racer = {
+                let (stop, tree) = (stop.clone(), tree.clone());
+                std::thread::spawn(move || {
+                    let a = std::ffi::CString::new(tree.join("a").as_os_str().as_bytes()).unwrap();
+                    let l =
+                        std::ffi::CString::new(tree.join("link").as_os_str().as_bytes()).unwrap();
+                    while !stop.load(Ordering::Relaxed) {
+                        // SAFETY: two NUL-terminated paths; renameat2
+                        // reads them and touches no other memory.
+                        let r = unsafe {
+                            libc::renameat2(
+                                libc::AT_FDCWD,
+                                a.as_ptr(),
+                                libc::AT_FDCWD,
+                                l.as_ptr(),
+                                libc::RENAME_EXCHANGE,
+                            )
+                        };
+                        if r != 0 {
+                            break; // one side is gone
+                        }
+                    }
+                })
+            };
+            // It may fail (an entry changed type under it); it must never
+            // delete through the link.
+            let _ = remove_tree(&tree);
+            stop.store(true, Ordering::Relaxed);
+            racer.join().unwrap();
+            assert_eq!(fs::read_dir(&victim).unwrap().count(), 200, "round {round}");
+        }
+    }
+
+    #[test]
+    fn removes_sealed_trees_and_symlinks_as_links() {
+        let t = tempfile::tempdir().unwrap();
+        let keep = t.path().join("keep");
+        fs::create_dir(&keep).unwrap();
+        fs::write(keep.join("f"), "x").unwrap();
+        let tree = t.path().join("tree");
+        fs::create_dir_all(tree.join("a/b")).unwrap();
+        fs::write(tree.join("a/b/f"), "x").unwrap();
+        std::os::unix::fs::symlink(&keep, tree.join("a/link")).unwrap();
+        seal_tree(&tree).unwrap();
+        remove_tree(&tree).unwrap();
+        assert!(!tree.exists());
+        assert!(keep.join("f").exists());
+        remove_tree(&tree).unwrap(); // missing is fine
+    }
 }

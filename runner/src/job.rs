@@ -44,6 +44,7 @@ pub struct RawLimits {
     pub cpu_ms: Option<u64>,
     pub file_size_bytes: Option<u64>,
     pub tmp_bytes: Option<u64>,
+    pub disk_bytes: Option<u64>,
 }
 
 /// The job document as written.
@@ -78,6 +79,7 @@ pub struct Limits {
     pub file_size_bytes: u64,
     pub tmp_bytes: u64,
     pub open_files: u64,
+    pub disk_bytes: u64,
 }
 
 /// A selected skill: its pin, and optionally the host folder to package.
@@ -304,6 +306,7 @@ impl Job {
             file_size_bytes: positive(l.file_size_bytes, d.file_size_bytes, "file_size_bytes")?,
             tmp_bytes: positive(l.tmp_bytes, d.tmp_bytes, "tmp_bytes")?,
             open_files: d.open_files,
+            disk_bytes: positive(l.disk_bytes, d.disk_bytes, "disk_bytes")?,
         };
         Ok(Job {
             execution_id,

@@ -8,11 +8,26 @@
 //! same for every execution with the same plan, and no file is shared or
 //! rewritten between concurrent executions.
 //!
+//! The host folders of an execution (the snapshot root, a named workspace
+//! or extensions dir) are opened by the runner at launch and reach bwrap as
+//! descriptors too (`--bind-fd`): nothing can swap a path for a symlink
+//! between the runner's checks and the mount, and bwrap, which a root
+//! runner starts as the unprivileged sandbox user ([`crate::identity`]),
+//! needs no search permission on the runner's private data dir.
+//!
 //! Order of operations (bwrap applies them in order; later ones win):
 //! namespaces and process flags, the profile's system mounts, the synthetic
-//! account files, `/proc`, `/dev`, the private `/tmp`, then `/skills`
-//! (read-only), `/skill-extensions` and `/workspace` (writable), and last
-//! `--remount-ro /` so the sandbox cannot create files at its root.
+//! account files, `/proc` (read-only: `/proc/sys`, `/proc/sysrq-trigger`
+//! and every other host-global knob), `/dev` (read-only but for a sized
+//! `/dev/shm`), the private `/tmp`, then `/skills` (read-only),
+//! `/workspace` (a host folder, or a fresh tmpfs of `disk_bytes`) and
+//! `/skill-extensions` (writable), and last `--remount-ro /` so the sandbox
+//! cannot create files at its root.
+//!
+//! bwrap does not execute the command itself: it executes the runner's own
+//! binary as the exec shim ([`SHIM_PATH`], through [`FD_SHIM`]), which
+//! tells the runner that the sandbox was finished and then executes the
+//! command (see [`crate::shim`]).
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -28,8 +43,21 @@ pub const FD_SECCOMP_GUARD: i32 = 4;
 pub const FD_PASSWD: i32 = 5;
 /// Child fd carrying `/etc/group`.
 pub const FD_GROUP: i32 = 6;
-/// Child fd bwrap writes its JSON status to.
-pub const FD_STATUS: i32 = 7;
+/// Child fd of the snapshot root (`/skills`).
+pub const FD_SKILLS: i32 = 10;
+/// Child fd of a host extensions dir (`/skill-extensions`).
+pub const FD_EXTENSIONS: i32 = 11;
+/// Child fd of a host workspace (`/workspace`).
+pub const FD_WORKSPACE: i32 = 12;
+/// Child fd of the exec shim's report pipe (see [`crate::shim`]).
+pub const FD_EXEC_REPORT: i32 = 7;
+/// Child fd of the runner's own binary, which bwrap executes as the shim.
+pub const FD_SHIM: i32 = 8;
+/// Child fd of the command's stderr; bwrap's own stderr is a pipe apart.
+pub const FD_STDERR: i32 = 9;
+/// What bwrap executes: the shim, through [`FD_SHIM`], which then
+/// executes the command.
+pub const SHIM_PATH: &str = "/proc/self/fd/8";
 
 /// The user the command runs as inside the sandbox.
 pub const SANDBOX_UID: u32 = 1000;
@@ -53,13 +81,35 @@ pub struct BwrapFeatures {
     pub disable_userns: bool,
 }
 
+/// Where `/workspace` comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workspace {
+    /// A host folder, on [`FD_WORKSPACE`].
+    Host,
+    /// A fresh, empty tmpfs of this many bytes: what a command writes there
+    /// never reaches the host disk, and the size bounds it.
+    Fresh { bytes: u64 },
+}
+
+/// Where `/skill-extensions` comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extensions {
+    /// A host folder, on [`FD_EXTENSIONS`].
+    Host,
+    /// `.sciencediscovery/skill-extensions` of a fresh workspace, created
+    /// there and linked at `/skill-extensions`.
+    InFreshWorkspace,
+}
+
+/// The default extensions dir, relative to the workspace.
+pub const DEFAULT_EXTENSIONS: &str = ".sciencediscovery/skill-extensions";
+
 /// Everything the argv depends on.
 #[derive(Debug, Clone)]
 pub struct Plan<'a> {
     pub mounts: &'a [Mount],
-    pub snapshot_root: &'a Path,
-    pub extensions: &'a Path,
-    pub workspace: &'a Path,
+    pub workspace: Workspace,
+    pub extensions: Extensions,
     /// Relative to the workspace; empty for the workspace itself.
     pub cwd: &'a str,
     /// The complete environment (see [`environment`]).
@@ -116,15 +166,41 @@ pub fn bwrap_args(plan: &Plan<'_>) -> Vec<OsString> {
     }
     a.pair("--ro-bind-data", FD_PASSWD.to_string(), "/etc/passwd");
     a.pair("--ro-bind-data", FD_GROUP.to_string(), "/etc/group");
+    // A fresh /proc, read-only as a whole: /proc/sys, /proc/sysrq-trigger
+    // and the other host-global files must not be writable whatever uid
+    // the sandbox has (one remount; bwrap's own cover skips /proc/sys
+    // when the folder itself is not writable, though files in it are).
     a.opt("--proc", "/proc");
+    a.opt("--remount-ro", "/proc");
+    // A fresh /dev, read-only (no files planted in it), with a sized
+    // /dev/shm. Its device nodes are binds of the host's: only the owner
+    // check keeps their modes, see crate::identity and crate::seccomp.
     a.opt("--dev", "/dev");
+    a.opt("--remount-ro", "/dev");
+    a.opt("--size", plan.tmp_bytes.to_string());
+    a.opt("--perms", "1777");
+    a.opt("--tmpfs", "/dev/shm");
     a.opt("--size", plan.tmp_bytes.to_string());
     a.opt("--perms", "1777");
     a.opt("--tmpfs", "/tmp");
     // The execution's folders.
-    a.pair("--ro-bind", plan.snapshot_root, SKILLS_DIR);
-    a.pair("--bind", plan.extensions, EXTENSIONS_DIR);
-    a.pair("--bind", plan.workspace, WORKSPACE_DIR);
+    a.pair("--ro-bind-fd", FD_SKILLS.to_string(), SKILLS_DIR);
+    match plan.workspace {
+        Workspace::Host => a.pair("--bind-fd", FD_WORKSPACE.to_string(), WORKSPACE_DIR),
+        Workspace::Fresh { bytes } => {
+            a.opt("--size", bytes.to_string());
+            a.opt("--perms", "0755");
+            a.opt("--tmpfs", WORKSPACE_DIR);
+        }
+    }
+    match plan.extensions {
+        Extensions::Host => a.pair("--bind-fd", FD_EXTENSIONS.to_string(), EXTENSIONS_DIR),
+        Extensions::InFreshWorkspace => {
+            let inside = format!("{WORKSPACE_DIR}/{DEFAULT_EXTENSIONS}");
+            a.opt("--dir", &inside);
+            a.pair("--symlink", &inside, EXTENSIONS_DIR);
+        }
+    }
     a.opt("--remount-ro", "/");
     let cwd = if plan.cwd.is_empty() {
         WORKSPACE_DIR.to_owned()
@@ -137,8 +213,11 @@ pub fn bwrap_args(plan: &Plan<'_>) -> Vec<OsString> {
     }
     a.opt("--add-seccomp-fd", FD_SECCOMP_RULES.to_string());
     a.opt("--add-seccomp-fd", FD_SECCOMP_GUARD.to_string());
-    a.opt("--json-status-fd", FD_STATUS.to_string());
+    // bwrap executes the shim, which reports that the sandbox is finished
+    // and executes the command (see crate::shim).
     a.flag("--");
+    a.flag(SHIM_PATH);
+    a.flag(crate::shim::SHIM_ARG);
     for arg in plan.argv {
         a.flag(arg);
     }
@@ -198,6 +277,15 @@ mod tests {
     use super::*;
 
     fn plan_args(features: BwrapFeatures, cwd: &str) -> Vec<String> {
+        plan_args_with(features, cwd, Workspace::Host, Extensions::Host)
+    }
+
+    fn plan_args_with(
+        features: BwrapFeatures,
+        cwd: &str,
+        workspace: Workspace,
+        extensions: Extensions,
+    ) -> Vec<String> {
         let mounts = vec![
             Mount::RoBind {
                 src: "/usr".into(),
@@ -220,9 +308,8 @@ mod tests {
         ];
         bwrap_args(&Plan {
             mounts: &mounts,
-            snapshot_root: Path::new("/data/executions/e1/skills"),
-            extensions: Path::new("/ws/.sciencediscovery/skill-extensions"),
-            workspace: Path::new("/ws"),
+            workspace,
+            extensions,
             cwd,
             env: &env,
             argv: &argv,
@@ -274,23 +361,33 @@ mod tests {
             "/etc/group",
             "--proc",
             "/proc",
+            "--remount-ro",
+            "/proc",
             "--dev",
+            "/dev",
+            "--remount-ro",
             "/dev",
             "--size",
             "1024",
             "--perms",
             "1777",
             "--tmpfs",
+            "/dev/shm",
+            "--size",
+            "1024",
+            "--perms",
+            "1777",
+            "--tmpfs",
             "/tmp",
-            "--ro-bind",
-            "/data/executions/e1/skills",
+            "--ro-bind-fd",
+            "10",
             "/skills",
-            "--bind",
-            "/ws/.sciencediscovery/skill-extensions",
-            "/skill-extensions",
-            "--bind",
-            "/ws",
+            "--bind-fd",
+            "12",
             "/workspace",
+            "--bind-fd",
+            "11",
+            "/skill-extensions",
             "--remount-ro",
             "/",
             "--chdir",
@@ -317,14 +414,44 @@ mod tests {
             "3",
             "--add-seccomp-fd",
             "4",
-            "--json-status-fd",
-            "7",
             "--",
+            "/proc/self/fd/8",
+            "--skill-runner-exec-shim",
             "sh",
             "/skills/hello/s.sh",
             "world",
         ];
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_fresh_workspace_is_a_sized_tmpfs_holding_the_extensions_dir() {
+        let got = plan_args_with(
+            BwrapFeatures::default(),
+            "",
+            Workspace::Fresh { bytes: 4096 },
+            Extensions::InFreshWorkspace,
+        );
+        let from = got.iter().position(|a| a == "/skills").unwrap() + 1;
+        let to = got.iter().position(|a| a == "--chdir").unwrap();
+        assert_eq!(
+            got[from..to],
+            [
+                "--size",
+                "4096",
+                "--perms",
+                "0755",
+                "--tmpfs",
+                "/workspace",
+                "--dir",
+                "/workspace/.sciencediscovery/skill-extensions",
+                "--symlink",
+                "/workspace/.sciencediscovery/skill-extensions",
+                "/skill-extensions",
+                "--remount-ro",
+                "/",
+            ]
+        );
     }
 
     #[test]
@@ -336,7 +463,12 @@ mod tests {
         }
         // /skills only ever read-only.
         let i = got.iter().position(|a| a == "/skills").unwrap();
-        assert_eq!(got[i - 2], "--ro-bind");
+        assert_eq!(got[i - 2], "--ro-bind-fd");
+        // /proc and /dev read-only right after they are made.
+        for dir in ["/proc", "/dev"] {
+            let made = got.iter().position(|a| a == dir).unwrap();
+            assert_eq!(got[made + 1..made + 3], ["--remount-ro", dir]);
+        }
         assert!(got.contains(&"/workspace".to_string()));
         let chdir = got.iter().position(|a| a == "--chdir").unwrap();
         assert_eq!(got[chdir + 1], "/workspace");

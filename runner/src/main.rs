@@ -54,6 +54,11 @@ enum Command {
         /// Keep the execution's private folder afterwards (debugging).
         #[arg(long)]
         keep: bool,
+        /// Confine the job's host paths (workspace, extensions_dir, skill
+        /// paths, a profile file) to this folder, for job files that are
+        /// not as trusted as a command line; a path outside is refused.
+        #[arg(long, value_name = "DIR", env = "SKILL_RUNNER_CONFINE")]
+        confine: Option<PathBuf>,
     },
     /// Print what a job would run, without running it.
     Explain {
@@ -235,6 +240,8 @@ enum StoreCommand {
 }
 
 fn main() -> ExitCode {
+    // Inside a sandbox, as bubblewrap's exec shim: becomes the command.
+    skill_runner::shim::run_if_shim();
     let cli = Cli::parse();
     // The daemon installs its own subscriber (level, --log-format).
     if !matches!(cli.command, Command::Serve(_)) {
@@ -270,7 +277,12 @@ fn config(cli_data_dir: Option<PathBuf>, keep: bool) -> Config {
 fn real_main(cli: Cli) -> anyhow::Result<i32> {
     let data_dir = cli.data_dir;
     match cli.command {
-        Command::Run { job, json, keep } => run(&job, json, config(data_dir, keep)),
+        Command::Run {
+            job,
+            json,
+            keep,
+            confine,
+        } => run(&job, json, confine.as_deref(), config(data_dir, keep)),
         Command::Explain {
             job,
             json,
@@ -341,7 +353,8 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Doctor => {
-            let report = doctor::Report::gather();
+            // The data dir `run` and `serve` would use, and a real job in it.
+            let report = doctor::Report::gather(&config(data_dir, false).data_dir);
             print!("{}", report.render());
             Ok(if report.can_run() { 0 } else { EXIT_RUNNER })
         }
@@ -357,7 +370,43 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
 /// Reads and validates a job: from a file, whose folder relative paths
 /// resolve against, or from stdin when `path` is `-`, where they resolve
 /// against the current folder.
+/// With `--confine DIR`: the job's host paths must lie under DIR (the
+/// daemon's rule, see `daemon::roots`).
+fn confined(mut job: Job, confine: Option<&Path>) -> Result<Job, ErrorInfo> {
+    if let Some(roots) = confine_roots(confine)? {
+        roots
+            .confine(&mut job)
+            .map_err(|e| confine_error(e.to_string()))?;
+    }
+    Ok(job)
+}
+
+fn confine_roots(
+    confine: Option<&Path>,
+) -> Result<Option<skill_runner::daemon::roots::Roots>, ErrorInfo> {
+    let Some(dir) = confine else {
+        return Ok(None);
+    };
+    let dir = dir
+        .canonicalize()
+        .map_err(|e| ErrorInfo::new("bad_job", format!("--confine {}: {e}", dir.display())))?;
+    Ok(Some(skill_runner::daemon::roots::Roots::new(vec![dir])))
+}
+
+fn confine_error(message: String) -> ErrorInfo {
+    ErrorInfo::new(
+        "bad_job",
+        message.replace("(skill-runner serve --root)", "(--confine)"),
+    )
+}
+
 fn load_job(path: &Path) -> Result<Job, ErrorInfo> {
+    load_job_confined(path, None)
+}
+
+/// Reads and parses a job; with `confine`, a profile file it names must lie
+/// under that folder, checked before the file is read.
+fn load_job_confined(path: &Path, confine: Option<&Path>) -> Result<Job, ErrorInfo> {
     let bad = |message: String| ErrorInfo::new("bad_job", message);
     let (bytes, base) = if path == Path::new("-") {
         let mut bytes = Vec::new();
@@ -383,11 +432,20 @@ fn load_job(path: &Path) -> Result<Job, ErrorInfo> {
             .and_then(|p| p.canonicalize().ok());
         (bytes, base)
     };
+    if let Some(roots) = confine_roots(confine)? {
+        let raw: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        if let Some(spec) = raw["profile"].as_str().filter(|s| s.contains('/')) {
+            let file = base.as_deref().unwrap_or(Path::new("/")).join(spec);
+            roots
+                .resolve("profile", &file)
+                .map_err(|e| confine_error(e.to_string()))?;
+        }
+    }
     Job::from_json(&bytes, base.as_deref()).map_err(|e| bad(e.to_string()))
 }
 
-fn run(job_path: &Path, json: bool, cfg: Config) -> anyhow::Result<i32> {
-    let job = match load_job(job_path) {
+fn run(job_path: &Path, json: bool, confine: Option<&Path>, cfg: Config) -> anyhow::Result<i32> {
+    let job = match load_job_confined(job_path, confine).and_then(|job| confined(job, confine)) {
         Ok(j) => j,
         Err(e) => return Ok(report_rejected("", e, json)),
     };
@@ -481,7 +539,8 @@ fn explain(
     }
     match platform {
         "linux" => {
-            let (program, args) = Runner::explain(&job).map_err(|e| anyhow::anyhow!(e.message))?;
+            let (program, args, folders) =
+                Runner::explain(&job).map_err(|e| anyhow::anyhow!(e.message))?;
             if let Some(dir) = fds_dir {
                 write_sandbox_fds(&job, dir)?;
             }
@@ -489,20 +548,27 @@ fn explain(
                 let doc = serde_json::json!({
                     "sandbox": "bubblewrap",
                     "program": program,
+                    "shim": std::env::current_exe().ok(),
                     "argv": args.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
+                    "folders": folders.iter().map(|(fd, path)| (fd.to_string(), serde_json::Value::from(path.clone()))).collect::<serde_json::Map<_, _>>(),
                     "fds": {
                         "3": "seccomp rules (BPF)",
                         "4": "seccomp guard (BPF)",
                         "5": "/etc/passwd",
                         "6": "/etc/group",
-                        "7": "bwrap JSON status (written by bwrap)",
+                        "7": "exec shim report (written by the shim: one byte, then an errno if the command cannot be executed)",
+                        "8": "the skill-runner binary (\"shim\"), which bwrap executes as /proc/self/fd/8",
+                        "9": "the command's stderr (bwrap's own stays on 2)",
                     },
                 });
                 println!("{}", serde_json::to_string_pretty(&doc)?);
             } else {
                 println!(
-                    "# bubblewrap; fds: 3,4 seccomp BPF, 5 /etc/passwd, 6 /etc/group, 7 status"
+                    "# bubblewrap; fds: 3,4 seccomp BPF, 5 /etc/passwd, 6 /etc/group, 7 shim report, 8 skill-runner (the exec shim), 9 stderr"
                 );
+                for (fd, path) in &folders {
+                    println!("# fd {fd}: the folder {path}, opened by the runner at launch");
+                }
                 println!("{}", skill_runner::launch::shell_quote(&program, &args));
             }
             Ok(0)

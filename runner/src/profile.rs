@@ -38,6 +38,14 @@ pub struct DefaultLimits {
     pub file_size_bytes: u64,
     pub tmp_bytes: u64,
     pub open_files: u64,
+    /// What a command may add to the host disk (workspace and extensions
+    /// together); absent in older profile files, which get 1 GiB.
+    #[serde(default = "default_disk_bytes")]
+    pub disk_bytes: u64,
+}
+
+fn default_disk_bytes() -> u64 {
+    1 << 30
 }
 
 /// One mount operation as written in a profile.
@@ -213,7 +221,12 @@ impl Profile {
             }
         }
         let l = &p.limits;
-        if l.timeout_ms == 0 || l.pids == 0 || l.memory_bytes == 0 || l.tmp_bytes == 0 {
+        if l.timeout_ms == 0
+            || l.pids == 0
+            || l.memory_bytes == 0
+            || l.tmp_bytes == 0
+            || l.disk_bytes == 0
+        {
             return Err(invalid("limits must be positive".into()));
         }
         Ok(p)

@@ -72,6 +72,7 @@ pub struct AppliedLimits {
     pub file_size_bytes: Applied,
     pub tmp_bytes: Applied,
     pub open_files: Applied,
+    pub disk_bytes: Applied,
 }
 
 /// Resources used.
@@ -102,6 +103,9 @@ pub struct ExecResult {
     pub error: Option<ErrorInfo>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Who the command was on the host (absent when nothing started).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<crate::identity::Identity>,
 }
 
 /// Exit code of `skill-runner run` for the execution (docs/formats.md).
@@ -132,6 +136,7 @@ impl ExecResult {
             usage: None,
             error: Some(error),
             warnings: Vec::new(),
+            identity: None,
         }
     }
 

@@ -8,10 +8,21 @@
 //! published and reused:
 //!
 //! ```text
-//! <data>/roots/<identity>/skills/…          the snapshot root and manifest, sealed
-//! <data>/roots/<identity>/meta.json         bytes and staging warnings
-//! <data>/roots/.staging/<random>[.lock]     roots being staged (private)
+//! <data>/published/<identity>/skills/…      the snapshot root and manifest, sealed
+//! <data>/published/<identity>/meta.json     bytes and staging warnings
+//! <data>/published/.staging/<random>[.lock] roots being staged (private)
 //! ```
+//!
+//! Nothing here is ever a job's folder: the runner refuses a workspace,
+//! extensions dir or skill path inside its data dir (but for the daemon's
+//! job root `<data>/roots`) or above it (see `exec`), and mounts a root
+//! read-only from a descriptor. Still, the folder is treated as hostile
+//! input: only names the runner makes (64 hex digits) count as roots, the
+//! record is opened without following symlinks and only as a regular file
+//! of bounded size, trees are deleted through directory handles
+//! ([`fsx::remove_tree`]) so no rename race can redirect a deletion, and a
+//! root shares no inode with the store (files are copied, not linked), so
+//! a damaged root could never damage the store.
 //!
 //! - A root is staged and verified by [`crate::stage::stage`] in a private
 //!   folder, exactly as before, and only then renamed to its identity: a
@@ -52,7 +63,11 @@ use crate::store::PrivateDir;
 /// How many published roots are kept; older idle ones are evicted.
 pub const KEEP_ROOTS: usize = 128;
 
+/// The folder of published roots in a data dir.
+pub const PUBLISHED: &str = "published";
 const STAGING: &str = ".staging";
+/// The largest record a root may have.
+const META_LIMIT: u64 = 64 << 10;
 const META: &str = "meta.json";
 const SKILLS: &str = "skills";
 
@@ -82,9 +97,9 @@ struct Meta {
 }
 
 impl Roots {
-    /// `<data>/roots`, created if missing.
+    /// `<data>/published`, created if missing.
     pub fn open(data_dir: &Path) -> io::Result<Roots> {
-        let dir = data_dir.join("roots");
+        let dir = data_dir.join(PUBLISHED);
         fs::create_dir_all(dir.join(STAGING))?;
         Ok(Roots { dir })
     }
@@ -152,7 +167,7 @@ impl Roots {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(root_err(e)),
         }
-        let text = fs::read(path.join(META)).map_err(root_err)?;
+        let text = read_record(&dir).map_err(root_err)?;
         let meta: Meta = serde_json::from_slice(&text)
             .map_err(|e| root_err(io::Error::new(io::ErrorKind::InvalidData, e)))?;
         if meta.identity != identity {
@@ -229,10 +244,14 @@ impl Roots {
         let Ok(entries) = fs::read_dir(&self.dir) else {
             return 0;
         };
+        // Only names the runner makes; never followed (lstat).
         let mut roots: Vec<(i64, PathBuf)> = entries
             .flatten()
-            .filter(|e| e.file_name() != STAGING)
-            .filter_map(|e| Some((e.metadata().ok()?.mtime(), e.path())))
+            .filter(|e| is_identity(&e.file_name().to_string_lossy()))
+            .filter_map(|e| {
+                let meta = e.metadata().ok()?;
+                meta.is_dir().then(|| (meta.mtime(), e.path()))
+            })
             .collect();
         if roots.len() <= keep {
             return 0;
@@ -256,6 +275,28 @@ impl Roots {
         }
         removed
     }
+}
+
+/// A set identity as the runner names roots: 64 lowercase hex digits.
+fn is_identity(name: &str) -> bool {
+    name.len() == 64 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Reads a root's record below its open folder: no symlink followed, no
+/// FIFO or device opened (which could block), at most [`META_LIMIT`] bytes.
+fn read_record(root: &File) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = fsx::open_beneath(root, META)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() || meta.len() > META_LIMIT {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "its record is not a small regular file; remove the folder",
+        ));
+    }
+    let mut text = Vec::new();
+    file.take(META_LIMIT).read_to_end(&mut text)?;
+    Ok(text)
 }
 
 /// Stages `selected` into `root`, private to one execution (macOS).

@@ -21,8 +21,9 @@
 //! 2. **guard** (hand-written, a few instructions): x32-ABI syscall numbers
 //!    (bit 30 set on x86-64) return `EPERM`, because the rules filter matches
 //!    exact numbers and would let the x32 alias of a denied call through;
-//!    `clone3` returns `ENOSYS`, since its flags live in memory a filter
-//!    cannot read, and libc then falls back to `clone`, which is checked.
+//!    `clone3` and `openat2` return `ENOSYS`, since their flags and modes
+//!    live in memory a filter cannot read, and libc then falls back to
+//!    `clone` and `openat`, which are checked.
 //!
 //! Programs are immutable bytes once compiled; each execution writes them
 //! into its own sealed memfd, so concurrent executions share nothing.
@@ -95,11 +96,80 @@ const CLONE_NS_FLAGS: [u64; 7] = [
     libc::CLONE_NEWCGROUP as u64,
 ];
 
-/// Compiles the filters of `profile` for the running architecture.
+/// The setuid and setgid mode bits, refused in every mode argument.
+const SETID_BITS: u32 = (libc::S_ISUID | libc::S_ISGID) as u32;
+
+/// `fchmodat2`, `setxattrat` and `removexattrat`: numbered alike on every
+/// architecture we build for, newer than some libc releases.
+const SYS_FCHMODAT2: i64 = 452;
+const SYS_SETXATTRAT: i64 = 463;
+const SYS_REMOVEXATTRAT: i64 = 466;
+
+/// Calls that take a file mode, with the index of the mode argument. A
+/// mode with the setuid or setgid bit is refused, whatever the identity:
+/// a set-id file left in a workspace would hand its owner's uid to anyone
+/// who can reach it.
+fn mode_calls() -> Vec<(i64, u8)> {
+    let mut calls = vec![
+        (libc::SYS_fchmod, 1),
+        (libc::SYS_fchmodat, 2),
+        (SYS_FCHMODAT2, 2),
+        (libc::SYS_openat, 3),
+        (libc::SYS_mknodat, 2),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    calls.extend([
+        (libc::SYS_chmod, 1),
+        (libc::SYS_open, 2),
+        (libc::SYS_creat, 1),
+        (libc::SYS_mknod, 1),
+    ]);
+    calls
+}
+
+/// Calls refused outright when the sandbox's uid is root of the parent
+/// user namespace: host-root files (device nodes, anything of the
+/// runner's) would pass the owner check of `chmod` and of ACL changes.
+fn root_mapped_denials() -> Vec<i64> {
+    let mut calls = vec![
+        libc::SYS_fchmod,
+        libc::SYS_fchmodat,
+        SYS_FCHMODAT2,
+        libc::SYS_setxattr,
+        libc::SYS_lsetxattr,
+        libc::SYS_fsetxattr,
+        libc::SYS_removexattr,
+        libc::SYS_lremovexattr,
+        libc::SYS_fremovexattr,
+        SYS_SETXATTRAT,
+        SYS_REMOVEXATTRAT,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    calls.push(libc::SYS_chmod);
+    calls
+}
+
+/// Compiles the filters of `profile` for the running architecture, for a
+/// sandbox whose uid is not root of the parent user namespace.
 pub fn compile(profile: &Profile, network: Network) -> Result<Filters, SeccompError> {
+    compile_for(profile, network, false)
+}
+
+/// Compiles the filters of `profile`; `root_mapped` adds the refusals of
+/// [`root_mapped_denials`] (see [`crate::identity`]).
+pub fn compile_for(
+    profile: &Profile,
+    network: Network,
+    root_mapped: bool,
+) -> Result<Filters, SeccompError> {
     let arch = std::env::consts::ARCH;
     let audit_arch = audit_arch(arch).ok_or(SeccompError::Arch { arch })?;
-    let rules = rules_of(profile, network)?;
+    let mut rules = rules_of(profile, network)?;
+    if root_mapped {
+        for nr in root_mapped_denials() {
+            rules.insert(nr as u32, When::Always);
+        }
+    }
     Ok(Filters {
         rules: to_bytes(&rules_program(audit_arch, &rules)?),
         guard: to_bytes(&guard_program(arch)),
@@ -155,6 +225,15 @@ fn rules_of(profile: &Profile, network: Network) -> Result<BTreeMap<u32, When>, 
             mask: mask as u32,
         },
     );
+    for (nr, arg) in mode_calls() {
+        rules.insert(
+            nr as u32,
+            When::ArgAnyBit {
+                arg,
+                mask: SETID_BITS,
+            },
+        );
+    }
     // An unconditional denial of the same call wins over a rule above.
     for name in &profile.seccomp.deny {
         rules.insert(nr(name)?, When::Always);
@@ -333,7 +412,9 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> Insn {
     Insn { code, jt, jf, k }
 }
 
-/// The guard filter: arch check, x32 refusal, clone3 → ENOSYS.
+/// The guard filter: arch check, x32 refusal, clone3 and openat2 →
+/// ENOSYS (their flags and modes live in memory a filter cannot read;
+/// libc falls back to `clone` and `openat`, which are checked).
 fn guard_program(arch: &str) -> Vec<Insn> {
     let audit_arch = audit_arch(arch).unwrap_or(0);
     let x32 = arch == "x86_64";
@@ -347,7 +428,8 @@ fn guard_program(arch: &str) -> Vec<Insn> {
         p.push(jump(BPF_JMP_JSET_K, X32_SYSCALL_BIT, 0, 1));
         p.push(stmt(BPF_RET_K, errno(libc::EPERM)));
     }
-    p.push(jump(BPF_JMP_JEQ_K, libc::SYS_clone3 as u32, 0, 1));
+    p.push(jump(BPF_JMP_JEQ_K, libc::SYS_clone3 as u32, 1, 0));
+    p.push(jump(BPF_JMP_JEQ_K, libc::SYS_openat2 as u32, 0, 1));
     p.push(stmt(BPF_RET_K, errno(libc::ENOSYS)));
     p.push(stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW));
     p
@@ -552,6 +634,47 @@ mod tests {
             decide(&f, X86_64, libc::SYS_clone3, z),
             libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
         );
+        assert_eq!(
+            decide(&f, X86_64, libc::SYS_openat2, z),
+            libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+        );
+        // Modes: ordinary ones allowed, setuid and setgid refused in every
+        // call that takes one, high garbage bits ignored as the kernel does.
+        let at = |nr: i64, pos: usize, mode: u64| {
+            let mut args = [0u64; 6];
+            args[pos] = mode;
+            decide(&f, X86_64, nr, args)
+        };
+        for (nr, pos) in [
+            (libc::SYS_chmod, 1),
+            (libc::SYS_fchmod, 1),
+            (libc::SYS_fchmodat, 2),
+            (SYS_FCHMODAT2, 2),
+            (libc::SYS_open, 2),
+            (libc::SYS_openat, 3),
+            (libc::SYS_creat, 1),
+            (libc::SYS_mknod, 1),
+            (libc::SYS_mknodat, 2),
+        ] {
+            assert_eq!(at(nr, pos, 0o755), allow, "{nr}");
+            assert_eq!(at(nr, pos, 0o1777), allow, "{nr}");
+            assert_eq!(at(nr, pos, 0o4755), EPERM, "{nr}");
+            assert_eq!(at(nr, pos, 0o2755), EPERM, "{nr}");
+            assert_eq!(at(nr, pos, (1 << 40) | 0o4000), EPERM, "{nr}");
+        }
+        // Only for a root-mapped sandbox: every mode and xattr change.
+        assert_eq!(decide(&f, X86_64, libc::SYS_fsetxattr, z), allow);
+        let p = Profile::load("default", std::path::Path::new("/")).unwrap();
+        let root = compile_for(&p, Network::None, true).unwrap();
+        for nr in [
+            libc::SYS_chmod,
+            libc::SYS_fchmodat,
+            libc::SYS_fsetxattr,
+            SYS_SETXATTRAT,
+        ] {
+            assert_eq!(decide(&root, X86_64, nr, z), EPERM, "{nr}");
+        }
+        assert_eq!(decide(&root, X86_64, libc::SYS_openat, z), allow);
         // x32 alias of an allowed call: refused.
         assert_eq!(decide(&f, X86_64, 0x4000_0000 | libc::SYS_getpid, z), EPERM);
         // i386: killed.
@@ -563,7 +686,7 @@ mod tests {
 
     /// The same rules built with `seccompiler` (a linear program): the
     /// reference the compact program must agree with.
-    fn reference_rules(profile: &Profile) -> Vec<u8> {
+    fn reference_rules(profile: &Profile, root_mapped: bool) -> Vec<u8> {
         use seccompiler::{
             BpfProgram, SeccompAction, SeccompCmpArgLen as ArgLen, SeccompCmpOp as CmpOp,
             SeccompCondition as Cond, SeccompFilter, SeccompRule, TargetArch,
@@ -590,8 +713,24 @@ mod tests {
             })
             .collect();
         rules.insert(libc::SYS_clone, clone);
+        for (nr, arg) in mode_calls() {
+            let setid = [libc::S_ISUID, libc::S_ISGID]
+                .into_iter()
+                .map(|bit| {
+                    let c = Cond::new(arg, ArgLen::Dword, CmpOp::MaskedEq(bit as u64), bit as u64)
+                        .unwrap();
+                    SeccompRule::new(vec![c]).unwrap()
+                })
+                .collect();
+            rules.insert(nr, setid);
+        }
         for name in &profile.seccomp.deny {
             rules.insert(syscall_number(name).unwrap(), Vec::new());
+        }
+        if root_mapped {
+            for nr in root_mapped_denials() {
+                rules.insert(nr, Vec::new());
+            }
         }
         let filter = SeccompFilter::new(
             rules,
@@ -629,6 +768,14 @@ mod tests {
             libc::TCGETS as u64,
             libc::SIGCHLD as u64,
             (libc::CLONE_VM | libc::CLONE_THREAD | libc::CLONE_FS) as u64,
+            0o644,
+            0o755,
+            0o1777,
+            0o2755,
+            0o4755,
+            0o6777,
+            (1 << 32) | 0o755,
+            (1 << 32) | 0o4755,
         ];
         for f in CLONE_NS_FLAGS {
             v.extend([f, f | libc::SIGCHLD as u64, f << 32, !f]);
@@ -636,23 +783,22 @@ mod tests {
         v
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[test]
-    fn the_compact_program_decides_like_seccompiler_everywhere() {
-        let p = Profile::load("default", std::path::Path::new("/")).unwrap();
-        let ours = compile(&p, Network::None).unwrap().rules;
-        let reference = reference_rules(&p);
+    /// Runs both programs over every syscall number with arguments that
+    /// would trip a rule of another call, and the whole grid, in every
+    /// argument position, for the calls that have rules.
+    fn agree_everywhere(ours: &[u8], reference: &[u8]) {
         let grid = argument_grid();
-        // Every syscall number with arguments that would trip a rule of
-        // another call; the whole grid for the calls that have rules.
         let few: Vec<u64> = vec![
             0,
             u64::MAX,
             libc::AF_INET as u64,
             libc::TIOCSTI as u64,
             libc::CLONE_NEWUSER as u64,
+            0o4755,
         ];
-        let conditional = [libc::SYS_socket, libc::SYS_ioctl, libc::SYS_clone].map(|n| n as u32);
+        let mut conditional = vec![libc::SYS_socket, libc::SYS_ioctl, libc::SYS_clone];
+        conditional.extend(mode_calls().into_iter().map(|(nr, _)| nr));
+        let conditional: Vec<u32> = conditional.into_iter().map(|n| n as u32).collect();
         let arches = [
             X86_64,
             0x4000_0003, /* i386 */
@@ -661,25 +807,48 @@ mod tests {
         let mut checked = 0;
         for arch in arches {
             for nr in (0..1024u32).chain([0x4000_0000 | 39, 0x4000_0000 | 101, u32::MAX]) {
-                let args = if conditional.contains(&nr) {
-                    &grid
-                } else {
-                    &few
-                };
-                for &a0 in args {
-                    for &a1 in args {
+                let cond = conditional.contains(&nr);
+                let values = if cond { &grid } else { &few };
+                for &a0 in values {
+                    for &a1 in values {
                         let args = [a0, a1, 0, 0, 0, 0];
                         assert_eq!(
-                            run(&ours, arch, nr, args),
-                            run(&reference, arch, nr, args),
+                            run(ours, arch, nr, args),
+                            run(reference, arch, nr, args),
                             "arch {arch:#x} nr {nr} args {args:x?}"
                         );
                         checked += 1;
                     }
                 }
+                if cond {
+                    for pos in 2..6 {
+                        for &v in values {
+                            let mut args = [0u64; 6];
+                            args[pos] = v;
+                            assert_eq!(
+                                run(ours, arch, nr, args),
+                                run(reference, arch, nr, args),
+                                "arch {arch:#x} nr {nr} args {args:x?}"
+                            );
+                        }
+                    }
+                }
             }
         }
         assert!(checked > 70_000, "{checked}");
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_compact_program_decides_like_seccompiler_everywhere() {
+        let p = Profile::load("default", std::path::Path::new("/")).unwrap();
+        for root_mapped in [false, true] {
+            let ours = compile_for(&p, Network::None, root_mapped).unwrap().rules;
+            let reference = reference_rules(&p, root_mapped);
+            agree_everywhere(&ours, &reference);
+        }
+        let ours = compile(&p, Network::None).unwrap().rules;
+        let reference = reference_rules(&p, false);
         // What the kernel pays at load: the program is small and no
         // syscall takes more than a dozen instructions to decide.
         let len = ours.len() / 8;

@@ -206,7 +206,7 @@ fn stage_inner(
                 verify_tree(&dst, &s.binding, limits, Some(&b.file_hashes()))?
             }
             SkillSource::Store(p) => {
-                link_tree(id, &p.tree, &dst, &p.files)?;
+                copy_tree(id, &p.tree, &dst, &p.files)?;
                 verify_tree(&dst, &s.binding, limits, Some(&p.file_hashes()))?
             }
         };
@@ -518,10 +518,12 @@ fn write_files<'a>(
     Ok(())
 }
 
-/// Hard-links a stored tree into `dst`; copies where linking is impossible
-/// (another file system). Store files are immutable, so a link shares bytes
-/// that can no longer change; they are still re-hashed by [`verify_tree`].
-fn link_tree(
+/// Copies a stored tree into `dst`. Never hard links: a published root
+/// must share no inode with the store, so that nothing that could reach a
+/// root's files could reach the store's (the copy is in-kernel, and a
+/// reflink where the file system has them). The copies are re-hashed by
+/// [`verify_tree`].
+fn copy_tree(
     id: &str,
     tree: &Path,
     dst: &Path,
@@ -539,9 +541,7 @@ fn link_tree(
         if let Some(parent) = to.parent() {
             fs::create_dir_all(parent).map_err(|e| io_err(&f.path, e))?;
         }
-        if fs::hard_link(&from, &to).is_err() {
-            fs::copy(&from, &to).map_err(|e| io_err(&f.path, e))?;
-        }
+        fs::copy(&from, &to).map_err(|e| io_err(&f.path, e))?;
     }
     Ok(())
 }

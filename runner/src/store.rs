@@ -69,6 +69,8 @@ impl StoredPackage {
 pub enum StoreError {
     #[error("store {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
+    #[error("cannot create the store at {path}: {source}; {hint}", hint = crate::doctor::DATA_DIR_HINT)]
+    Open { path: PathBuf, source: io::Error },
     #[error("skill {id:?}: {source}")]
     Package { id: String, source: PackageError },
     #[error("skill {id:?}: {source}")]
@@ -107,7 +109,9 @@ impl StoreError {
             StoreError::Conflict { .. } => "conflict",
             StoreError::Verify(e) => e.kind(),
             StoreError::Package { .. } | StoreError::List { .. } => "bad_package",
-            StoreError::Io { .. } | StoreError::Corrupt { .. } => "store_failed",
+            StoreError::Io { .. } | StoreError::Open { .. } | StoreError::Corrupt { .. } => {
+                "store_failed"
+            }
         }
     }
 }
@@ -141,7 +145,10 @@ impl Store {
         let root = data_dir.join("store");
         for sub in ["packages", "bindings", "sets", "tmp"] {
             let p = root.join(sub);
-            fs::create_dir_all(&p).map_err(io_err(&p))?;
+            fs::create_dir_all(&p).map_err(|source| StoreError::Open {
+                path: p.clone(),
+                source,
+            })?;
         }
         let store = Store { root };
         store.sweep()?;

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
+pub use crate::shim::ExecReport;
 use crate::sys::{self, ChildSetup};
 
 /// Which output stream a chunk came from.
@@ -115,11 +116,18 @@ pub struct Spawn {
     pub rlimits: Vec<(nix::sys::resource::Resource, u64, u64)>,
     pub cgroup_procs: Vec<File>,
     pub stdin: Option<Vec<u8>>,
-    /// Child fd number for bwrap's `--json-status-fd`, if used.
-    pub status_fd: Option<RawFd>,
+    /// Child fd number of the exec shim's report pipe, if the launcher
+    /// runs the shim (see [`crate::shim`]).
+    pub report_fd: Option<RawFd>,
+    /// Child fd number for the command's stderr, if the launcher passes it
+    /// on apart from its own: the launcher's fd 2 then gets a pipe of its
+    /// own, read into [`Outcome::launcher_stderr`] and never forwarded.
+    pub stderr_fd: Option<RawFd>,
     /// Start the child in a new session (no controlling terminal) when the
     /// launcher does not do it itself.
     pub new_session: bool,
+    /// The host `(uid, gid)` to launch as, when not the runner's own.
+    pub identity: Option<(u32, u32)>,
 }
 
 /// Output kept from one stream.
@@ -137,6 +145,9 @@ pub struct Captured {
 
 const TAIL: usize = 4096;
 
+/// The most of the shim's report kept: its byte and an errno.
+const REPORT_MAX: usize = 16;
+
 /// How the launcher ended.
 #[derive(Debug, Clone)]
 pub struct Outcome {
@@ -144,8 +155,11 @@ pub struct Outcome {
     pub status: Result<i32, i32>,
     pub timed_out: bool,
     pub cancelled: bool,
-    /// bwrap reported that it started the command (setup succeeded).
-    pub started: bool,
+    /// Whether the command itself was executed, from the shim's report.
+    pub exec: ExecReport,
+    /// What the launcher itself wrote to its stderr (the last 4 KiB),
+    /// when it was kept apart from the command's (`Spawn::stderr_fd`).
+    pub launcher_stderr: Vec<u8>,
     pub stdout: Captured,
     pub stderr: Captured,
     pub started_at: SystemTime,
@@ -191,10 +205,27 @@ pub fn supervise(
         fd_map.push((fd.as_raw_fd(), target));
         keep_alive.push(fd);
     }
-    let status_read = match spawn.status_fd {
+    let report_read = match spawn.report_fd {
         Some(target) => {
             let (r, w) = sys::pipe_cloexec()?;
             fd_map.push((w.as_raw_fd(), target));
+            keep_alive.push(w);
+            Some(File::from(r))
+        }
+        None => None,
+    };
+    // The command's stderr moves to its own number; the launcher's fd 2
+    // becomes a pipe of its own.
+    let launcher_err = match spawn.stderr_fd {
+        Some(target) => {
+            let (r, w) = sys::pipe_cloexec()?;
+            let stderr_entry = fd_map
+                .iter_mut()
+                .find(|(_, t)| *t == 2)
+                .expect("stderr is mapped");
+            let command_stderr = stderr_entry.0;
+            stderr_entry.0 = w.as_raw_fd();
+            fd_map.push((command_stderr, target));
             keep_alive.push(w);
             Some(File::from(r))
         }
@@ -210,8 +241,9 @@ pub fn supervise(
         // runner, which then stops the sandbox itself. (A new session is
         // a new group too.)
         process_group: true,
+        identity: spawn.identity,
     };
-    let has_status = spawn.status_fd.is_some();
+    let has_report = spawn.report_fd.is_some();
 
     let started_at = SystemTime::now();
     let start = Instant::now();
@@ -241,7 +273,7 @@ pub fn supervise(
             let _ = nix::unistd::write(&exit_w, b"x");
         })
     });
-    let mut io = Io::new(stdin, stdout, stderr, status_read, output);
+    let mut io = Io::new(stdin, stdout, stderr, report_read, launcher_err, output);
 
     // One loop on this thread: the exit, the cancel switch, the deadline,
     // and every byte in and out.
@@ -331,14 +363,20 @@ pub fn supervise(
         let _ = w.join();
     }
     let (reaped, duration) = reaped.expect("the loop ends only after the reap");
-    let has_started = io.started();
+    // Without a report channel, reaching exec is all we know.
+    let exec = if has_report {
+        ExecReport::parse(&io.report.1)
+    } else {
+        ExecReport::Unknown
+    };
+    let launcher_stderr = std::mem::take(&mut io.launcher_err.1);
     let (stdout, stderr) = io.finish();
     Ok(Outcome {
         status: reaped.status,
         timed_out,
         cancelled,
-        // Without a status channel, reaching exec is all we know.
-        started: has_started || !has_status,
+        exec,
+        launcher_stderr,
         stdout,
         stderr,
         started_at,
@@ -365,21 +403,25 @@ enum Source {
     Cancel,
     Stdin,
     Out(usize),
-    Status,
+    Report,
+    LauncherErr,
 }
 
 /// How long output may keep flowing after the launcher was reaped (only a
 /// process that escaped the pid namespace could still hold the pipes).
 const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 
-/// The bytes moving in and out: stdin in, stdout/stderr out, bwrap's
-/// status out. Reads are fixed-size; a flood costs constant memory.
+/// The bytes moving in and out: stdin in, stdout/stderr out, the shim's
+/// report and the launcher's own stderr out. Reads are fixed-size; a flood
+/// costs constant memory.
 struct Io {
     /// The pipe, the bytes, how many were written.
     stdin: Option<(File, Vec<u8>, usize)>,
     outs: [(Option<File>, Stream, Captured); 2],
-    status: Option<File>,
-    status_text: Vec<u8>,
+    /// The shim's report: at most [`REPORT_MAX`] bytes are kept.
+    report: (Option<File>, Vec<u8>),
+    /// The launcher's stderr: the last [`TAIL`] bytes are kept.
+    launcher_err: (Option<File>, Vec<u8>),
     buf: Vec<u8>,
     policy: OutputPolicy,
 }
@@ -389,7 +431,8 @@ impl Io {
         stdin: Option<(File, Vec<u8>)>,
         stdout: Option<File>,
         stderr: Option<File>,
-        status: Option<File>,
+        report: Option<File>,
+        launcher_err: Option<File>,
         policy: OutputPolicy,
     ) -> Io {
         let stdin = stdin.map(|(pipe, data)| {
@@ -405,20 +448,22 @@ impl Io {
                 (stdout, Stream::Stdout, Captured::default()),
                 (stderr, Stream::Stderr, Captured::default()),
             ],
-            status,
-            status_text: Vec::new(),
+            report: (report, Vec::new()),
+            launcher_err: (launcher_err, Vec::new()),
             buf: vec![0u8; 64 * 1024],
             policy,
         }
     }
 
-    /// Whether an output (or the status channel) is still open.
+    /// Whether an output (or the report or launcher's stderr) is still open.
     fn open(&self) -> bool {
-        self.outs.iter().any(|o| o.0.is_some()) || self.status.is_some()
+        self.outs.iter().any(|o| o.0.is_some())
+            || self.report.0.is_some()
+            || self.launcher_err.0.is_some()
     }
 
     /// Adds what is waited on: stdin while data remains, the outputs, the
-    /// status channel.
+    /// report, the launcher's stderr.
     fn poll_set<'a>(&'a self, fds: &mut Vec<PollFd<'a>>, which: &mut Vec<Source>) {
         if let Some((f, data, off)) = &self.stdin {
             if *off < data.len() {
@@ -432,9 +477,13 @@ impl Io {
                 which.push(Source::Out(i));
             }
         }
-        if let Some(f) = &self.status {
+        if let Some(f) = &self.report.0 {
             fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
-            which.push(Source::Status);
+            which.push(Source::Report);
+        }
+        if let Some(f) = &self.launcher_err.0 {
+            fds.push(PollFd::new(f.as_fd(), PollFlags::POLLIN));
+            which.push(Source::LauncherErr);
         }
     }
 
@@ -463,26 +512,32 @@ impl Io {
                     Ok(n) => take(cap, *stream, &self.buf[..n], self.policy, sink),
                 }
             }
-            Source::Status => {
-                let Some(f) = self.status.as_mut() else {
-                    return;
-                };
+            Source::Report => {
+                let (file, kept) = &mut self.report;
+                let Some(f) = file.as_mut() else { return };
                 match f.read(&mut self.buf) {
-                    Ok(0) | Err(_) => self.status = None,
+                    Ok(0) | Err(_) => *file = None,
                     Ok(n) => {
-                        if self.status_text.len() < 64 * 1024 {
-                            self.status_text.extend_from_slice(&self.buf[..n]);
+                        let room = REPORT_MAX.saturating_sub(kept.len()).min(n);
+                        kept.extend_from_slice(&self.buf[..room]);
+                    }
+                }
+            }
+            Source::LauncherErr => {
+                let (file, kept) = &mut self.launcher_err;
+                let Some(f) = file.as_mut() else { return };
+                match f.read(&mut self.buf) {
+                    Ok(0) | Err(_) => *file = None,
+                    Ok(n) => {
+                        kept.extend_from_slice(&self.buf[..n]);
+                        if kept.len() > TAIL {
+                            kept.drain(..kept.len() - TAIL);
                         }
                     }
                 }
             }
             Source::Exit | Source::Cancel => {}
         }
-    }
-
-    /// Whether bwrap reported that it started the command.
-    fn started(&self) -> bool {
-        String::from_utf8_lossy(&self.status_text).contains("\"child-pid\"")
     }
 
     fn finish(self) -> (Captured, Captured) {
@@ -576,9 +631,11 @@ mod tests {
             rlimits: vec![],
             cgroup_procs: vec![],
             stdin: None,
-            status_fd: None,
+            report_fd: None,
+            stderr_fd: None,
             env: vec![],
             new_session: false,
+            identity: None,
         }
     }
 

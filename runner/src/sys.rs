@@ -40,6 +40,10 @@ pub struct ChildSetup {
     pub new_session: bool,
     /// Without a new session: put the child in a process group of its own.
     pub process_group: bool,
+    /// `(uid, gid)` to become before `exec`, with no supplementary groups:
+    /// a runner started as root launches the sandbox as an unprivileged
+    /// host user (see [`crate::identity`]).
+    pub identity: Option<(u32, u32)>,
 }
 
 impl ChildSetup {
@@ -51,19 +55,6 @@ impl ChildSetup {
                 Ok(())
             }
         };
-        #[cfg(target_os = "linux")]
-        if self.die_with_parent {
-            // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number and
-            // touches no memory of ours.
-            check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) })?;
-            // The parent may have died before the prctl took effect.
-            // SAFETY: getppid has no preconditions.
-            if unsafe { libc::getppid() } != parent {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
-        }
-        #[cfg(not(target_os = "linux"))]
-        let _ = parent;
         // The runner blocks SIGINT/SIGTERM/SIGHUP in its threads to handle
         // them itself; the command must start with nothing blocked.
         // SAFETY: sigemptyset/sigprocmask write only the local set and the
@@ -125,6 +116,32 @@ impl ChildSetup {
         for (resource, soft, hard) in &self.rlimits {
             nix::sys::resource::setrlimit(*resource, *soft, *hard).map_err(io::Error::from)?;
         }
+        #[cfg(target_os = "linux")]
+        if let Some((uid, gid)) = self.identity {
+            // Groups first: once the uid changes, the right to change them
+            // is gone. The cgroup was joined above, while still root.
+            // SAFETY: setgroups with a zero count reads no memory;
+            // setresgid/setresuid take plain integers.
+            unsafe {
+                check(libc::setgroups(0, std::ptr::null()))?;
+                check(libc::setresgid(gid, gid, gid))?;
+                check(libc::setresuid(uid, uid, uid))?;
+            }
+        }
+        // After the identity change, which clears the parent-death signal.
+        #[cfg(target_os = "linux")]
+        if self.die_with_parent {
+            // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number and
+            // touches no memory of ours.
+            check(unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) })?;
+            // The parent may have died before the prctl took effect.
+            // SAFETY: getppid has no preconditions.
+            if unsafe { libc::getppid() } != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = parent;
         Ok(())
     }
 }
@@ -608,4 +625,60 @@ pub fn reap(pid: libc::pid_t) -> io::Result<Reaped> {
             usage.ru_maxrss as u64 * 1024
         },
     })
+}
+
+/// The exec shim's side (see [`crate::shim`]), inside the finished
+/// sandbox: writes `started` to `report`, moves `stderr` to fd 2 (when it
+/// is open), restores SIGPIPE's default action, marks every descriptor
+/// above 2 close-on-exec and calls `execvp(argv[0], argv)`. Returns only
+/// if that fails: with the errno, after writing it (4 bytes,
+/// little-endian) to `report`. A missing `report` (the printed command
+/// run by hand) is ignored.
+#[cfg(target_os = "linux")]
+pub fn shim_exec(report: RawFd, stderr: RawFd, started: u8, argv: &[CString]) -> libc::c_int {
+    let write_all = |bytes: &[u8]| {
+        let mut off = 0;
+        while off < bytes.len() {
+            // SAFETY: writes from a live local buffer of the given length.
+            let n = unsafe { libc::write(report, bytes[off..].as_ptr().cast(), bytes.len() - off) };
+            if n > 0 {
+                off += n as usize;
+            } else if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            } else {
+                return;
+            }
+        }
+    };
+    write_all(&[started]);
+    // SAFETY: F_GETFD only asks whether the number is an open descriptor.
+    if unsafe { libc::fcntl(stderr, libc::F_GETFD) } >= 0 {
+        // SAFETY: dup2 onto stderr, then close the original; both numbers
+        // are ours and nothing else in this single-threaded process uses
+        // them.
+        unsafe {
+            libc::dup2(stderr, 2);
+            libc::close(stderr);
+        }
+    }
+    default_action(libc::SIGPIPE);
+    close_from(3);
+    let errno = match argv.first() {
+        None => libc::EINVAL,
+        Some(program) => {
+            let ptrs: Vec<*const libc::c_char> = argv
+                .iter()
+                .map(|a| a.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect();
+            // SAFETY: program and every argument are NUL-terminated strings
+            // alive for the call; the array is null-terminated.
+            unsafe { libc::execvp(program.as_ptr(), ptrs.as_ptr()) };
+            io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL)
+        }
+    };
+    write_all(&errno.to_le_bytes());
+    errno
 }

@@ -187,3 +187,63 @@ fn interrupted_stagings_are_swept() {
     assert_eq!(roots.sweep(100), 2);
     assert!(names(&staging).is_empty());
 }
+
+/// Issue 11: eviction considers only names the runner makes, in its own
+/// folder; job folders, foreign names and a FIFO record are left alone.
+#[test]
+fn eviction_considers_only_the_runners_own_roots() {
+    let t = tempfile::tempdir().unwrap();
+    let roots = Roots::open(t.path()).unwrap();
+    assert_eq!(roots.dir(), t.path().join("published"));
+    // The daemon's job root holds workspaces, even with root-like names.
+    let jobs = t.path().join("roots");
+    for i in 0..140 {
+        fs::create_dir_all(jobs.join(format!("{i:064x}"))).unwrap();
+    }
+    fs::write(jobs.join(format!("{:064x}", 7)).join("result"), "keep").unwrap();
+    // Foreign names inside the published folder are not roots.
+    fs::create_dir_all(roots.dir().join("not-an-identity/skills")).unwrap();
+    fs::create_dir_all(roots.dir().join("ABCDEF".repeat(10) + "ABCD")).unwrap();
+    assert_eq!(roots.sweep(0), 0);
+    assert_eq!(fs::read_dir(&jobs).unwrap().count(), 140);
+    assert!(jobs.join(format!("{:064x}", 7)).join("result").exists());
+    assert!(roots.dir().join("not-an-identity/skills").exists());
+}
+
+/// Issue 11: a record that is a FIFO (or a symlink) is refused at once
+/// instead of blocking the execution.
+#[test]
+fn a_fifo_or_symlink_record_is_refused_without_blocking() {
+    let t = tempfile::tempdir().unwrap();
+    let roots = Roots::open(t.path()).unwrap();
+    let src = skill(&t.path().join("demo"), "echo hi\n");
+    let h = skill_runner::stage::hash_dir(&src, &Limits::default()).unwrap();
+    let sel = selected("demo", &src, &h);
+    let identity = roots
+        .acquire(&sel, &Limits::default())
+        .unwrap()
+        .snapshot
+        .identity;
+    let root = roots.dir().join(&identity);
+    fs::set_permissions(&root, fs::Permissions::from_mode(0o755)).unwrap();
+    for bad in ["fifo", "symlink"] {
+        fs::remove_file(root.join("meta.json")).unwrap();
+        match bad {
+            "fifo" => nix::unistd::mkfifo(
+                &root.join("meta.json"),
+                nix::sys::stat::Mode::from_bits_truncate(0o644),
+            )
+            .unwrap(),
+            _ => std::os::unix::fs::symlink("/etc/passwd", root.join("meta.json")).unwrap(),
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (roots2, sel2) = (roots.clone(), sel.clone());
+        std::thread::spawn(move || {
+            let _ = tx.send(roots2.acquire(&sel2, &Limits::default()).map(|_| ()));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("a {bad} record blocked the lookup"));
+        assert!(got.is_err(), "a {bad} record was accepted");
+    }
+}

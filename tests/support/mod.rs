@@ -48,23 +48,72 @@ pub fn project_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// A command starting the real `skill-runner`: directly, or, when
+/// `SKILL_RUNNER_TEST_LAUNCHER` names a program, through it (it gets the
+/// binary and its arguments, and must exec them in the same process).
+/// `scripts/test-cgroup2` uses one to start every runner as a service
+/// manager or a container engine would: alone in a cgroup of its own.
+pub fn runner_command() -> Command {
+    match std::env::var_os("SKILL_RUNNER_TEST_LAUNCHER").filter(|l| !l.is_empty()) {
+        Some(launcher) => {
+            let mut c = Command::new(launcher);
+            c.arg(runner_bin());
+            c
+        }
+        None => Command::new(runner_bin()),
+    }
+}
+
+/// The cgroup version that must enforce memory and pids limits here, from
+/// `SKILL_RUNNER_EXPECT_CGROUP`: `v1` or `v2`, or `none` (no usable cgroup:
+/// a limit must then be refused or enforced otherwise, and say why). Unset:
+/// whatever the host offers.
+pub fn expected_cgroup() -> Option<String> {
+    std::env::var("SKILL_RUNNER_EXPECT_CGROUP")
+        .ok()
+        .filter(|v| !v.is_empty())
+}
+
+/// Checks the mechanism a result names for a memory or pids limit against
+/// [`expected_cgroup`].
+pub fn assert_cgroup_mechanism(enforced_by: &str, result: &dyn std::fmt::Display) {
+    match expected_cgroup().as_deref() {
+        Some(v @ ("v1" | "v2")) => assert_eq!(
+            enforced_by,
+            format!("cgroup {v}"),
+            "SKILL_RUNNER_EXPECT_CGROUP={v}:{result}"
+        ),
+        Some("none") => assert!(
+            !enforced_by.starts_with("cgroup") && enforced_by != "none",
+            "SKILL_RUNNER_EXPECT_CGROUP=none: a cgroup, or nothing, enforced it:{result}"
+        ),
+        Some(other) => panic!("SKILL_RUNNER_EXPECT_CGROUP={other}: want v1, v2 or none"),
+        None => {}
+    }
+}
+
 /// True when sandboxes can run here; otherwise prints SKIPPED (or panics
-/// under `SKILL_RUNNER_MUST_WORK`).
+/// under `SKILL_RUNNER_MUST_WORK`). The verdict is `skill-runner doctor`'s
+/// (the real binary, which runs a real job in a throwaway data dir), asked
+/// once per test binary.
 pub fn require_sandbox(test: &str) -> bool {
-    let report = skill_runner::doctor::Report::gather();
-    if report.can_run() {
+    static VERDICT: std::sync::OnceLock<(bool, String)> = std::sync::OnceLock::new();
+    let (ok, report) = VERDICT.get_or_init(|| {
+        let world = World::new();
+        let out = world
+            .cmd()
+            .arg("doctor")
+            .output()
+            .expect("run skill-runner doctor");
+        (out.status.success(), show(&out))
+    });
+    if *ok {
         return true;
     }
     if std::env::var_os("SKILL_RUNNER_MUST_WORK").is_some() {
-        panic!(
-            "{test}: sandbox unavailable but SKILL_RUNNER_MUST_WORK is set:\n{}",
-            report.render()
-        );
+        panic!("{test}: sandbox unavailable but SKILL_RUNNER_MUST_WORK is set:\n{report}");
     }
-    eprintln!(
-        "SKIPPED {test}: sandbox unavailable here:\n{}",
-        report.render()
-    );
+    eprintln!("SKIPPED {test}: sandbox unavailable here:\n{report}");
     false
 }
 
@@ -122,7 +171,17 @@ impl World {
         let ws = self.path().join("workspace");
         std::fs::create_dir_all(&ws).unwrap();
         std::fs::copy(probe_bin(), ws.join("probe")).unwrap();
+        give_to_sandbox(&ws);
         ws
+    }
+
+    /// A new folder below this world that the sandbox may write (see
+    /// [`give_to_sandbox`]).
+    pub fn sandbox_folder(&self, rel: &str) -> PathBuf {
+        let dir = self.path().join(rel);
+        std::fs::create_dir_all(&dir).unwrap();
+        give_to_sandbox(&dir);
+        dir
     }
 
     /// Writes a job file and returns its path.
@@ -134,7 +193,7 @@ impl World {
 
     /// A command running the real binary with this world's data dir.
     pub fn cmd(&self) -> Command {
-        let mut c = Command::new(runner_bin());
+        let mut c = runner_command();
         c.env("SKILL_RUNNER_DATA_DIR", self.data_dir())
             .env_remove("SKILL_RUNNER_LOG")
             .stdin(Stdio::null());
@@ -304,4 +363,34 @@ pub fn show(out: &Output) -> String {
         text(&out.stdout),
         text(&out.stderr)
     )
+}
+
+/// The host uid a root runner launches sandboxes as (the default sandbox
+/// user), or `None` when the runner keeps its own uid: not root, or root
+/// of a user namespace that maps no other uid.
+pub fn sandbox_uid() -> Option<u32> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+    skill_runner::identity::outside(&map, skill_runner::identity::DEFAULT_SANDBOX_ID)
+        .map(|_| skill_runner::identity::DEFAULT_SANDBOX_ID)
+}
+
+/// Gives `dir` (and what is in it) to the sandbox user, as an operator
+/// would for a named workspace; nothing to do when there is none.
+pub fn give_to_sandbox(dir: &Path) {
+    let Some(uid) = sandbox_uid() else {
+        return;
+    };
+    let mut stack = vec![dir.to_owned()];
+    while let Some(p) = stack.pop() {
+        std::os::unix::fs::lchown(&p, Some(uid), Some(uid)).unwrap();
+        if p.is_dir() && !p.is_symlink() {
+            for e in std::fs::read_dir(&p).unwrap() {
+                stack.push(e.unwrap().path());
+            }
+        }
+    }
 }

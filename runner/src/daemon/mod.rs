@@ -18,6 +18,7 @@
 //! | [`stream`] | the output sink and the NDJSON event stream |
 //! | [`metrics`] | Prometheus text |
 //! | [`routes`] | the HTTP routes and their errors |
+//! | [`selfcheck`] | the sandbox verdict health answers from |
 //! | [`server`] | listening, connections, signals, graceful shutdown |
 //!
 //! See `docs/daemon.md` for the user's view.
@@ -28,6 +29,7 @@ pub mod metrics;
 pub mod registry;
 pub mod roots;
 pub mod routes;
+pub mod selfcheck;
 pub mod server;
 pub mod sessions;
 pub mod stream;
@@ -85,6 +87,13 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
     if let Err(m) = runner.host.bwrap.as_ref().and(runner.host.userns.as_ref()) {
         tracing::warn!("the sandbox is unavailable, executions will be refused (503): {m}");
     }
+    // A real job's sandbox, before listening: health answers from this
+    // verdict (refreshed every minute), and a failure is said now.
+    let verdict = selfcheck::Verdict::take(&runner);
+    if let Err(reason) = &verdict.result {
+        tracing::warn!("the sandbox a job gets cannot be set up here; every execution will fail and health answers 503: {reason}");
+    }
+    let selfcheck = selfcheck::SelfCheck::new(verdict);
     tracing::info!(
         data_dir = %config.data_dir.display(),
         roots = ?config.roots,
@@ -96,12 +105,30 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
 
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let home = std::env::var_os("HOME").map(PathBuf::from);
+    let mut catalog =
+        crate::catalog::CatalogConfig::from_env(&cwd, home.as_deref(), &config.data_dir);
+    // A catalog folder a sandbox could write (inside a job root, where
+    // workspaces live, or holding one) would let a command plant skills
+    // that later sessions load: such folders are not read.
+    for dirs in [&mut catalog.user_dirs, &mut catalog.project_dirs] {
+        dirs.retain(|dir| {
+            let real = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+            let writable = config
+                .roots
+                .iter()
+                .any(|r| real.starts_with(r) || r.starts_with(&real));
+            if writable {
+                tracing::warn!(
+                    folder = %dir.display(),
+                    "not reading this catalog folder: jobs may write there (it overlaps a job root); start the daemon elsewhere or move the root"
+                );
+            }
+            !writable
+        });
+    }
     let sessions = Arc::new(
-        crate::session::SessionHost::open(
-            &config.data_dir,
-            crate::catalog::CatalogConfig::from_env(&cwd, home.as_deref(), &config.data_dir),
-        )
-        .map_err(|e| DaemonError::Runner(e.to_string()))?,
+        crate::session::SessionHost::open(&config.data_dir, catalog)
+            .map_err(|e| DaemonError::Runner(e.to_string()))?,
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -110,8 +137,15 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         .map_err(DaemonError::Runtime)?;
     let result = rt.block_on(async {
         let (listener, socket) = server::bind(&config.listen)?;
+        let runner = Arc::new(runner);
+        tokio::spawn(
+            selfcheck
+                .clone()
+                .refresh(runner.clone(), selfcheck::REFRESH),
+        );
         let app = routes::App::new(routes::AppInner {
-            runner: Arc::new(runner),
+            runner,
+            selfcheck,
             registry: registry::Registry::new(
                 config.max_running,
                 config.max_queued,

@@ -58,6 +58,8 @@ pub struct App(Arc<AppInner>);
 #[derive(Debug)]
 pub struct AppInner {
     pub runner: Arc<Runner>,
+    /// The cached verdict of a real job's sandbox (health answers from it).
+    pub selfcheck: Arc<super::selfcheck::SelfCheck>,
     pub registry: Arc<Registry>,
     pub metrics: Arc<Metrics>,
     pub config: Config,
@@ -169,7 +171,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, kind) = self.parts();
         if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
-            tracing::error!(kind, "{self}");
+            tracing::error!(kind, "{}", self.to_string().escape_debug());
         }
         let body = json!({"error": {"kind": kind, "message": self.to_string()}});
         let mut resp = (status, Json(body)).into_response();
@@ -259,17 +261,26 @@ async fn bad_method(req: Request) -> ApiError {
 async fn health(State(app): State<App>) -> Response {
     let (running, queued) = app.registry.counts();
     let host = &app.runner.host;
-    let sandbox = match (&host.bwrap, &host.userns) {
-        (Ok(b), Ok(())) => json!({"available": true, "bwrap": b.version}),
-        (Err(m), _) | (_, Err(m)) => json!({"available": false, "reason": m}),
+    // The cached verdict of a real job's sandbox (selfcheck.rs).
+    let verdict = app.selfcheck.verdict();
+    let checked_at = crate::result::rfc3339(verdict.checked_at);
+    let sandbox = match (&host.bwrap, &host.userns, &verdict.result) {
+        (Ok(b), Ok(()), Ok(())) => {
+            json!({"available": true, "bwrap": b.version, "checked_at": checked_at})
+        }
+        (Err(m), _, _) | (_, Err(m), _) | (_, _, Err(m)) => {
+            json!({"available": false, "reason": m, "checked_at": checked_at})
+        }
     };
     let available = host.bwrap.is_ok() && host.userns.is_ok();
     let (status, code) = if app.registry.is_draining() {
         ("shutting_down", StatusCode::SERVICE_UNAVAILABLE)
-    } else if available {
-        ("ok", StatusCode::OK)
-    } else {
+    } else if !available {
         ("sandbox_unavailable", StatusCode::SERVICE_UNAVAILABLE)
+    } else if verdict.result.is_err() {
+        ("sandbox_failed", StatusCode::SERVICE_UNAVAILABLE)
+    } else {
+        ("ok", StatusCode::OK)
     };
     let body = json!({
         "status": status,
@@ -448,7 +459,8 @@ async fn execute(app: App, job: Job, ticket: Ticket, stream: bool) -> Result<Res
     let mut guard = CancelOnDrop::new(live.clone());
     let admitted = Instant::now();
     tracing::info!(
-        argv0 = %job.argv[0],
+        // Escaped: a newline or escape code in job text forges no log line.
+        argv0 = %job.argv[0].escape_debug(),
         skills = job.skills.len(),
         stream,
         "admitted"

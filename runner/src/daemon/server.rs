@@ -10,7 +10,11 @@
 //! Connections: HTTP/1.1 served by hyper, at most `max_connections` open
 //! (the accept loop waits for a free place, so the kernel's backlog queues
 //! the rest), each with a header read timeout that also bounds idle
-//! keep-alive connections.
+//! keep-alive connections. On TCP with a token, a connection that has not
+//! yet made a request with the valid token is *unproven*: when every place
+//! is taken, the oldest unproven connection is closed to make room, so
+//! clients without the token cannot starve those with it by holding
+//! connections open.
 //!
 //! Shutdown on SIGTERM or SIGINT: stop accepting; refuse new executions
 //! (503); let running ones finish for the grace period, then cancel the
@@ -18,11 +22,13 @@
 //! per-execution folder); let responses in flight complete; remove the
 //! socket.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::pin::pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hyper::server::conn::http1;
@@ -232,6 +238,7 @@ pub async fn run(listener: Listener, app: App) -> Result<(), ServerError> {
     let router = routes::router(app.clone());
     let graceful = GracefulShutdown::new();
     let places = Arc::new(Semaphore::new(app.config.max_connections));
+    let unproven = Arc::new(Unproven::default());
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(app.config.header_timeout)
@@ -241,10 +248,15 @@ pub async fn run(listener: Listener, app: App) -> Result<(), ServerError> {
         router,
         graceful,
         app: app.clone(),
+        unproven: unproven.clone(),
     };
     tracing::info!("listening on {}", listener.describe());
 
     let signal = loop {
+        // Full: close the oldest connection that never showed the token.
+        if places.available_permits() == 0 {
+            unproven.close_oldest();
+        }
         let place = tokio::select! {
             p = places.clone().acquire_owned() => match p {
                 Ok(p) => p,
@@ -257,8 +269,11 @@ pub async fn run(listener: Listener, app: App) -> Result<(), ServerError> {
             s = &mut stop => break s,
         };
         match accepted {
-            Ok(Stream::Unix(s)) => conns.spawn(s, place),
-            Ok(Stream::Tcp(s)) => conns.spawn(s, place),
+            Ok(Stream::Unix(s)) => conns.spawn(s, place, false),
+            Ok(Stream::Tcp(s)) => {
+                let prove = conns.app.config.token.is_some();
+                conns.spawn(s, place, prove)
+            }
             Err(e) => {
                 // EMFILE and friends: back off instead of spinning.
                 tracing::warn!(error = %e, "cannot accept a connection");
@@ -283,27 +298,98 @@ struct Connections {
     router: axum::Router,
     graceful: GracefulShutdown,
     app: App,
+    unproven: Arc<Unproven>,
+}
+
+/// Connections that have not yet made a request with the valid token, by
+/// age, with the switch their first such request flips.
+#[derive(Default)]
+struct Unproven {
+    next: AtomicU64,
+    open: Mutex<BTreeMap<u64, (tokio::task::AbortHandle, Arc<AtomicBool>)>>,
+}
+
+impl Unproven {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<u64, (tokio::task::AbortHandle, Arc<AtomicBool>)>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Closes the oldest connection still unproven; forgets proven ones.
+    fn close_oldest(&self) {
+        let mut open = self.lock();
+        open.retain(|_, (_, proven)| !proven.load(Ordering::Relaxed));
+        if let Some((_, (handle, _))) = open.pop_first() {
+            tracing::debug!("closed an unproven connection to make room");
+            handle.abort();
+        }
+    }
+}
+
+/// Held by a connection's task: frees its place and counts it closed
+/// however the task ends (aborted included).
+struct Held {
+    _place: OwnedSemaphorePermit,
+    metrics: Arc<super::metrics::Metrics>,
+    unproven: Option<(Arc<Unproven>, u64)>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.metrics.connection_closed();
+        if let Some((unproven, id)) = &self.unproven {
+            unproven.lock().remove(id);
+        }
+    }
 }
 
 impl Connections {
-    fn spawn<I>(&self, io: I, place: OwnedSemaphorePermit)
+    /// Serves one connection; `prove`: it is unproven until a request
+    /// carries the valid token.
+    fn spawn<I>(&self, io: I, place: OwnedSemaphorePermit, prove: bool)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let conn = self.http.serve_connection(
-            TokioIo::new(io),
-            TowerToHyperService::new(self.router.clone()),
-        );
+        let proven = Arc::new(AtomicBool::new(false));
+        let router = match (&self.app.config.token, prove) {
+            (Some(token), true) => {
+                let (token, proven) = (token.clone(), proven.clone());
+                self.router.clone().layer(axum::middleware::from_fn(
+                    move |req: axum::extract::Request, next: axum::middleware::Next| {
+                        let auth = req.headers().get(hyper::header::AUTHORIZATION);
+                        if token.verify(auth.map(|v| v.as_bytes())) {
+                            proven.store(true, Ordering::Relaxed);
+                        }
+                        next.run(req)
+                    },
+                ))
+            }
+            _ => self.router.clone(),
+        };
+        let conn = self
+            .http
+            .serve_connection(TokioIo::new(io), TowerToHyperService::new(router));
         let conn = self.graceful.watch(conn);
         let metrics = self.app.metrics.clone();
         metrics.connection_opened();
-        tokio::spawn(async move {
+        let id = self.unproven.next.fetch_add(1, Ordering::Relaxed);
+        let held = Held {
+            _place: place,
+            metrics,
+            unproven: prove.then(|| (self.unproven.clone(), id)),
+        };
+        let task = tokio::spawn(async move {
+            let _held = held;
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
-            metrics.connection_closed();
-            drop(place);
         });
+        if prove && !task.is_finished() {
+            self.unproven
+                .lock()
+                .insert(id, (task.abort_handle(), proven));
+        }
     }
 }
 

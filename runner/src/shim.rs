@@ -1,0 +1,161 @@
+//! The exec shim: how the runner knows for certain whether the command
+//! itself was executed, without reading a word of bubblewrap's text.
+//!
+//! bubblewrap reports a child pid before it mounts `/proc`, pivots the
+//! root or sets the hostname, so its status cannot tell a sandbox that
+//! failed during setup from a command that exited 1. So bubblewrap does not
+//! execute the command: it executes the runner's own binary, handed to it
+//! as descriptor [`FD_SHIM`] and named [`SHIM_PATH`], with [`SHIM_ARG`] as
+//! first argument. That process (the shim) runs only once bubblewrap has
+//! finished everything (namespaces, uid map, mounts, `/proc`, hostname,
+//! capabilities, seccomp: bubblewrap's `execvp` is its very last step), and
+//! it is the only holder of the report pipe [`FD_EXEC_REPORT`]: bubblewrap's
+//! monitor and its pid 1 close every descriptor they do not use.
+//!
+//! The shim
+//! 1. writes one byte, [`STARTED`], to the report pipe;
+//! 2. moves the command's stderr ([`FD_STDERR`]) to fd 2: bubblewrap's own
+//!    fd 2 is a pipe of its own, so its messages never reach the command's
+//!    stderr or its stream events;
+//! 3. restores SIGPIPE's default action (the Rust runtime ignores it, and
+//!    an ignored signal stays ignored across `execve`), marks every
+//!    descriptor above 2 close-on-exec (the report pipe and its own binary
+//!    included), and calls `execvp` with the command;
+//! 4. only if that fails: writes the errno (4 bytes, little-endian) and
+//!    exits 127 (not found) or 126.
+//!
+//! The runner reads the pipe to its end ([`ExecReport::parse`]): nothing
+//! means bubblewrap never finished the sandbox (`sandbox_failed`, with
+//! bubblewrap's own stderr as the reason); the byte alone means the command
+//! was executed (the pipe closed at its `execve`); the byte and an errno
+//! mean the command could not be executed, and why.
+//!
+//! The shim runs inside the sandbox, so a dynamically linked runner needs
+//! its libraries there: the built-in profile binds `/usr` and `/lib*`; the
+//! release build (`scripts/build-release`) is static and needs nothing.
+
+use std::ffi::{CString, OsStr};
+use std::os::unix::ffi::OsStringExt;
+
+pub use crate::launch::{FD_EXEC_REPORT, FD_SHIM, FD_STDERR, SHIM_PATH};
+
+/// The first argument that makes the runner's binary act as the shim.
+pub const SHIM_ARG: &str = "--skill-runner-exec-shim";
+/// The byte the shim writes once it runs.
+pub const STARTED: u8 = b'S';
+
+/// What the report pipe said, read to its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecReport {
+    /// The launcher has no shim (Seatbelt): reaching `exec` is all we know.
+    Unknown,
+    /// Nothing was written: bubblewrap ended before the sandbox was
+    /// finished, so nothing of the command ran.
+    NotReached,
+    /// The command was executed.
+    Executed,
+    /// The sandbox was finished but `execvp` failed with this errno.
+    ExecFailed(i32),
+}
+
+impl ExecReport {
+    /// Reads the bytes of the report pipe (everything up to its end).
+    pub fn parse(bytes: &[u8]) -> ExecReport {
+        match bytes {
+            [] => ExecReport::NotReached,
+            [STARTED] => ExecReport::Executed,
+            [STARTED, a, b, c, d] => ExecReport::ExecFailed(i32::from_le_bytes([*a, *b, *c, *d])),
+            // Only the shim holds the pipe; anything else is not ours to
+            // trust, and the shim did write its first byte.
+            _ => ExecReport::Executed,
+        }
+    }
+
+    /// Whether the command's own `execve` happened (or may have: without
+    /// a shim there is no way to know otherwise).
+    pub fn executed(self) -> bool {
+        matches!(self, ExecReport::Executed | ExecReport::Unknown)
+    }
+}
+
+/// The runner's own binary, opened once per process, for bubblewrap to
+/// execute as the shim (each execution gets its own duplicate).
+#[cfg(target_os = "linux")]
+pub fn executable() -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::sync::OnceLock;
+    static EXE: OnceLock<Result<std::fs::File, (std::io::ErrorKind, String)>> = OnceLock::new();
+    let exe = EXE.get_or_init(|| {
+        // Close-on-exec here; the spawn places a copy at FD_SHIM without it.
+        std::fs::File::open("/proc/self/exe").map_err(|e| (e.kind(), e.to_string()))
+    });
+    match exe {
+        Ok(f) => Ok(f.try_clone()?.into()),
+        Err((kind, msg)) => Err(std::io::Error::new(
+            *kind,
+            format!("cannot open the runner's own binary (/proc/self/exe): {msg}"),
+        )),
+    }
+}
+
+/// If this process was started as the shim (`argv[1]` is [`SHIM_ARG`]),
+/// becomes the command and never returns. Call it first in `main`.
+pub fn run_if_shim() {
+    let mut args = std::env::args_os();
+    if args.nth(1).as_deref() != Some(OsStr::new(SHIM_ARG)) {
+        return;
+    }
+    let argv: Vec<CString> = args
+        .filter_map(|a| CString::new(a.into_vec()).ok())
+        .collect();
+    #[cfg(target_os = "linux")]
+    let errno = crate::sys::shim_exec(FD_EXEC_REPORT, FD_STDERR, STARTED, &argv);
+    #[cfg(not(target_os = "linux"))]
+    let errno = {
+        let _ = argv;
+        libc::ENOSYS
+    };
+    std::process::exit(exit_code_for(errno));
+}
+
+/// The exit code of a command that could not be executed, as shells use
+/// them: 127 not found, 126 found but not executable.
+pub fn exit_code_for(errno: i32) -> i32 {
+    if errno == libc::ENOENT || errno == libc::ENOTDIR {
+        crate::result::EXIT_NOT_FOUND
+    } else {
+        crate::result::EXIT_NOT_EXECUTABLE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_parse_without_ambiguity() {
+        assert_eq!(ExecReport::parse(b""), ExecReport::NotReached);
+        assert_eq!(ExecReport::parse(b"S"), ExecReport::Executed);
+        let mut failed = vec![STARTED];
+        failed.extend_from_slice(&libc::ENOENT.to_le_bytes());
+        assert_eq!(
+            ExecReport::parse(&failed),
+            ExecReport::ExecFailed(libc::ENOENT)
+        );
+        assert!(!ExecReport::NotReached.executed());
+        assert!(!ExecReport::ExecFailed(2).executed());
+        assert!(ExecReport::Executed.executed());
+        assert!(ExecReport::Unknown.executed());
+    }
+
+    #[test]
+    fn exec_errors_map_to_shell_codes() {
+        assert_eq!(exit_code_for(libc::ENOENT), 127);
+        assert_eq!(exit_code_for(libc::EACCES), 126);
+        assert_eq!(exit_code_for(libc::ENOEXEC), 126);
+    }
+
+    #[test]
+    fn the_shim_path_names_the_shim_descriptor() {
+        assert_eq!(SHIM_PATH, format!("/proc/self/fd/{FD_SHIM}"));
+    }
+}
