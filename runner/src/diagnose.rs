@@ -119,8 +119,7 @@ pub fn container() -> Option<&'static str> {
 fn reason(stderr: &str) -> Option<&str> {
     let lines = || stderr.lines().map(str::trim).filter(|l| !l.is_empty());
     lines()
-        .filter(|l| l.starts_with("bwrap:"))
-        .next_back()
+        .rfind(|l| l.starts_with("bwrap:"))
         .or_else(|| lines().next_back())
 }
 

@@ -663,6 +663,37 @@ mod tests {
     }
 
     #[test]
+    fn the_report_decides_whether_the_command_was_executed() {
+        // The shim's protocol on a plain process: nothing written (setup
+        // failed), its byte (executed), its byte and an errno.
+        let report = |script: &str| {
+            let mut s = plain("/bin/sh", &["-c", script]);
+            s.report_fd = Some(7);
+            run_plain(s).unwrap().exec
+        };
+        assert_eq!(report("exit 1"), ExecReport::NotReached);
+        assert_eq!(report("printf S >&7; exit 1"), ExecReport::Executed);
+        assert_eq!(
+            report(r"printf 'S\002\000\000\000' >&7; exit 127"),
+            ExecReport::ExecFailed(libc::ENOENT)
+        );
+        // Without a report channel, nothing is known.
+        assert_eq!(
+            run_plain(plain("/bin/true", &[])).unwrap().exec,
+            ExecReport::Unknown
+        );
+    }
+
+    #[test]
+    fn the_launchers_stderr_is_kept_apart_from_the_commands() {
+        let mut s = plain("/bin/sh", &["-c", "echo launcher >&2; echo command >&9"]);
+        s.stderr_fd = Some(9);
+        let out = run_plain(s).unwrap();
+        assert_eq!(out.stderr.bytes, b"command\n");
+        assert_eq!(out.launcher_stderr, b"launcher\n");
+    }
+
+    #[test]
     fn a_missing_program_is_an_error() {
         let err = run_plain(plain("/nonexistent/program", &[])).unwrap_err();
         assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
