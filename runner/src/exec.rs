@@ -279,7 +279,13 @@ impl Runner {
     /// runners.
     pub fn new(config: Config) -> Result<Runner, String> {
         let started = std::time::Instant::now();
-        private_data_dir(&config.data_dir)?;
+        // bubblewrap, started as the sandbox user, resolves the folders it
+        // binds by path: that group may pass through the data dir.
+        let through = crate::identity::detect()
+            .ok()
+            .and_then(|id| id.switch_to())
+            .map(|(_, gid)| gid);
+        private_data_dir(&config.data_dir, through)?;
         let store = Store::open(&config.data_dir).map_err(|e| e.to_string())?;
         let roots = Roots::open(&config.data_dir).map_err(|e| {
             format!(
@@ -442,12 +448,19 @@ impl Runner {
         let named_workspace = job
             .workspace
             .as_deref()
-            .map(|w| named_folder("workspace", w, "a fresh empty one"))
+            .map(|w| named_folder("workspace", w, "a fresh empty one", job.confined))
             .transpose()?;
         let named_extensions = job
             .extensions_dir
             .as_deref()
-            .map(|e| named_folder("extensions_dir", e, "the default in the workspace"))
+            .map(|e| {
+                named_folder(
+                    "extensions_dir",
+                    e,
+                    "the default in the workspace",
+                    job.confined,
+                )
+            })
             .transpose()?;
         for (field, dir) in [
             ("workspace", &named_workspace),
@@ -586,6 +599,9 @@ impl Runner {
                                 ),
                             )
                         })?;
+                        if job.confined && &real != p {
+                            return Err(changed("skill path", p));
+                        }
                         self.not_state("skill path", &real)?;
                         SkillSource::Dir(real)
                     }
@@ -656,6 +672,18 @@ impl Runner {
                 format!("cannot prepare the sandbox's descriptors: {e}"),
             )
         })?;
+        // bwrap resolves what it binds by path, as the sandbox user.
+        if let Some((uid, gid)) = p.identity.switch_to() {
+            reachable_by("the snapshot root", &p.lease.snapshot.root, uid, gid)?;
+            for (field, dir) in [
+                ("workspace", &p.workspace),
+                ("extensions_dir", &p.extensions),
+            ] {
+                if let Some(dir) = dir {
+                    reachable_by(field, dir, uid, gid)?;
+                }
+            }
+        }
         // The host folders, opened now, at launch: what bwrap mounts is
         // what was checked, whatever happens to the paths meanwhile.
         let folders = [
@@ -999,7 +1027,12 @@ fn default_extensions_dir(
 /// creates only the folders it chooses itself (a fresh workspace, the
 /// default extensions dir), never a path from the job, where a typo would
 /// otherwise become a new folder anywhere the runner's user may write.
-fn named_folder(field: &str, path: &Path, default: &str) -> Result<PathBuf, ErrorInfo> {
+fn named_folder(
+    field: &str,
+    path: &Path,
+    default: &str,
+    confined: bool,
+) -> Result<PathBuf, ErrorInfo> {
     let real = path.canonicalize().map_err(|e| {
         let why = if e.kind() == io::ErrorKind::NotFound {
             "does not exist".to_owned()
@@ -1014,6 +1047,9 @@ fn named_folder(field: &str, path: &Path, default: &str) -> Result<PathBuf, Erro
             ),
         )
     })?;
+    if confined && real != path {
+        return Err(changed(field, path));
+    }
     if !real.is_dir() {
         return Err(ErrorInfo::new(
             "bad_job",
@@ -1023,19 +1059,35 @@ fn named_folder(field: &str, path: &Path, default: &str) -> Result<PathBuf, Erro
     Ok(real)
 }
 
+/// A confined path that no longer resolves to itself: a folder on the way
+/// was swapped (for a symlink) after the check.
+fn changed(field: &str, path: &Path) -> ErrorInfo {
+    ErrorInfo::new(
+        "bad_job",
+        format!(
+            "{field} {} changed since it was checked (a folder on the way is now a symlink); name a folder no running command can rename",
+            path.display()
+        ),
+    )
+}
+
 /// Creates the data dir private to this user (0700), or makes an existing
 /// one of ours private: it holds workspaces, session records and the
 /// store, which other local users have no business reading. Everything the
 /// runner creates inside is then out of their reach whatever its own mode.
-fn private_data_dir(dir: &Path) -> Result<(), String> {
+/// With `through` (the sandbox user's group of a root runner), that group
+/// may pass through it but not list it (0710): bubblewrap resolves the
+/// folders it binds by path, as the sandbox user.
+fn private_data_dir(dir: &Path, through: Option<u32>) -> Result<(), String> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let hint = "set --data-dir or SKILL_RUNNER_DATA_DIR to a folder this user may create";
+    let mode = if through.is_some() { 0o710 } else { 0o700 };
     if let Some(parent) = dir.parent() {
         fs::create_dir_all(parent)
             .map_err(|e| format!("cannot create {}: {e}; {hint}", parent.display()))?;
     }
     match fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => return Ok(()),
+        Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => {
             return Err(format!(
@@ -1046,9 +1098,44 @@ fn private_data_dir(dir: &Path) -> Result<(), String> {
     }
     let meta = fs::metadata(dir)
         .map_err(|e| format!("cannot use the data dir {}: {e}; {hint}", dir.display()))?;
-    if meta.uid() == nix::unistd::geteuid().as_raw() && meta.mode() & 0o077 != 0 {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+    if meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Ok(()); // not ours to change
+    }
+    if let Some(gid) = through.filter(|&g| g != meta.gid()) {
+        std::os::unix::fs::chown(dir, None, Some(gid)).map_err(|e| {
+            format!(
+                "cannot give the data dir {} to group {gid}: {e}",
+                dir.display()
+            )
+        })?;
+    }
+    if meta.mode() & 0o777 != mode {
+        fs::set_permissions(dir, fs::Permissions::from_mode(mode))
             .map_err(|e| format!("cannot make the data dir {} private: {e}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// Refuses a folder the sandbox user cannot reach: bubblewrap, started as
+/// that user, resolves what it binds by path, so every folder above must
+/// let it pass.
+fn reachable_by(field: &str, dir: &Path, uid: u32, gid: u32) -> Result<(), ErrorInfo> {
+    use std::os::unix::fs::MetadataExt;
+    for above in dir.ancestors().skip(1) {
+        let Ok(meta) = fs::metadata(above) else {
+            continue;
+        };
+        if !crate::identity::may_search(uid, gid, meta.uid(), meta.gid(), meta.mode()) {
+            return Err(ErrorInfo::new(
+                "sandbox_unavailable",
+                format!(
+                    "{field} {} cannot be reached by the sandbox user (host uid {uid}, gid {gid}), which a root runner launches bubblewrap as: {} does not let it pass; allow it (chmod o+x {}, or give the folder's group to gid {gid} with g+x), or use folders below ones it may pass",
+                    dir.display(),
+                    above.display(),
+                    above.display()
+                ),
+            ));
+        }
     }
     Ok(())
 }

@@ -176,6 +176,20 @@ pub fn may_write(uid: u32, gid: u32, owner: u32, group: u32, mode: u32) -> bool 
     mode & w != 0 && mode & x != 0
 }
 
+/// Whether `uid`/`gid` may pass through a folder with this owner and mode.
+pub fn may_search(uid: u32, gid: u32, owner: u32, group: u32, mode: u32) -> bool {
+    let x = if uid == 0 {
+        return true;
+    } else if owner == uid {
+        0o100
+    } else if group == gid {
+        0o010
+    } else {
+        0o001
+    };
+    mode & x != 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,5 +255,8 @@ mod tests {
         assert!(may_write(65533, 65533, 0, 0, 0o777));
         assert!(!may_write(65533, 65533, 65533, 0, 0o500));
         assert!(may_write(0, 0, 1, 1, 0o000));
+        assert!(may_search(65533, 65533, 0, 65533, 0o710));
+        assert!(!may_search(65533, 65533, 0, 0, 0o700));
+        assert!(may_search(65533, 65533, 0, 0, 0o711));
     }
 }

@@ -108,6 +108,10 @@ pub struct Job {
     pub network: Network,
     pub profile: Profile,
     pub limits: Limits,
+    /// The host paths were resolved and checked by a confinement (the
+    /// daemon's roots, `run --confine`): the runner must find each one
+    /// unchanged when it runs the job, never resolve it anew.
+    pub confined: bool,
 }
 
 /// Why a job was refused. Each message says what to change.
@@ -322,6 +326,7 @@ impl Job {
             network,
             profile,
             limits,
+            confined: false,
         })
     }
 

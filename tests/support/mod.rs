@@ -131,12 +131,19 @@ impl Default for World {
 
 impl World {
     pub fn new() -> World {
-        World {
-            dir: tempfile::Builder::new()
-                .prefix("sr-test-")
-                .tempdir()
-                .expect("tempdir"),
-        }
+        let dir = tempfile::Builder::new()
+            .prefix("sr-test-")
+            .tempdir()
+            .expect("tempdir");
+        // A root runner's bubblewrap runs as the sandbox user, which must
+        // pass through the folders above what it binds (the data dir is
+        // made passable to its group by the runner itself).
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("chmod tempdir");
+        World { dir }
     }
 
     pub fn path(&self) -> &Path {

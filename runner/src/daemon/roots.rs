@@ -154,6 +154,7 @@ impl Roots {
                 skill.path = Some(self.resolve("skill path", p)?);
             }
         }
+        job.confined = true;
         Ok(())
     }
 }
