@@ -94,6 +94,17 @@ impl Report {
             meaning: "bwrap needs a user namespace to drop privileges and build the sandbox's view",
             required: true,
         });
+        let identity = crate::identity::detect();
+        checks.push(Check {
+            name: "host identity",
+            ok: identity.is_ok(),
+            detail: match &identity {
+                Ok(id) => describe_identity(id),
+                Err(e) => e.clone(),
+            },
+            meaning: "the sandboxed command is never host root when the runner can switch users (docs/sandbox.md, \"Host identity\")",
+            required: true,
+        });
         let runner = Runner::new(Config {
             data_dir: data_dir.to_owned(),
             package_limits: Default::default(),
@@ -190,5 +201,24 @@ impl Report {
             }
         );
         out
+    }
+}
+
+/// Who sandboxed commands are on the host, in one line.
+fn describe_identity(id: &crate::identity::Identity) -> String {
+    match id.mode {
+        "sandbox_user" => format!(
+            "commands run as the sandbox user, host uid {} gid {}",
+            id.uid, id.gid
+        ),
+        "runner_user" => format!("commands run as the runner's own user, uid {}", id.uid),
+        _ if id.root_mapped => format!(
+            "commands run as the runner's uid {} (only uid 0 is mapped here), which is root of the parent namespace: mode changes are refused and the pids limit needs a pids cgroup",
+            id.uid
+        ),
+        _ => format!(
+            "commands run as the runner's uid {} (only uid 0 is mapped here)",
+            id.uid
+        ),
     }
 }
