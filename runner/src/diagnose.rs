@@ -67,7 +67,7 @@ pub const KNOWN: &[Known] = &[
     },
     Known {
         pattern: "pivot_root",
-        cause: "pivot_root was refused by a security policy (Docker's docker-default AppArmor profile refuses it, and --cap-add SYS_ADMIN does not lift that)",
+        cause: "pivot_root was refused: Docker's default seccomp profile does not allow it even with --cap-add SYS_ADMIN (an AppArmor or SELinux policy can refuse it too)",
         container_fix: "do not add SYS_ADMIN; use --security-opt seccomp=deploy/seccomp-bwrap.json --security-opt systempaths=unconfined, and where AppArmor is enforced also --security-opt apparmor=unconfined",
         host_fix: "an AppArmor or SELinux policy confines the runner; allow pivot_root and mount for bwrap",
     },

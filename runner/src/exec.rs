@@ -1104,16 +1104,34 @@ fn private_data_dir(dir: &Path, through: Option<u32>) -> Result<(), String> {
     if let Some(gid) = through.filter(|&g| g != meta.gid()) {
         std::os::unix::fs::chown(dir, None, Some(gid)).map_err(|e| {
             format!(
-                "cannot give the data dir {} to group {gid}: {e}",
-                dir.display()
+                "cannot give the data dir {} to group {gid}: {e}; {}",
+                dir.display(),
+                data_dir_fix(&e)
             )
         })?;
     }
     if meta.mode() & 0o777 != mode {
-        fs::set_permissions(dir, fs::Permissions::from_mode(mode))
-            .map_err(|e| format!("cannot make the data dir {} private: {e}", dir.display()))?;
+        fs::set_permissions(dir, fs::Permissions::from_mode(mode)).map_err(|e| {
+            format!(
+                "cannot make the data dir {} private: {e}; {}",
+                dir.display(),
+                data_dir_fix(&e)
+            )
+        })?;
     }
     Ok(())
+}
+
+/// What to change when the data dir cannot be given its owner and mode:
+/// a read-only file system needs another folder; a root without
+/// CAP_CHOWN (a container started with `--cap-drop ALL`) cannot launch as
+/// the sandbox user at all.
+fn data_dir_fix(e: &io::Error) -> &'static str {
+    if e.raw_os_error() == Some(libc::EPERM) {
+        "a root runner needs its capabilities (CHOWN, SETUID, SETGID) to launch as the sandbox user: keep the container's default capabilities, or run the runner as a non-root user (docker run --user 1000:1000 with SKILL_RUNNER_DATA_DIR on a folder it owns)"
+    } else {
+        crate::doctor::DATA_DIR_HINT
+    }
 }
 
 /// Refuses a folder the sandbox user cannot reach: bubblewrap, started as
