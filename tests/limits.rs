@@ -108,10 +108,7 @@ fn a_300_mib_allocation_under_64_mib_is_stopped() {
     } else {
         // RLIMIT_AS: the allocation fails inside the process instead.
         assert_eq!(by, "rlimit", "{run}");
-        assert!(
-            run.stdout().contains("DENIED allocation failed"),
-            "{run}"
-        );
+        assert!(run.stdout().contains("DENIED allocation failed"), "{run}");
     }
 }
 

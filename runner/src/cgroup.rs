@@ -1,17 +1,55 @@
 //! Per-execution control groups: memory and process limits that hold for
 //! the whole sandbox, not one process at a time.
 //!
-//! Detection order: cgroup v2 where the runner's own cgroup offers the
+//! Detection order: cgroup v2 where the runner's own cgroup can offer the
 //! `memory` and `pids` controllers to children; else cgroup v1 hierarchies
-//! for `memory` and `pids` (this machine's kind); else none, and the caller
-//! falls back to rlimits and says so in the result.
+//! for `memory` and `pids`; else none, and [`Support::None`] says why in
+//! words the result repeats (the caller falls back to rlimits or refuses).
 //!
-//! Each execution gets `<own cgroup>/skill-runner/<execution>` in every
-//! hierarchy used. The sandbox joins it from inside the forked child before
+//! Each execution gets `<own cgroup>/skill-runner/<tag>/<execution>` in every
+//! hierarchy used. The sandbox joins it from inside the spawned child before
 //! `exec` (writing `0` to `cgroup.procs` moves the writer), so not a single
 //! process of the sandbox starts outside the limits. After the sandbox
 //! exits the runner reads whether a limit was hit, kills anything left and
 //! removes the folders.
+//!
+//! ## cgroup v2: the runner's own leaf
+//!
+//! cgroup v2 lets a cgroup other than the root either hold processes or
+//! give domain controllers (`memory`, `pids`) to its children, never both
+//! (the kernel's "no internal processes" rule; enabling one then fails with
+//! `EBUSY`). A runner started as a systemd service with `Delegate=yes`, or
+//! as the process of a container with its own cgroup namespace (where
+//! `/proc/self/cgroup` shows `/`, a namespace root that is not the real
+//! root), is a member of the very cgroup it must enable them in. So
+//! [`Support::detect`] first moves this process into a leaf of its own and
+//! then enables the controllers:
+//!
+//! ```text
+//! <own cgroup>/                       memory and pids enabled for children
+//! ├── runner/                         the runner process (all its threads)
+//! └── skill-runner/<tag>/<execution>  one per execution
+//! ```
+//!
+//! - The root cgroup is exempt from the rule: a runner there stays where it
+//!   is, and executions still go below `skill-runner/`, never in the root.
+//! - A write to `cgroup.procs` moves the whole process, every thread, so a
+//!   runner that has started threads moves as one (v2 splits threads only
+//!   in threaded subtrees, which are refused).
+//! - A runner that finds itself in `<X>/runner` while `X` already gives
+//!   memory and pids to its children (a second runner there, or a service
+//!   manager told to start it in that subgroup) uses `X` as its own.
+//! - Other processes in the runner's cgroup (a container's init, an
+//!   orchestrator that runs `skill-runner run` from the same service) are
+//!   not the runner's to move: enabling the controllers then fails, the
+//!   runner moves back to where it was, and [`Support::None`] names them and
+//!   what to change (start the runner alone in its cgroup, or move them into
+//!   `<own cgroup>/runner` first). Limits are never dropped silently.
+//!
+//! The move is done by every process that calls [`Support::detect`] (`run`,
+//! `serve`, `doctor`: each is the runner). A one-shot `run` leaves `runner/`
+//! in place with the controllers enabled; a service manager removes the
+//! whole subtree when the service stops.
 
 use std::fs::{self, File};
 use std::io;
@@ -56,17 +94,18 @@ impl Support {
             .unwrap_or_else(|| fs::read_to_string("/proc/self/mountinfo").unwrap_or_default());
         let own = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
         let support = Support::from_tables(&mountinfo, &own);
-        // Usable only if we may create folders there.
+        // Usable only if we may create folders there (and on v2 give them
+        // the controllers, which may move this process: see the module doc).
         match support {
-            Support::V2 { ref parent } => match probe_writable(parent) {
-                Ok(()) => support,
-                Err(e) => Support::None {
-                    reason: format!("cannot create cgroups under {}: {e}", parent.display()),
+            Support::V2 { parent } => match claim_v2(&parent) {
+                Ok(parent) => Support::V2 { parent },
+                Err(reason) => Support::None {
+                    reason: format!("cgroup v2: {reason}"),
                 },
             },
             Support::V1 { memory, pids } => {
-                let memory = memory.filter(|p| probe_writable(p).is_ok());
-                let pids = pids.filter(|p| probe_writable(p).is_ok());
+                let memory = memory.filter(|p| fs::create_dir_all(p).is_ok());
+                let pids = pids.filter(|p| fs::create_dir_all(p).is_ok());
                 if memory.is_none() && pids.is_none() {
                     Support::None {
                         reason: "cgroup v1 memory and pids hierarchies are not writable".into(),
@@ -142,7 +181,7 @@ impl Support {
             let dir = parent.join(tag);
             fs::create_dir_all(&dir)?;
             if dir.join("cgroup.subtree_control").exists() {
-                fs::write(dir.join("cgroup.subtree_control"), "+memory +pids")?;
+                enable_controllers(&dir)?;
             }
             Ok(dir)
         };
@@ -213,26 +252,172 @@ fn join_cgroup(mount: &Path, own: &str) -> PathBuf {
     mount.join(own.trim_start_matches('/'))
 }
 
-/// Creates the shared parent folder (and for v2 delegates the controllers);
-/// fails when this process may not.
-fn probe_writable(parent: &Path) -> io::Result<()> {
-    fs::create_dir_all(parent)?;
-    if parent.join("cgroup.subtree_control").exists() {
-        // v2: the parent must offer memory and pids to its children. This
-        // fails with EBUSY when the parent has processes of its own, which
-        // the runner's freshly made `skill-runner` folder does not.
-        if let Some(grand) = parent.parent() {
-            let controllers = fs::read_to_string(grand.join("cgroup.controllers"))?;
-            for c in ["memory", "pids"] {
-                if !controllers.split_whitespace().any(|x| x == c) {
-                    return Err(io::Error::other(format!("controller {c} is not delegated")));
-                }
-            }
-            fs::write(grand.join("cgroup.subtree_control"), "+memory +pids")?;
-        }
-        fs::write(parent.join("cgroup.subtree_control"), "+memory +pids")?;
+/// The leaf below its own cgroup that a cgroup v2 runner moves itself into
+/// (see the module doc).
+pub const RUNNER_LEAF: &str = "runner";
+
+/// The controllers every execution cgroup needs, as `cgroup.subtree_control`
+/// takes them.
+const CONTROLLERS: &str = "+memory +pids";
+
+/// cgroup v2: makes `parent` (`<own cgroup>/skill-runner`) a folder whose
+/// children get the memory and pids controllers, moving this process into
+/// `<own cgroup>/runner` first where the kernel requires it. Returns the
+/// folder to use, which differs from `parent` when this process already
+/// sat in a runner leaf; else why it cannot be done.
+fn claim_v2(parent: &Path) -> Result<PathBuf, String> {
+    let (Some(own), Some(name)) = (parent.parent(), parent.file_name()) else {
+        return Err(format!("{} has no parent cgroup", parent.display()));
+    };
+    let base = delegate_v2(own)?;
+    let parent = base.join(name);
+    fs::create_dir_all(&parent)
+        .and_then(|()| enable_controllers(&parent))
+        .map_err(|e| {
+            format!(
+                "cannot create {} with memory and pids: {e}",
+                parent.display()
+            )
+        })?;
+    Ok(parent)
+}
+
+/// Makes the runner's own cgroup `own` give memory and pids to its
+/// children, and returns it (or, for a runner already in a runner leaf, the
+/// cgroup above it that already does).
+fn delegate_v2(own: &Path) -> Result<PathBuf, String> {
+    if own
+        .components()
+        .any(|c| c == std::path::Component::ParentDir)
+    {
+        return Err(format!(
+            "this process's cgroup ({}) lies outside its cgroup namespace; start skill-runner inside the namespace's cgroup tree",
+            own.display()
+        ));
     }
-    Ok(())
+    if !own.join("cgroup.controllers").exists() {
+        return Err(format!(
+            "{} is not a cgroup: the cgroup2 file system mounted there is not the one of this process's cgroup namespace (mount cgroup2 again inside the namespace)",
+            own.display()
+        ));
+    }
+    // Only the real root lacks cgroup.type; a cgroup namespace's root has it.
+    if !own.join("cgroup.type").exists() {
+        enable_controllers(own).map_err(|e| {
+            format!(
+                "cannot enable memory and pids in {}: {e}",
+                own.join("cgroup.subtree_control").display()
+            )
+        })?;
+        return Ok(own.to_owned());
+    }
+    if own.file_name() == Some(RUNNER_LEAF.as_ref()) {
+        if let Some(up) = own.parent().filter(|up| controllers_enabled(up)) {
+            return Ok(up.to_owned());
+        }
+    }
+    let kind = fs::read_to_string(own.join("cgroup.type")).unwrap_or_default();
+    if kind.trim() != "domain" {
+        return Err(format!(
+            "{} is a {} cgroup; memory and pids need a domain cgroup",
+            own.display(),
+            kind.trim()
+        ));
+    }
+    let available = fs::read_to_string(own.join("cgroup.controllers")).unwrap_or_default();
+    let missing: Vec<&str> = ["memory", "pids"]
+        .into_iter()
+        .filter(|c| !available.split_whitespace().any(|x| x == *c))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "the {} controller{} not delegated to {} (its cgroup.controllers: {:?}); start skill-runner in a cgroup that has them, such as a systemd service with Delegate=yes",
+            missing.join(" and "),
+            if missing.len() > 1 { "s are" } else { " is" },
+            own.display(),
+            available.trim()
+        ));
+    }
+    if controllers_enabled(own) {
+        return Ok(own.to_owned());
+    }
+    // No internal processes: leave for a leaf, then enable.
+    let leaf = own.join(RUNNER_LEAF);
+    let made = match fs::create_dir(&leaf) {
+        Ok(()) => true,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+        Err(e) => return Err(format!("cannot create {}: {e}", leaf.display())),
+    };
+    if let Err(e) = fs::write(leaf.join("cgroup.procs"), "0") {
+        if made {
+            let _ = fs::remove_dir(&leaf);
+        }
+        return Err(format!(
+            "cannot move this process into {}: {e}",
+            leaf.display()
+        ));
+    }
+    match enable_controllers(own) {
+        Ok(()) => Ok(own.to_owned()),
+        Err(e) => {
+            // Back to where it was, so a refusal leaves nothing changed.
+            let _ = fs::write(own.join("cgroup.procs"), "0");
+            if made {
+                let _ = fs::remove_dir(&leaf);
+            }
+            let others = members(own);
+            if e.raw_os_error() == Some(libc::EBUSY) && !others.is_empty() {
+                Err(format!(
+                    "{} holds other processes ({}), and cgroup v2 lets a cgroup hold processes or give memory and pids to child cgroups, not both; start skill-runner as the only process of its cgroup (a systemd service or scope with Delegate=yes, a container's only process), or move the other processes into {} first",
+                    own.display(),
+                    others.join(", "),
+                    leaf.display()
+                ))
+            } else {
+                Err(format!(
+                    "cannot enable memory and pids in {}: {e}",
+                    own.join("cgroup.subtree_control").display()
+                ))
+            }
+        }
+    }
+}
+
+/// Whether `dir` gives memory and pids to its children.
+fn controllers_enabled(dir: &Path) -> bool {
+    let enabled = fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
+    ["memory", "pids"]
+        .iter()
+        .all(|c| enabled.split_whitespace().any(|x| x == *c))
+}
+
+/// Gives memory and pids to the children of `dir` (cgroup v2).
+fn enable_controllers(dir: &Path) -> io::Result<()> {
+    if controllers_enabled(dir) {
+        return Ok(());
+    }
+    fs::write(dir.join("cgroup.subtree_control"), CONTROLLERS)
+}
+
+/// The processes in cgroup `dir` other than this one, as `pid N (comm)`,
+/// at most five.
+fn members(dir: &Path) -> Vec<String> {
+    let me = std::process::id().to_string();
+    let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    let mut out: Vec<String> = procs
+        .lines()
+        .map(str::trim)
+        .filter(|p| !p.is_empty() && *p != me)
+        .take(5)
+        .map(|pid| {
+            let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            format!("pid {pid} ({})", comm.trim())
+        })
+        .collect();
+    if procs.lines().filter(|p| !p.trim().is_empty()).count() > out.len() + 1 {
+        out.push("…".into());
+    }
+    out
 }
 
 /// One execution's cgroup(s).
@@ -243,7 +428,7 @@ pub struct Cgroup {
     pids: Option<PathBuf>,
     /// Counters as they were when this execution got the cgroup (a pooled
     /// cgroup carries its earlier executions' counts).
-    base_oom_kills: u64,
+    base_oom_events: u64,
     base_pids_refused: u64,
     /// Memory still charged when this execution got the cgroup (kernel
     /// caches an earlier execution left), not counted in its peak.
@@ -295,7 +480,7 @@ impl Cgroup {
             version,
             memory: None,
             pids: None,
-            base_oom_kills: 0,
+            base_oom_events: 0,
             base_pids_refused: 0,
             base_usage: 0,
             peak_is_own: true,
@@ -338,7 +523,7 @@ impl Cgroup {
     /// limits, counters taken as the new baseline, the peak reset.
     fn reuse(&mut self, memory_bytes: u64, pids: u64) -> io::Result<()> {
         self.set_limits(memory_bytes, pids)?;
-        self.base_oom_kills = self.oom_kills();
+        self.base_oom_events = self.oom_events();
         self.base_pids_refused = self.pids_refused();
         // The peak restarts from what is charged now, and that is taken off
         // the figure reported for this execution.
@@ -407,11 +592,16 @@ impl Cgroup {
         self.memory.iter().chain(pids)
     }
 
-    /// Processes killed by the memory limit since the cgroup was made.
-    fn oom_kills(&self) -> u64 {
+    /// Times the memory limit was hit since the cgroup was made: processes
+    /// it killed, and on v2 also allocations it was about to fail (`oom`:
+    /// reclaim could not make room, whether or not a kill followed).
+    fn oom_events(&self) -> u64 {
         let Some(dir) = &self.memory else { return 0 };
         match self.version {
-            Version::V2 => counter(&dir.join("memory.events"), "oom_kill"),
+            Version::V2 => {
+                let events = dir.join("memory.events");
+                counter(&events, "oom_kill") + counter(&events, "oom")
+            }
             Version::V1 => counter(&dir.join("memory.oom_control"), "oom_kill"),
         }
     }
@@ -422,13 +612,14 @@ impl Cgroup {
         counter(&dir.join("pids.events"), "max")
     }
 
-    /// True when the memory limit killed a process of this execution.
+    /// True when this execution hit the memory limit (a process was
+    /// killed, or an allocation failed, for it).
     pub fn memory_exceeded(&self) -> bool {
         let under_oom = match (&self.memory, self.version) {
             (Some(dir), Version::V1) => counter(&dir.join("memory.oom_control"), "under_oom") > 0,
             _ => false,
         };
-        self.oom_kills() > self.base_oom_kills || under_oom
+        self.oom_events() > self.base_oom_events || under_oom
     }
 
     /// True when the pids limit refused a fork of this execution.
@@ -582,7 +773,7 @@ fn create_leaf(dir: &Path) -> io::Result<()> {
                 if let Some(parent) = dir.parent() {
                     fs::create_dir_all(parent)?;
                     if parent.join("cgroup.subtree_control").exists() {
-                        fs::write(parent.join("cgroup.subtree_control"), "+memory +pids")?;
+                        enable_controllers(parent)?;
                     }
                 }
             }
@@ -708,5 +899,93 @@ mod tests {
     #[test]
     fn nothing_mounted() {
         assert!(matches!(Support::from_tables("", ""), Support::None { .. }));
+    }
+
+    /// A stand-in for a cgroup v2 folder: the files [`delegate_v2`] reads.
+    /// (What only the kernel does, such as refusing with EBUSY, is tested in
+    /// the cgroup v2 guest: scripts/test-cgroup2.)
+    fn fake_cgroup(dir: &Path, kind: Option<&str>, controllers: &str, enabled: &str) {
+        fs::create_dir_all(dir).unwrap();
+        fs::write(dir.join("cgroup.controllers"), controllers).unwrap();
+        fs::write(dir.join("cgroup.subtree_control"), enabled).unwrap();
+        fs::write(dir.join("cgroup.procs"), "").unwrap();
+        if let Some(kind) = kind {
+            fs::write(dir.join("cgroup.type"), kind).unwrap();
+        }
+    }
+
+    #[test]
+    fn v2_root_enables_in_place_and_never_moves() {
+        let t = tempfile::tempdir().unwrap();
+        fake_cgroup(t.path(), None, "cpu memory pids\n", "");
+        assert_eq!(delegate_v2(t.path()).unwrap(), t.path());
+        let enabled = fs::read_to_string(t.path().join("cgroup.subtree_control")).unwrap();
+        assert_eq!(enabled, CONTROLLERS);
+        assert!(!t.path().join(RUNNER_LEAF).exists());
+    }
+
+    #[test]
+    fn v2_non_root_moves_into_its_leaf_then_enables() {
+        // A delegated service's cgroup, or a cgroup namespace's root (which
+        // has cgroup.type: only the real root has not).
+        let t = tempfile::tempdir().unwrap();
+        let own = t.path().join("runner.service");
+        fake_cgroup(&own, Some("domain\n"), "memory pids\n", "");
+        assert_eq!(delegate_v2(&own).unwrap(), own);
+        assert_eq!(
+            fs::read_to_string(own.join("runner/cgroup.procs")).unwrap(),
+            "0"
+        );
+        assert_eq!(
+            fs::read_to_string(own.join("cgroup.subtree_control")).unwrap(),
+            CONTROLLERS
+        );
+    }
+
+    #[test]
+    fn v2_a_runner_already_in_a_runner_leaf_uses_the_cgroup_above() {
+        let t = tempfile::tempdir().unwrap();
+        let up = t.path().join("runner.service");
+        fake_cgroup(&up, Some("domain\n"), "memory pids\n", "memory pids\n");
+        let own = up.join(RUNNER_LEAF);
+        fake_cgroup(&own, Some("domain\n"), "memory pids\n", "");
+        assert_eq!(delegate_v2(&own).unwrap(), up);
+        assert!(!own.join(RUNNER_LEAF).exists());
+    }
+
+    #[test]
+    fn v2_refusals_say_what_is_wrong() {
+        let t = tempfile::tempdir().unwrap();
+        let cases: &[(&str, Option<&str>, &str, &str)] = &[
+            (
+                "no-pids",
+                Some("domain"),
+                "cpu memory",
+                "the pids controller is not delegated",
+            ),
+            (
+                "none",
+                Some("domain"),
+                "",
+                "the memory and pids controllers are not delegated",
+            ),
+            (
+                "threaded",
+                Some("threaded"),
+                "memory pids",
+                "is a threaded cgroup",
+            ),
+        ];
+        for (name, kind, controllers, want) in cases {
+            let own = t.path().join(name);
+            fake_cgroup(&own, *kind, controllers, "");
+            let err = delegate_v2(&own).unwrap_err();
+            assert!(err.contains(want), "{name}: {err}");
+            assert!(!own.join(RUNNER_LEAF).exists(), "{name}: moved anyway");
+        }
+        let err = delegate_v2(&t.path().join("missing")).unwrap_err();
+        assert!(err.contains("is not a cgroup"), "{err}");
+        let err = delegate_v2(Path::new("/sys/fs/cgroup/../x")).unwrap_err();
+        assert!(err.contains("outside its cgroup namespace"), "{err}");
     }
 }
