@@ -321,3 +321,58 @@ fn an_unwritable_data_dir_names_the_setting_to_change() {
         assert!(all.contains("SKILL_RUNNER_DATA_DIR"), "{}", show(&out));
     }
 }
+
+/// `GET /v1/health` over a Unix socket: the status code and the body.
+fn health(socket: &std::path::Path) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    s.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let code = reply[9..12].parse().unwrap();
+    let body = reply.split("\r\n\r\n").nth(1).unwrap_or_default();
+    // A chunked body: the JSON is the line that starts with a brace.
+    let json = body.lines().find(|l| l.starts_with('{')).unwrap_or("{}");
+    (code, serde_json::from_str(json).unwrap())
+}
+
+#[test]
+fn the_daemon_says_so_at_start_and_health_answers_503() {
+    // The daemon runs a real job's sandbox before it listens: where
+    // namespaces are refused, it warns at start and health is 503
+    // sandbox_failed with bubblewrap's reason, not "ok".
+    if !require_sandbox("the_daemon_says_so_at_start_and_health_answers_503") {
+        return;
+    }
+    let world = World::new();
+    let socket = world.path().join("sock/skill-runner.sock");
+    let mut serve = world.cmd();
+    serve
+        .args(["serve", "--socket"])
+        .arg(&socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    under_namespace_denial(&mut serve);
+    let daemon = serve.spawn().unwrap();
+    let started = std::time::Instant::now();
+    while !socket.exists() && started.elapsed() < HANG_GUARD {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (code, body) = health(&socket);
+    // SAFETY: kill on our own child's pid, not yet reaped.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let out = daemon.wait_with_output().unwrap();
+    let log = text(&out.stderr);
+    assert_eq!(code, 503, "{body:#}\n{log}");
+    assert_eq!(body["status"], "sandbox_failed", "{body:#}");
+    assert_eq!(body["sandbox"]["available"], false, "{body:#}");
+    let reason = body["sandbox"]["reason"].as_str().unwrap();
+    assert!(reason.contains("No permissions to creat"), "{body:#}");
+    assert!(reason.contains("to fix: "), "{body:#}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("every execution will fail")),
+        "{log}"
+    );
+}
