@@ -11,16 +11,28 @@
 //!
 //! What counts is allocated space (`st_blocks`), at least one 4 KiB block
 //! per entry, so a flood of empty files or folders counts too; a file with
-//! several links counts once. The walk never follows a symlink. Between two
-//! measurements a command can write more than the limit: the interval is
-//! [`MIN_INTERVAL`], or four times the last walk's duration when the tree is
-//! large (so the watcher costs at most a fifth of a core), and
-//! `file_size_bytes` caps each single file.
+//! several links counts once. The walk goes through directory handles
+//! (`openat` with `O_NOFOLLOW`), so no path grows past `PATH_MAX` and no
+//! symlink is followed; a folder it cannot open or read (hidden with
+//! `chmod 0`, or vanishing mid-walk aside) counts as over the limit: it
+//! fails closed. A last measurement is taken when the command has ended.
+//!
+//! This is a best-effort bound, not a quota. Between two measurements a
+//! command can write more than the limit: the interval is [`MIN_INTERVAL`],
+//! or four times the last walk's duration when the tree is large (so the
+//! watcher costs at most a fifth of a core); `file_size_bytes` caps each
+//! single file, and seccomp refuses `fallocate` with `FALLOC_FL_KEEP_SIZE`,
+//! which would allocate past it. Files unlinked while held open are not
+//! seen while they are open.
 
 use std::collections::HashSet;
-use std::fs;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::Mode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
@@ -55,18 +67,26 @@ impl DiskWatch {
         let thread = std::thread::Builder::new()
             .name("disk-watch".into())
             .spawn(move || {
-                let baseline = usage(&dirs);
+                // What is there before the command writes (unreadable
+                // parts of it are the job's own, counted as nothing).
+                let baseline = usage(&dirs).unwrap_or(0);
                 let mut interval = MIN_INTERVAL;
                 loop {
-                    match stopped.recv_timeout(interval) {
-                        Err(mpsc::RecvTimeoutError::Timeout) => {}
-                        _ => return,
-                    }
+                    // Woken early (or not) when the command has ended:
+                    // measure once more either way.
+                    let ended = !matches!(
+                        stopped.recv_timeout(interval),
+                        Err(mpsc::RecvTimeoutError::Timeout)
+                    );
                     let started = Instant::now();
-                    let now = usage(&dirs);
-                    if now.saturating_sub(baseline) > limit {
+                    let over =
+                        usage(&dirs).map_or(true, |now| now.saturating_sub(baseline) > limit);
+                    if over {
                         flag.store(true, Ordering::SeqCst);
                         cancel.cancel();
+                        return;
+                    }
+                    if ended {
                         return;
                     }
                     interval = (started.elapsed() * 4).clamp(MIN_INTERVAL, MAX_INTERVAL);
@@ -84,56 +104,88 @@ impl DiskWatch {
     }
 }
 
-/// Bytes the trees below `dirs` occupy (see the module docs).
-pub fn usage(dirs: &[PathBuf]) -> u64 {
+/// Bytes the trees below `dirs` occupy (see the module docs); `None` when
+/// part of a tree could not be read.
+pub fn usage(dirs: &[PathBuf]) -> Option<u64> {
     let mut seen = HashSet::new();
-    dirs.iter().map(|d| tree_usage(d, &mut seen)).sum()
+    let mut total = 0;
+    for dir in dirs {
+        let root = crate::fsx::open_dir_nofollow(dir).ok()?;
+        total += tree_usage(root, &mut seen)?;
+    }
+    Some(total)
 }
 
-fn tree_usage(dir: &Path, seen: &mut HashSet<(u64, u64)>) -> u64 {
+/// Walks below the open folder `root` through directory handles.
+fn tree_usage(root: File, seen: &mut HashSet<(u64, u64)>) -> Option<u64> {
     let mut total = 0;
-    let mut stack = vec![dir.to_owned()];
+    let mut stack = vec![root];
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            // lstat: a symlink is counted as itself, never followed.
-            let Ok(meta) = entry.metadata() else {
-                continue;
+        let mut names = Vec::new();
+        {
+            let mut listing = nix::dir::Dir::from_fd(dir.try_clone().ok()?.into()).ok()?;
+            for entry in listing.iter() {
+                let entry = entry.ok()?;
+                let name = entry.file_name().to_bytes();
+                if name != b"." && name != b".." {
+                    names.push(std::ffi::OsStr::from_bytes(name).to_owned());
+                }
+            }
+        }
+        for name in names {
+            let meta = match nix::sys::stat::fstatat(
+                dir.as_fd(),
+                name.as_os_str(),
+                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+            ) {
+                Ok(m) => m,
+                Err(nix::errno::Errno::ENOENT) => continue, // removed meanwhile
+                Err(_) => return None,
             };
-            if meta.nlink() > 1 && !meta.is_dir() && !seen.insert((meta.dev(), meta.ino())) {
+            let is_dir = meta.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            if meta.st_nlink > 1
+                && !is_dir
+                && !seen.insert((meta.st_dev as u64, meta.st_ino as u64))
+            {
                 continue;
             }
-            total += (meta.blocks() * 512).max(MIN_ENTRY);
-            if meta.is_dir() {
-                stack.push(entry.path());
+            total += (meta.st_blocks as u64 * 512).max(MIN_ENTRY);
+            if is_dir {
+                let flags =
+                    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+                match openat(dir.as_fd(), name.as_os_str(), flags, Mode::empty()) {
+                    Ok(fd) => stack.push(File::from(fd)),
+                    Err(nix::errno::Errno::ENOENT) => {}
+                    Err(_) => return None,
+                }
             }
         }
     }
-    total
+    Some(total)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    use std::fs;
+
     #[test]
     fn counts_blocks_entries_and_links_once() {
         let d = tempfile::tempdir().unwrap();
-        let empty = usage(&[d.path().to_owned()]);
+        let empty = usage(&[d.path().to_owned()]).unwrap();
         assert_eq!(empty, 0);
         fs::write(d.path().join("a"), vec![1u8; 100_000]).unwrap();
-        let one = usage(&[d.path().to_owned()]);
+        let one = usage(&[d.path().to_owned()]).unwrap();
         assert!(one >= 100_000, "{one}");
         fs::hard_link(d.path().join("a"), d.path().join("b")).unwrap();
-        assert_eq!(usage(&[d.path().to_owned()]), one);
+        assert_eq!(usage(&[d.path().to_owned()]).unwrap(), one);
         for i in 0..10 {
             fs::write(d.path().join(format!("e{i}")), b"").unwrap();
         }
-        assert_eq!(usage(&[d.path().to_owned()]), one + 10 * MIN_ENTRY);
+        assert_eq!(usage(&[d.path().to_owned()]).unwrap(), one + 10 * MIN_ENTRY);
         std::os::unix::fs::symlink("/usr", d.path().join("l")).unwrap();
-        assert_eq!(usage(&[d.path().to_owned()]), one + 11 * MIN_ENTRY);
+        assert_eq!(usage(&[d.path().to_owned()]).unwrap(), one + 11 * MIN_ENTRY);
     }
 
     #[test]
@@ -156,5 +208,46 @@ mod tests {
             w.stop(),
             "the watcher did not see 1 MiB over a 512 KiB limit"
         );
+    }
+
+    #[test]
+    fn a_last_measurement_is_taken_when_the_command_ends() {
+        let d = tempfile::tempdir().unwrap();
+        let cancel = Cancel::new().unwrap();
+        let w = DiskWatch::start(vec![d.path().to_owned()], 512 << 10, cancel);
+        std::thread::sleep(MIN_INTERVAL / 2);
+        fs::write(d.path().join("big"), vec![1u8; 1 << 20]).unwrap();
+        // Stopped before the next periodic measurement could see it.
+        assert!(w.stop());
+    }
+
+    #[test]
+    fn deep_trees_are_walked_and_unreadable_folders_fail_closed() {
+        let d = tempfile::tempdir().unwrap();
+        // 25 levels of 200-byte names: deeper than PATH_MAX in total, so
+        // made (and walked) relative to directory handles.
+        let name = "x".repeat(200);
+        let mut dir = File::open(d.path()).unwrap();
+        for _ in 0..25 {
+            nix::sys::stat::mkdirat(dir.as_fd(), name.as_str(), Mode::from_bits_truncate(0o755))
+                .unwrap();
+            let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY;
+            dir = File::from(openat(dir.as_fd(), name.as_str(), flags, Mode::empty()).unwrap());
+        }
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT;
+        let big = openat(dir.as_fd(), "big", flags, Mode::from_bits_truncate(0o644)).unwrap();
+        std::io::Write::write_all(&mut File::from(big), &vec![1u8; 1 << 20]).unwrap();
+        let used = usage(&[d.path().to_owned()]).unwrap();
+        assert!(used >= 1 << 20, "{used}");
+        // A folder the walker cannot read is not "empty": no answer.
+        // (Root reads it anyway: the check needs an ordinary user.)
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            let hidden = d.path().join("hidden");
+            fs::create_dir(&hidden).unwrap();
+            fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o0))
+                .unwrap();
+            assert_eq!(usage(&[d.path().to_owned()]), None);
+        }
     }
 }
