@@ -110,6 +110,7 @@ impl Report {
             package_limits: Default::default(),
             keep: false,
             reuse_cgroups: false,
+            network: Default::default(),
         });
         checks.push(Check {
             name: "data dir",

@@ -59,6 +59,9 @@ pub struct Config {
     /// Keep execution cgroups for reuse (a long-running runner: the
     /// daemon), see [`crate::cgroup::Pool`].
     pub reuse_cgroups: bool,
+    /// The runner's own network settings: whether jobs may reach private
+    /// addresses, and a cap on their allowlists (see [`crate::net`]).
+    pub network: crate::net::RunnerNetwork,
 }
 
 /// The default data dir: `SKILL_RUNNER_DATA_DIR`, else
@@ -470,6 +473,14 @@ impl Runner {
                 self.not_state(field, dir)?;
             }
         }
+        // A profile binds host folders read-only: never the runner's state.
+        for m in job.profile.resolve_mounts(profile::host_entry) {
+            if let profile::Mount::RoBind { src, .. } | profile::Mount::RoBindTry { src, .. } = &m {
+                if let Ok(real) = src.canonicalize() {
+                    self.not_state("a profile mount", &real)?;
+                }
+            }
+        }
         let bwrap = self.launcher_available()?;
         let identity = self.identity()?;
         let owner = identity.switch_to();
@@ -492,6 +503,18 @@ impl Runner {
             })?;
         let mut dir = dir;
         dir.keep = self.config.keep;
+        // A network allowlist: where the command reaches the proxy.
+        let net = job
+            .network
+            .allowlist()
+            .map(|_| crate::net::Endpoint::create(&dir.path, owner))
+            .transpose()
+            .map_err(|e| {
+                ErrorInfo::new(
+                    "sandbox_unavailable",
+                    format!("cannot prepare the execution's network folder: {e}"),
+                )
+            })?;
 
         let selected = self.select(job)?;
         let staging_started = std::time::Instant::now();
@@ -554,6 +577,7 @@ impl Runner {
         }
         Ok(Prepared {
             dir,
+            net,
             lease,
             staging,
             workspace,
@@ -631,7 +655,11 @@ impl Runner {
         let mounts = job.profile.resolve_mounts(profile::host_entry);
         let argv = alias::rewrite_argv(&job.argv, Spelling::Sandbox)
             .map_err(|e| ErrorInfo::new("bad_job", e.to_string()))?;
-        let env = launch::environment(&job.env);
+        let mut env = launch::environment(&job.env);
+        let proxy = job.network.allowlist().is_some();
+        if proxy {
+            env.extend(crate::net::proxy_environment(crate::net::PROXY_URL));
+        }
         let workspace = if named_workspace {
             launch::Workspace::Host
         } else {
@@ -652,6 +680,7 @@ impl Runner {
             argv: &argv,
             tmp_bytes: job.limits.tmp_bytes,
             features: bwrap.features,
+            proxy,
         }))
     }
 
@@ -664,7 +693,7 @@ impl Runner {
             .ok_or_else(|| ErrorInfo::new("sandbox_unavailable", "bubblewrap was not found"))?;
         let args = Runner::plan_args(job, bwrap, p.workspace.is_some(), p.extensions.is_some())?;
         let filters =
-            crate::seccomp::compile_for(&job.profile, job.network, p.identity.root_mapped)
+            crate::seccomp::compile_for(&job.profile, job.network.mode(), p.identity.root_mapped)
                 .map_err(|e| ErrorInfo::new("sandbox_unavailable", e.to_string()))?;
         let mut fds = sandbox_fds(&filters).map_err(|e| {
             ErrorInfo::new(
@@ -682,6 +711,9 @@ impl Runner {
                 if let Some(dir) = dir {
                     reachable_by(field, dir, uid, gid)?;
                 }
+            }
+            if let Some((path, _)) = p.net.as_ref().and_then(|n| n.dir.as_ref()) {
+                reachable_by("the execution's network folder", path, uid, gid)?;
             }
         }
         // The host folders, opened now, at launch: what bwrap mounts is
@@ -709,6 +741,15 @@ impl Runner {
                 fds.push((dir.into(), target));
             }
         }
+        if let Some((path, dir)) = p.net.as_ref().and_then(|n| n.dir.as_ref()) {
+            let dir = dir.try_clone().map_err(|e| {
+                ErrorInfo::new(
+                    "sandbox_unavailable",
+                    format!("cannot hand over {}: {e}", path.display()),
+                )
+            })?;
+            fds.push((dir.into(), launch::FD_NET));
+        }
         Ok(Launcher {
             program: bwrap.path.clone(),
             args,
@@ -731,6 +772,7 @@ impl Runner {
             workspace: p.workspace.clone(),
             extensions: p.extensions.clone(),
             tmp,
+            proxy_port: p.net.as_ref().and_then(|n| n.port),
         };
         let bad =
             |e: crate::macos::MacosError| ErrorInfo::new("sandbox_unavailable", e.to_string());
@@ -749,7 +791,7 @@ impl Runner {
         })
     }
 
-    fn launch(&self, job: &Job, p: Prepared, opts: RunOptions<'_>) -> ExecResult {
+    fn launch(&self, job: &Job, mut p: Prepared, opts: RunOptions<'_>) -> ExecResult {
         let rejected = |e: ErrorInfo| ExecResult::rejected(&job.execution_id, SANDBOX, e);
         let launch = match self.launcher(job, &p) {
             Ok(l) => l,
@@ -786,7 +828,9 @@ impl Runner {
                 ))
             }
         };
-        let disk = if p.workspace.is_some() {
+        // Any host folder the command writes is watched; only a fresh
+        // workspace holding its own extensions dir is a tmpfs alone.
+        let disk = if p.workspace.is_some() || p.extensions.is_some() {
             Disk::Watcher
         } else {
             Disk::Tmpfs
@@ -827,6 +871,26 @@ impl Runner {
             _ => None,
         };
 
+        // The proxy of a job with an allowlist, serving this execution's
+        // endpoint with this execution's policy alone.
+        let proxy = match (p.net.as_mut(), job.network.allowlist()) {
+            (Some(net), Some(allow)) => {
+                let policy = crate::net::Policy {
+                    job: allow.clone(),
+                    runner: self.config.network.clone(),
+                };
+                match net.start(policy, &job.execution_id) {
+                    Ok(session) => Some(session),
+                    Err(e) => {
+                        return rejected(ErrorInfo::new(
+                            "sandbox_unavailable",
+                            format!("cannot start the network proxy: {e}"),
+                        ))
+                    }
+                }
+            }
+            _ => None,
+        };
         let program = launch.program.clone();
         let spawn = Spawn {
             program: launch.program,
@@ -887,6 +951,7 @@ impl Runner {
             (cg, _) => drop(cg),
         }
         tracing::debug!("cgroup removed");
+        let network = proxy.map(crate::net::proxy::Session::finish);
         let finished_at = outcome.started_at + outcome.duration;
 
         let mut result = ExecResult {
@@ -913,6 +978,7 @@ impl Runner {
                     .unwrap_or(outcome.max_rss_bytes)
                     .max(outcome.max_rss_bytes),
             }),
+            network,
             error: None,
             warnings: p.lease.snapshot.warnings.clone(),
             identity: Some(p.identity.clone()),
@@ -927,7 +993,7 @@ impl Runner {
     /// per-execution folder shown as `<data-dir>/executions/<id>.<random>`
     /// and the published snapshot root as `<data-dir>/published/<identity>`.
     /// Touches nothing: no data dir, no staging.
-    /// Also returns the host folders the runner would open on fds 10-12.
+    /// Also returns the host folders the runner would open on fds 10-13.
     #[allow(clippy::type_complexity)]
     pub fn explain(
         job: &Job,
@@ -962,6 +1028,12 @@ impl Runner {
             )),
             (None, None) => {}
         }
+        if job.network.allowlist().is_some() {
+            folders.push((
+                launch::FD_NET,
+                format!("<data-dir>/executions/{}.<random>/net", job.execution_id),
+            ));
+        }
         let args = Runner::plan_args(
             job,
             &bwrap,
@@ -986,6 +1058,8 @@ struct Prepared {
     /// The bwrap to use (Linux); `None` under Seatbelt.
     #[cfg_attr(target_os = "macos", allow(dead_code))]
     bwrap: Option<Bwrap>,
+    /// Where the command reaches the proxy (a job with an allowlist).
+    net: Option<crate::net::Endpoint>,
 }
 
 /// `<workspace>/.sciencediscovery/skill-extensions`, created one component

@@ -18,8 +18,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::alias::{EXTENSIONS_VAR, SKILLS_VAR};
 use crate::hash::Binding;
+use crate::net::policy::{self, Allowlist, Entry};
+use crate::net::Network;
 use crate::package::{self, PackageError};
-use crate::profile::{Network, Profile, ProfileError};
+use crate::profile::{Profile, ProfileError};
 
 /// A skill entry of a job as written.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -47,6 +49,39 @@ pub struct RawLimits {
     pub disk_bytes: Option<u64>,
 }
 
+/// `network` as written: `"none"`, or `{"allow": [...], "private": false}`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum RawNetwork {
+    Mode(String),
+    Allow(RawAllowlist),
+}
+
+/// The allowlist form of `network` as written.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawAllowlist {
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub private: bool,
+}
+
+impl<'de> Deserialize<'de> for RawNetwork {
+    // By hand rather than `untagged`, whose error names no field.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(s) => Ok(RawNetwork::Mode(s)),
+            v @ serde_json::Value::Object(_) => serde_json::from_value(v)
+                .map(RawNetwork::Allow)
+                .map_err(|e| D::Error::custom(format!("network: {e}"))),
+            _ => Err(D::Error::custom(
+                "network must be \"none\" or {\"allow\": [...], \"private\": false}",
+            )),
+        }
+    }
+}
+
 /// The job document as written.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -62,7 +97,7 @@ pub struct RawJob {
     #[serde(default)]
     pub skills: Vec<RawSkillRef>,
     pub session: Option<String>,
-    pub network: Option<String>,
+    pub network: Option<RawNetwork>,
     pub profile: Option<String>,
     #[serde(default)]
     pub limits: RawLimits,
@@ -143,8 +178,20 @@ pub enum JobError {
     SessionId(String),
     #[error("the job names a session and lists skills; give one or the other (the session's skills are frozen)")]
     SessionAndSkills,
-    #[error("network {0:?} is not supported; the only network mode is \"none\"")]
+    #[error("network {0:?} is not supported: write \"none\", or {{\"allow\": [\"pypi.org\", \"*.pythonhosted.org\"], \"private\": false}}")]
     Network(String),
+    #[error("network.allow is empty: list the hosts the command may reach, or use \"none\"")]
+    NetworkEmpty,
+    #[error("network.allow has {0} entries; at most {max} are accepted", max = policy::MAX_ENTRIES)]
+    NetworkTooMany(usize),
+    #[error("network.allow[{index}] {entry:?} {source}")]
+    NetworkEntry {
+        index: usize,
+        entry: String,
+        source: policy::EntryError,
+    },
+    #[error("env {0:?} is set by the runner when the job has a network allowlist (it points at the proxy)")]
+    EnvProxy(String),
     #[error(transparent)]
     Profile(#[from] ProfileError),
     #[error("limit {name} must be a positive integer")]
@@ -189,6 +236,32 @@ pub fn valid_execution_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b':' | b'.' | b'-'))
+}
+
+/// Validates the allowlist form of `network`, one entry at a time.
+fn allowlist(raw: RawAllowlist) -> Result<Allowlist, JobError> {
+    if raw.allow.is_empty() {
+        return Err(JobError::NetworkEmpty);
+    }
+    if raw.allow.len() > policy::MAX_ENTRIES {
+        return Err(JobError::NetworkTooMany(raw.allow.len()));
+    }
+    let entries = raw
+        .allow
+        .into_iter()
+        .enumerate()
+        .map(|(index, entry)| {
+            Entry::parse(&entry).map_err(|source| JobError::NetworkEntry {
+                index,
+                entry,
+                source,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Allowlist {
+        entries,
+        private: raw.private,
+    })
 }
 
 /// Normalizes a cwd; refuses absolute paths and `..`.
@@ -253,10 +326,20 @@ impl Job {
                 return Err(JobError::SessionAndSkills);
             }
         }
-        let network = match raw.network.as_deref() {
-            None | Some("none") => Network::None,
-            Some(other) => return Err(JobError::Network(other.to_owned())),
+        let network = match raw.network {
+            None => Network::None,
+            Some(RawNetwork::Mode(m)) if m == "none" => Network::None,
+            Some(RawNetwork::Mode(other)) => return Err(JobError::Network(other)),
+            Some(RawNetwork::Allow(a)) => Network::Allow(allowlist(a)?),
         };
+        if matches!(network, Network::Allow(_)) {
+            if let Some((name, _)) = env
+                .iter()
+                .find(|(n, _)| crate::net::PROXY_VARS.contains(&n.as_str()))
+            {
+                return Err(JobError::EnvProxy(name.clone()));
+            }
+        }
         let resolve = |field: &'static str, p: PathBuf| -> Result<PathBuf, JobError> {
             if p.is_absolute() {
                 Ok(p)
@@ -382,6 +465,31 @@ mod tests {
     }
 
     #[test]
+    fn a_network_allowlist_parses() {
+        let j = job(r#"{"argv":["true"],"network":"none"}"#).unwrap();
+        assert_eq!(j.network, Network::None);
+        let j = job(
+            r#"{"argv":["true"],"network":{"allow":["PyPI.org","*.pythonhosted.org","10.0.0.0/8:8080"],"private":true}}"#,
+        )
+        .unwrap();
+        let a = j.network.allowlist().unwrap();
+        assert!(a.private);
+        let shown: Vec<String> = a.entries.iter().map(|e| e.to_string()).collect();
+        assert_eq!(shown, ["pypi.org", "*.pythonhosted.org", "10.0.0.0/8:8080"]);
+        // Without an allowlist the proxy variables are the job's own.
+        assert!(job(r#"{"argv":["true"],"env":{"HTTP_PROXY":"x"}}"#).is_ok());
+        let many: Vec<String> = (0..=policy::MAX_ENTRIES)
+            .map(|i| format!("h{i}.org"))
+            .collect();
+        let e = job(&format!(
+            r#"{{"argv":["true"],"network":{{"allow":{}}}}}"#,
+            serde_json::to_string(&many).unwrap()
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("at most 256"), "{e}");
+    }
+
+    #[test]
     fn bad_jobs_are_refused_with_a_reason() {
         let cases = [
             (r#"{"argv":["true"],"extra":1}"#, "unknown field"),
@@ -402,6 +510,35 @@ mod tests {
             (r#"{"argv":["true"],"cwd":"/etc"}"#, "cwd"),
             (r#"{"argv":["true"],"execution_id":"a b"}"#, "execution_id"),
             (r#"{"argv":["true"],"network":"host"}"#, "network"),
+            (r#"{"argv":["true"],"network":7}"#, "network must be"),
+            (
+                r#"{"argv":["true"],"network":{"allow":["a.org"],"privat":true}}"#,
+                "network: unknown field `privat`",
+            ),
+            (
+                r#"{"argv":["true"],"network":{"private":true}}"#,
+                "network: missing field `allow`",
+            ),
+            (
+                r#"{"argv":["true"],"network":{"allow":[]}}"#,
+                "network.allow is empty",
+            ),
+            (
+                r#"{"argv":["true"],"network":{"allow":["pypi.org","a.*.org"]}}"#,
+                "network.allow[1] \"a.*.org\" has a wildcard",
+            ),
+            (
+                r#"{"argv":["true"],"network":{"allow":["pypi.org:99999"]}}"#,
+                "has port \"99999\"",
+            ),
+            (
+                r#"{"argv":["true"],"network":{"allow":["10.0.0.1/8"]}}"#,
+                "write the block's first address, 10.0.0.0/8",
+            ),
+            (
+                r#"{"argv":["true"],"network":{"allow":["a.org"]},"env":{"https_proxy":"x"}}"#,
+                "set by the runner",
+            ),
             (r#"{"argv":["true"],"session":"s1"}"#, "not a session id"),
             (
                 r#"{"argv":["true"],"session":"ses-0123456789abcdef0123456789abcdef","skills":[{"id":"x","revision":1,"version":"1","hash":"b5bcc438dc1139bc1aadc8ad73d72b6717577bf8b39c13207e5f9f583582227b"}]}"#,

@@ -21,8 +21,11 @@
 //! and every other host-global knob), `/dev` (read-only but for a sized
 //! `/dev/shm`), the private `/tmp`, then `/skills` (read-only),
 //! `/workspace` (a host folder, or a fresh tmpfs of `disk_bytes`) and
-//! `/skill-extensions` (writable), and last `--remount-ro /` so the sandbox
-//! cannot create files at its root.
+//! `/skill-extensions` (writable), with a network allowlist the execution's
+//! network folder at `/run/skill-runner` (the runner's proxy socket, see
+//! [`crate::net`]), and last `--remount-ro /` so the sandbox cannot create
+//! files at its root. The network namespace is always new (`--unshare-all`):
+//! with an allowlist it still has only loopback.
 //!
 //! bwrap does not execute the command itself: it executes the runner's own
 //! binary as the exec shim ([`SHIM_PATH`], through [`FD_SHIM`]), which
@@ -49,6 +52,8 @@ pub const FD_SKILLS: i32 = 10;
 pub const FD_EXTENSIONS: i32 = 11;
 /// Child fd of a host workspace (`/workspace`).
 pub const FD_WORKSPACE: i32 = 12;
+/// Child fd of the execution's network folder (`/run/skill-runner`).
+pub const FD_NET: i32 = 13;
 /// Child fd of the exec shim's report pipe (see [`crate::shim`]).
 pub const FD_EXEC_REPORT: i32 = 7;
 /// Child fd of the runner's own binary, which bwrap executes as the shim.
@@ -118,6 +123,10 @@ pub struct Plan<'a> {
     pub argv: &'a [String],
     pub tmp_bytes: u64,
     pub features: BwrapFeatures,
+    /// A network allowlist: the proxy's folder is bound on [`FD_NET`] and
+    /// the shim starts the forwarder ([`crate::shim::SHIM_NET_ARG`]). The
+    /// proxy variables are in `env`.
+    pub proxy: bool,
 }
 
 /// The environment in the sandbox (docs/formats.md): the fixed baseline,
@@ -201,6 +210,13 @@ pub fn bwrap_args(plan: &Plan<'_>) -> Vec<OsString> {
             a.pair("--symlink", &inside, EXTENSIONS_DIR);
         }
     }
+    if plan.proxy {
+        a.pair(
+            "--bind-fd",
+            FD_NET.to_string(),
+            crate::net::SANDBOX_SOCKET_DIR,
+        );
+    }
     a.opt("--remount-ro", "/");
     let cwd = if plan.cwd.is_empty() {
         WORKSPACE_DIR.to_owned()
@@ -217,7 +233,11 @@ pub fn bwrap_args(plan: &Plan<'_>) -> Vec<OsString> {
     // and executes the command (see crate::shim).
     a.flag("--");
     a.flag(SHIM_PATH);
-    a.flag(crate::shim::SHIM_ARG);
+    a.flag(if plan.proxy {
+        crate::shim::SHIM_NET_ARG
+    } else {
+        crate::shim::SHIM_ARG
+    });
     for arg in plan.argv {
         a.flag(arg);
     }
@@ -286,6 +306,16 @@ mod tests {
         workspace: Workspace,
         extensions: Extensions,
     ) -> Vec<String> {
+        plan_args_net(features, cwd, workspace, extensions, false)
+    }
+
+    fn plan_args_net(
+        features: BwrapFeatures,
+        cwd: &str,
+        workspace: Workspace,
+        extensions: Extensions,
+        proxy: bool,
+    ) -> Vec<String> {
         let mounts = vec![
             Mount::RoBind {
                 src: "/usr".into(),
@@ -300,7 +330,10 @@ mod tests {
                 dest: "/etc/ssl/certs".into(),
             },
         ];
-        let env = environment(&[("GREETING".into(), "hi there".into())]);
+        let mut env = environment(&[("GREETING".into(), "hi there".into())]);
+        if proxy {
+            env.extend(crate::net::proxy_environment(crate::net::PROXY_URL));
+        }
         let argv = vec![
             "sh".to_string(),
             "/skills/hello/s.sh".into(),
@@ -315,6 +348,7 @@ mod tests {
             argv: &argv,
             tmp_bytes: 1024,
             features,
+            proxy,
         })
         .into_iter()
         .map(|s| s.into_string().unwrap())
@@ -422,6 +456,153 @@ mod tests {
             "world",
         ];
         assert_eq!(got, want);
+    }
+
+    /// The same plan with a network allowlist (issue 13): the proxy's
+    /// folder bound, the proxy variables set, the shim told to start the
+    /// forwarder; nothing else changes, and the network namespace is still
+    /// new (`--unshare-all`, never `--share-net`).
+    #[test]
+    fn whole_argv_with_an_allowlist() {
+        let got = plan_args_net(
+            BwrapFeatures {
+                disable_userns: true,
+            },
+            "",
+            Workspace::Fresh { bytes: 4096 },
+            Extensions::InFreshWorkspace,
+            true,
+        );
+        let want: Vec<&str> = vec![
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--cap-drop",
+            "ALL",
+            "--uid",
+            "1000",
+            "--gid",
+            "1000",
+            "--hostname",
+            "sandbox",
+            "--clearenv",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--symlink",
+            "usr/bin",
+            "/bin",
+            "--ro-bind-try",
+            "/etc/ssl/certs",
+            "/etc/ssl/certs",
+            "--ro-bind-data",
+            "5",
+            "/etc/passwd",
+            "--ro-bind-data",
+            "6",
+            "/etc/group",
+            "--proc",
+            "/proc",
+            "--remount-ro",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--remount-ro",
+            "/dev",
+            "--size",
+            "1024",
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/dev/shm",
+            "--size",
+            "1024",
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/tmp",
+            "--ro-bind-fd",
+            "10",
+            "/skills",
+            "--size",
+            "4096",
+            "--perms",
+            "0755",
+            "--tmpfs",
+            "/workspace",
+            "--dir",
+            "/workspace/.sciencediscovery/skill-extensions",
+            "--symlink",
+            "/workspace/.sciencediscovery/skill-extensions",
+            "/skill-extensions",
+            "--bind-fd",
+            "13",
+            "/run/skill-runner",
+            "--remount-ro",
+            "/",
+            "--chdir",
+            "/workspace",
+            "--setenv",
+            "HOME",
+            "/tmp",
+            "--setenv",
+            "PATH",
+            "/usr/bin:/bin",
+            "--setenv",
+            "LANG",
+            "C.UTF-8",
+            "--setenv",
+            "SCIENCEDISCOVERY_SKILLS_DIR",
+            "/skills",
+            "--setenv",
+            "SCIENCEDISCOVERY_SKILL_EXTENSIONS_DIR",
+            "/skill-extensions",
+            "--setenv",
+            "GREETING",
+            "hi there",
+            "--setenv",
+            "HTTP_PROXY",
+            "http://127.0.0.1:3128",
+            "--setenv",
+            "HTTPS_PROXY",
+            "http://127.0.0.1:3128",
+            "--setenv",
+            "http_proxy",
+            "http://127.0.0.1:3128",
+            "--setenv",
+            "https_proxy",
+            "http://127.0.0.1:3128",
+            "--add-seccomp-fd",
+            "3",
+            "--add-seccomp-fd",
+            "4",
+            "--",
+            "/proc/self/fd/8",
+            "--skill-runner-exec-shim-net",
+            "sh",
+            "/skills/hello/s.sh",
+            "world",
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn without_an_allowlist_nothing_of_the_network_appears() {
+        let got = plan_args(BwrapFeatures::default(), "");
+        for absent in [
+            "/run/skill-runner",
+            "13",
+            "--skill-runner-exec-shim-net",
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "--share-net",
+        ] {
+            assert!(!got.iter().any(|a| a == absent), "{absent}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@
 //! | [`fsx`] | file-system primitives (no-follow opens, copies, locks) |
 //! | [`catalog`] | the skills offered by name: built-in, user, project |
 //! | [`session`] | the skill host: frozen sessions and their tool routes |
+//! | [`net`] | a job's network allowlist: policy, the proxy, the sandbox's forwarder |
 
 pub mod alias;
 pub mod bundle;
@@ -30,6 +31,7 @@ pub mod identity;
 pub mod job;
 pub mod launch;
 pub mod macos;
+pub mod net;
 pub mod package;
 pub mod profile;
 pub mod result;

@@ -52,6 +52,9 @@ pub struct Folders {
     pub workspace: PathBuf,
     pub extensions: PathBuf,
     pub tmp: PathBuf,
+    /// The loopback port of the execution's proxy, for a job with a
+    /// network allowlist (see [`crate::net`]).
+    pub proxy_port: Option<u16>,
 }
 
 /// Renders the profile and the full `sandbox-exec` argv for a job whose
@@ -66,7 +69,10 @@ pub fn plan(job: &Job, f: &Folders) -> Result<(seatbelt::Rendered, Vec<String>),
     let policy = seatbelt::SystemPolicy {
         read_only_subpaths: job.profile.macos.read_only_subpaths.clone(),
         read_only_literals: job.profile.macos.read_only_literals.clone(),
-        network: seatbelt::Network::None,
+        network: match (job.network.allowlist(), f.proxy_port) {
+            (Some(_), Some(port)) => seatbelt::Network::Proxy { port },
+            _ => seatbelt::Network::None,
+        },
     };
     let rendered = seatbelt::render(&policy, &roots)?;
     let argv = alias::rewrite_argv(
@@ -94,6 +100,11 @@ pub fn environment(job: &Job, f: &Folders) -> Result<Vec<(String, String)>, Maco
         (alias::EXTENSIONS_VAR.to_owned(), canonical(&f.extensions)?),
     ];
     env.extend(job.env.iter().cloned());
+    if let (Some(_), Some(port)) = (job.network.allowlist(), f.proxy_port) {
+        env.extend(crate::net::proxy_environment(&format!(
+            "http://127.0.0.1:{port}"
+        )));
+    }
     Ok(env)
 }
 
@@ -118,6 +129,22 @@ pub fn explain(
             .unwrap_or_else(|| workspace.join(".sciencediscovery/skill-extensions")),
         workspace,
         tmp: exec.join("tmp"),
+        // Chosen at launch; shown as such below.
+        proxy_port: job.network.allowlist().map(|_| 1),
     };
-    plan(job, &folders)
+    let (mut rendered, argv) = plan(job, &folders)?;
+    let shown = "localhost:<port chosen at launch>";
+    for (name, value) in &mut rendered.params {
+        if name == seatbelt::PARAM_PROXY_ADDRESS {
+            *value = shown.to_owned();
+        }
+    }
+    let argv = argv
+        .into_iter()
+        .map(|a| match a.split_once('=') {
+            Some((name, _)) if name == seatbelt::PARAM_PROXY_ADDRESS => format!("{name}={shown}"),
+            _ => a,
+        })
+        .collect();
+    Ok((rendered, argv))
 }

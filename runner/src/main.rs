@@ -271,6 +271,7 @@ fn config(cli_data_dir: Option<PathBuf>, keep: bool) -> Config {
         package_limits: PackageLimits::default(),
         keep,
         reuse_cgroups: false,
+        network: Default::default(),
     }
 }
 
@@ -560,6 +561,12 @@ fn explain(
                         "8": "the skill-runner binary (\"shim\"), which bwrap executes as /proc/self/fd/8",
                         "9": "the command's stderr (bwrap's own stays on 2)",
                     },
+                    "network": job.network.allowlist().map(|a| serde_json::json!({
+                        "allow": a.entries.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
+                        "private": a.private,
+                        "proxy": skill_runner::net::PROXY_URL,
+                        "socket": skill_runner::net::SANDBOX_SOCKET,
+                    })),
                 });
                 println!("{}", serde_json::to_string_pretty(&doc)?);
             } else {
@@ -568,6 +575,18 @@ fn explain(
                 );
                 for (fd, path) in &folders {
                     println!("# fd {fd}: the folder {path}, opened by the runner at launch");
+                }
+                match job.network.allowlist() {
+                    None => println!("# network: none (an empty network namespace)"),
+                    Some(a) => {
+                        println!("# network: {}", skill_runner::net::describe(a));
+                        println!(
+                            "# network: the proxy variables point at {}, where the shim's forwarder relays to the runner's proxy over {} (fd {})",
+                            skill_runner::net::PROXY_URL,
+                            skill_runner::net::SANDBOX_SOCKET,
+                            skill_runner::launch::FD_NET
+                        );
+                    }
                 }
                 println!("{}", skill_runner::launch::shell_quote(&program, &args));
             }
@@ -600,7 +619,7 @@ fn explain(
 /// Writes the contents of fds 3-6 of the explained command into `dir`.
 #[cfg(target_os = "linux")]
 fn write_sandbox_fds(job: &skill_runner::job::Job, dir: &Path) -> anyhow::Result<()> {
-    let filters = skill_runner::seccomp::compile(&job.profile, job.network)?;
+    let filters = skill_runner::seccomp::compile(&job.profile, job.network.mode())?;
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
     let files: [(&str, &[u8]); 4] = [

@@ -25,6 +25,11 @@ pub const BUILTIN: &[(&str, &str)] = &[("default", include_str!("../../profiles/
 pub enum Network {
     /// Empty network namespace; sockets other than AF_UNIX refused.
     None,
+    /// A network namespace with loopback only, TCP sockets allowed (to
+    /// reach the proxy's forwarder there): what a job's allowlist gives
+    /// (see [`crate::net`]). Never a profile's own setting.
+    #[serde(skip)]
+    Proxy,
 }
 
 /// Default limits of a profile; a job overrides each one.
@@ -135,6 +140,7 @@ pub const RESERVED_DESTS: &[&str] = &[
     "/dev",
     "/etc/passwd",
     "/etc/group",
+    "/run/skill-runner",
 ];
 
 impl Profile {

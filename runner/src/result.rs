@@ -100,6 +100,9 @@ pub struct ExecResult {
     pub skills: Option<SkillsInfo>,
     pub limits: Option<AppliedLimits>,
     pub usage: Option<Usage>,
+    /// What the command asked of the network, with an allowlist only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::net::NetworkInfo>,
     pub error: Option<ErrorInfo>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
@@ -134,6 +137,7 @@ impl ExecResult {
             skills: None,
             limits: None,
             usage: None,
+            network: None,
             error: Some(error),
             warnings: Vec::new(),
             identity: None,

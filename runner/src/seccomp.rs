@@ -6,7 +6,11 @@
 //!
 //! 1. **rules**: a foreign architecture kills the process; each syscall of
 //!    the profile's deny list returns `EPERM`; `socket(2)` for any family
-//!    but `AF_UNIX` returns `EPERM` while the network is off; `ioctl`
+//!    but `AF_UNIX` returns `EPERM` while the network is off, and with a
+//!    job's allowlist ([`Network::Proxy`]) for any family but `AF_UNIX`
+//!    and stream sockets of `AF_INET`/`AF_INET6` (the sandbox's network
+//!    namespace has only loopback, where the proxy's forwarder listens;
+//!    netlink, packet, raw and datagram sockets stay refused); `ioctl`
 //!    `TIOCSTI`/`TIOCLINUX` returns `EPERM`; `clone(2)` with a namespace flag
 //!    returns `EPERM`. The syscall number is found by binary search, so any
 //!    syscall is decided in about ten instructions. That matters at load
@@ -76,6 +80,12 @@ enum When {
         arg: u8,
         mask: u32,
     },
+    /// `socket(family, type, …)` with a family outside `any_type`, or one
+    /// of `stream` with a type other than `SOCK_STREAM` (flags aside).
+    Socket {
+        any_type: Vec<u32>,
+        stream: Vec<u32>,
+    },
 }
 
 /// The compiled filters, in the order they are installed.
@@ -143,9 +153,16 @@ fn root_mapped_denials() -> Vec<i64> {
         libc::SYS_fremovexattr,
         SYS_SETXATTRAT,
         SYS_REMOVEXATTRAT,
+        // Times too: the host's device nodes are binds of its own.
+        libc::SYS_utimensat,
     ];
     #[cfg(target_arch = "x86_64")]
-    calls.push(libc::SYS_chmod);
+    calls.extend([
+        libc::SYS_chmod,
+        libc::SYS_utime,
+        libc::SYS_utimes,
+        libc::SYS_futimesat,
+    ]);
     calls
 }
 
@@ -206,6 +223,15 @@ fn rules_of(profile: &Profile, network: Network) -> Result<BTreeMap<u32, When>, 
                 },
             );
         }
+        Network::Proxy => {
+            rules.insert(
+                nr("socket")?,
+                When::Socket {
+                    any_type: vec![libc::AF_UNIX as u32],
+                    stream: vec![libc::AF_INET as u32, libc::AF_INET6 as u32],
+                },
+            );
+        }
     }
     // The kernel reads the request as 32 bits; compare only those, so high
     // garbage bits cannot dodge the rule.
@@ -234,6 +260,16 @@ fn rules_of(profile: &Profile, network: Network) -> Result<BTreeMap<u32, When>, 
             },
         );
     }
+    // FALLOC_FL_KEEP_SIZE allocates blocks past the file's size, where
+    // RLIMIT_FSIZE does not look: a single call could fill the host disk
+    // before the disk watcher's next measurement.
+    rules.insert(
+        libc::SYS_fallocate as u32,
+        When::ArgAnyBit {
+            arg: 1,
+            mask: libc::FALLOC_FL_KEEP_SIZE as u32,
+        },
+    );
     // An unconditional denial of the same call wins over a rule above.
     for name in &profile.seccomp.deny {
         rules.insert(nr(name)?, When::Always);
@@ -341,6 +377,28 @@ fn rules_program(audit_arch: u32, rules: &BTreeMap<u32, When>) -> Result<Vec<Ins
                 a.stmt(BPF_LD_W_ABS, arg_low(arg));
                 a.jump(BPF_JMP_JSET_K, mask, To::Label(deny), To::Label(allow));
             }
+            When::Socket { any_type, stream } => {
+                let check_type = a.label();
+                a.stmt(BPF_LD_W_ABS, arg_low(0));
+                for f in any_type {
+                    a.jump(BPF_JMP_JEQ_K, f, To::Label(allow), To::Next);
+                }
+                for f in stream {
+                    a.jump(BPF_JMP_JEQ_K, f, To::Label(check_type), To::Next);
+                }
+                a.jump(BPF_JMP_JA, 0, To::Label(deny), To::Next);
+                a.place(check_type);
+                // The type word carries SOCK_NONBLOCK and SOCK_CLOEXEC
+                // above the type itself.
+                a.stmt(BPF_LD_W_ABS, arg_low(1));
+                a.stmt(BPF_ALU_AND_K, SOCK_TYPE_MASK);
+                a.jump(
+                    BPF_JMP_JEQ_K,
+                    libc::SOCK_STREAM as u32,
+                    To::Label(allow),
+                    To::Label(deny),
+                );
+            }
         }
     }
     a.place(allow);
@@ -395,6 +453,9 @@ const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
 const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
 const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
 const BPF_RET_K: u16 = 0x06;
+const BPF_ALU_AND_K: u16 = 0x04 | 0x50;
+/// The bits of `socket(2)`'s type that are the type (linux/net.h).
+const SOCK_TYPE_MASK: u32 = 0xf;
 const SECCOMP_DATA_NR: u32 = 0;
 const SECCOMP_DATA_ARCH: u32 = 4;
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -675,6 +736,18 @@ mod tests {
             assert_eq!(decide(&root, X86_64, nr, z), EPERM, "{nr}");
         }
         assert_eq!(decide(&root, X86_64, libc::SYS_openat, z), allow);
+        assert_eq!(decide(&root, X86_64, libc::SYS_utimensat, z), EPERM);
+        assert_eq!(decide(&f, X86_64, libc::SYS_utimensat, z), allow);
+        // fallocate: plain allocation allowed (RLIMIT_FSIZE bounds it),
+        // FALLOC_FL_KEEP_SIZE (and hole punching, which needs it) refused.
+        let falloc =
+            |mode: u64| decide(&f, X86_64, libc::SYS_fallocate, [3, mode, 0, 1 << 30, 0, 0]);
+        assert_eq!(falloc(0), allow);
+        assert_eq!(falloc(libc::FALLOC_FL_KEEP_SIZE as u64), EPERM);
+        assert_eq!(
+            falloc((libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE) as u64),
+            EPERM
+        );
         // x32 alias of an allowed call: refused.
         assert_eq!(decide(&f, X86_64, 0x4000_0000 | libc::SYS_getpid, z), EPERM);
         // i386: killed.
@@ -684,19 +757,79 @@ mod tests {
         );
     }
 
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn with_an_allowlist_only_stream_sockets_of_ip_are_added() {
+        let p = Profile::load("default", std::path::Path::new("/")).unwrap();
+        let f = compile(&p, Network::Proxy).unwrap();
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let sock =
+            |fam: i32, ty: u64| decide(&f, X86_64, libc::SYS_socket, [fam as u64, ty, 0, 0, 0, 0]);
+        let stream = libc::SOCK_STREAM as u64;
+        let flags = (libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK) as u64;
+        for fam in [libc::AF_INET, libc::AF_INET6] {
+            assert_eq!(sock(fam, stream), allow, "{fam}");
+            assert_eq!(sock(fam, stream | flags), allow, "{fam}");
+            // High garbage bits: the kernel reads an int.
+            assert_eq!(sock(fam, (1 << 32) | stream), allow, "{fam}");
+            for ty in [libc::SOCK_DGRAM, libc::SOCK_RAW, libc::SOCK_SEQPACKET, 10] {
+                assert_eq!(sock(fam, ty as u64), EPERM, "{fam} {ty}");
+                assert_eq!(sock(fam, ty as u64 | flags), EPERM, "{fam} {ty}");
+            }
+        }
+        assert_eq!(sock(libc::AF_UNIX, libc::SOCK_DGRAM as u64), allow);
+        for fam in [
+            libc::AF_NETLINK,
+            libc::AF_PACKET,
+            libc::AF_BLUETOOTH,
+            libc::AF_VSOCK,
+        ] {
+            assert_eq!(sock(fam, stream), EPERM, "{fam}");
+            assert_eq!(sock(fam, libc::SOCK_RAW as u64), EPERM, "{fam}");
+        }
+        // Everything else is as without a network.
+        let none = filters();
+        for nr in 0..1024 {
+            if nr != libc::SYS_socket {
+                assert_eq!(
+                    decide(&f, X86_64, nr, [0; 6]),
+                    decide(&none, X86_64, nr, [0; 6]),
+                    "{nr}"
+                );
+            }
+        }
+    }
+
     /// The same rules built with `seccompiler` (a linear program): the
     /// reference the compact program must agree with.
-    fn reference_rules(profile: &Profile, root_mapped: bool) -> Vec<u8> {
+    fn reference_rules(profile: &Profile, network: Network, root_mapped: bool) -> Vec<u8> {
         use seccompiler::{
             BpfProgram, SeccompAction, SeccompCmpArgLen as ArgLen, SeccompCmpOp as CmpOp,
             SeccompCondition as Cond, SeccompFilter, SeccompRule, TargetArch,
         };
         let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-        let not_unix = Cond::new(0, ArgLen::Dword, CmpOp::Ne, libc::AF_UNIX as u64).unwrap();
-        rules.insert(
-            libc::SYS_socket,
-            vec![SeccompRule::new(vec![not_unix]).unwrap()],
-        );
+        let fam = |op, f: i32| Cond::new(0, ArgLen::Dword, op, f as u64).unwrap();
+        let socket = match network {
+            Network::None => vec![SeccompRule::new(vec![fam(CmpOp::Ne, libc::AF_UNIX)]).unwrap()],
+            Network::Proxy => {
+                // Refused: a family of none of the three; or an IP family
+                // with any type but SOCK_STREAM.
+                let mut rules = vec![SeccompRule::new(vec![
+                    fam(CmpOp::Ne, libc::AF_UNIX),
+                    fam(CmpOp::Ne, libc::AF_INET),
+                    fam(CmpOp::Ne, libc::AF_INET6),
+                ])
+                .unwrap()];
+                for f in [libc::AF_INET, libc::AF_INET6] {
+                    for ty in (0..16u64).filter(|t| *t != libc::SOCK_STREAM as u64) {
+                        let t = Cond::new(1, ArgLen::Dword, CmpOp::MaskedEq(0xf), ty).unwrap();
+                        rules.push(SeccompRule::new(vec![fam(CmpOp::Eq, f), t]).unwrap());
+                    }
+                }
+                rules
+            }
+        };
+        rules.insert(libc::SYS_socket, socket);
         let ioctl = [libc::TIOCSTI, libc::TIOCLINUX]
             .into_iter()
             .map(|req| {
@@ -724,6 +857,12 @@ mod tests {
                 .collect();
             rules.insert(nr, setid);
         }
+        let keep = libc::FALLOC_FL_KEEP_SIZE as u64;
+        let c = Cond::new(1, ArgLen::Dword, CmpOp::MaskedEq(keep), keep).unwrap();
+        rules.insert(
+            libc::SYS_fallocate,
+            vec![SeccompRule::new(vec![c]).unwrap()],
+        );
         for name in &profile.seccomp.deny {
             rules.insert(syscall_number(name).unwrap(), Vec::new());
         }
@@ -776,6 +915,14 @@ mod tests {
             0o6777,
             (1 << 32) | 0o755,
             (1 << 32) | 0o4755,
+            3,
+            5,
+            17,
+            0x801,
+            0x80001,
+            0x80002,
+            0x80803,
+            (1 << 32) | libc::AF_INET6 as u64,
         ];
         for f in CLONE_NS_FLAGS {
             v.extend([f, f | libc::SIGCHLD as u64, f << 32, !f]);
@@ -798,6 +945,7 @@ mod tests {
         ];
         let mut conditional = vec![libc::SYS_socket, libc::SYS_ioctl, libc::SYS_clone];
         conditional.extend(mode_calls().into_iter().map(|(nr, _)| nr));
+        conditional.push(libc::SYS_fallocate);
         let conditional: Vec<u32> = conditional.into_iter().map(|n| n as u32).collect();
         let arches = [
             X86_64,
@@ -842,13 +990,19 @@ mod tests {
     #[test]
     fn the_compact_program_decides_like_seccompiler_everywhere() {
         let p = Profile::load("default", std::path::Path::new("/")).unwrap();
-        for root_mapped in [false, true] {
-            let ours = compile_for(&p, Network::None, root_mapped).unwrap().rules;
-            let reference = reference_rules(&p, root_mapped);
+        // The socket rule of an allowlist does not meet the root-mapped
+        // refusals (other calls): one pass for it is enough.
+        for (network, root_mapped) in [
+            (Network::None, false),
+            (Network::None, true),
+            (Network::Proxy, false),
+        ] {
+            let ours = compile_for(&p, network, root_mapped).unwrap().rules;
+            let reference = reference_rules(&p, network, root_mapped);
             agree_everywhere(&ours, &reference);
         }
         let ours = compile(&p, Network::None).unwrap().rules;
-        let reference = reference_rules(&p, false);
+        let reference = reference_rules(&p, Network::None, false);
         // What the kernel pays at load: the program is small and no
         // syscall takes more than a dozen instructions to decide.
         let len = ours.len() / 8;

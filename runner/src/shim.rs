@@ -41,6 +41,11 @@ pub use crate::launch::{FD_EXEC_REPORT, FD_SHIM, FD_STDERR, SHIM_PATH};
 
 /// The first argument that makes the runner's binary act as the shim.
 pub const SHIM_ARG: &str = "--skill-runner-exec-shim";
+/// Like [`SHIM_ARG`], and the shim first starts the network forwarder of a
+/// job with an allowlist ([`crate::net::forward`]). A forwarder that
+/// cannot start is a sandbox that was not finished: the shim then exits
+/// 125 before its report, with the reason on bubblewrap's stderr.
+pub const SHIM_NET_ARG: &str = "--skill-runner-exec-shim-net";
 /// The byte the shim writes once it runs.
 pub const STARTED: u8 = b'S';
 
@@ -101,8 +106,20 @@ pub fn executable() -> std::io::Result<std::os::fd::OwnedFd> {
 /// becomes the command and never returns. Call it first in `main`.
 pub fn run_if_shim() {
     let mut args = std::env::args_os();
-    if args.nth(1).as_deref() != Some(OsStr::new(SHIM_ARG)) {
+    let first = args.nth(1);
+    let network = first.as_deref() == Some(OsStr::new(SHIM_NET_ARG));
+    if first.as_deref() != Some(OsStr::new(SHIM_ARG)) && !network {
         return;
+    }
+    #[cfg(target_os = "linux")]
+    if network {
+        if let Err(e) = crate::net::forward::start() {
+            eprintln!(
+                "skill-runner: cannot start the network forwarder on {} in the sandbox: {e}",
+                crate::net::FORWARDER_ADDR
+            );
+            std::process::exit(crate::result::EXIT_RUNNER);
+        }
     }
     let argv: Vec<CString> = args
         .filter_map(|a| CString::new(a.into_vec()).ok())

@@ -682,3 +682,84 @@ pub fn shim_exec(report: RawFd, stderr: RawFd, started: u8, argv: &[CString]) ->
     write_all(&errno.to_le_bytes());
     errno
 }
+
+/// Forks a detached process for the exec shim's network forwarder
+/// ([`crate::net::forward`]): the shim forks a child, which forks the
+/// forwarder and exits at once, and the shim reaps it; the forwarder is
+/// then nobody's child in the sandbox but pid 1's, so the command never
+/// sees it in `wait`. In the forwarder, stdin, stdout and stderr become
+/// `/dev/null` and every other descriptor but `keep` is closed (the
+/// shim's report pipe among them, whose end must come with the command's
+/// `execve`). Returns `true` in the forwarder, `false` in the shim.
+///
+/// Only for a single-threaded process (the shim, before it executes the
+/// command).
+#[cfg(target_os = "linux")]
+pub fn fork_detached(keep: RawFd) -> io::Result<bool> {
+    let check = |r: libc::c_int| {
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r)
+        }
+    };
+    // SAFETY: the shim is single-threaded (it runs before anything starts
+    // a thread), so the child's memory is consistent and it may run
+    // ordinary code, allocation included.
+    let child = check(unsafe { libc::fork() })?;
+    if child > 0 {
+        let mut status = 0;
+        // SAFETY: waits for the child just forked, writing into a local.
+        while unsafe { libc::waitpid(child, &mut status, 0) } < 0 {
+            if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        return if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+            Ok(false)
+        } else {
+            Err(io::Error::other("the forwarder could not be started"))
+        };
+    }
+    // SAFETY: as above; this child is single-threaded too.
+    match unsafe { libc::fork() } {
+        // SAFETY: _exit ends the intermediate child without running
+        // anything of the parent's (no atexit handlers, no buffers).
+        -1 => unsafe { libc::_exit(1) },
+        0 => {}
+        // SAFETY: as above.
+        _ => unsafe { libc::_exit(0) },
+    }
+    // SAFETY: open with a NUL-terminated literal path.
+    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+    if null >= 0 {
+        for fd in 0..3 {
+            // SAFETY: dup2 onto stdio numbers of this process alone.
+            unsafe { libc::dup2(null, fd) };
+        }
+    }
+    let close_range = |from: RawFd, to: RawFd| {
+        if from > to {
+            return;
+        }
+        // SAFETY: close_range takes plain integers; it closes descriptors
+        // of this process alone.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_close_range,
+                from as libc::c_uint,
+                to as libc::c_uint,
+                0 as libc::c_uint,
+            )
+        };
+        if r != 0 {
+            for fd in from..=to.min(65535) {
+                // SAFETY: closing a number we may not hold fails with EBADF.
+                unsafe { libc::close(fd) };
+            }
+        }
+    };
+    close_range(3, keep - 1);
+    close_range(keep + 1, RawFd::MAX);
+    Ok(true)
+}

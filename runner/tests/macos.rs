@@ -18,6 +18,7 @@ fn folders() -> Folders {
         workspace: PathBuf::from(EXEC).join("workspace"),
         extensions: PathBuf::from(EXEC).join("workspace/.sciencediscovery/skill-extensions"),
         tmp: PathBuf::from(EXEC).join("tmp"),
+        proxy_port: None,
     }
 }
 
@@ -119,6 +120,7 @@ fn tmp_and_var_are_canonicalized() {
         workspace: "/var/tmp/ws".into(),
         extensions: "/var/tmp/ws/ext".into(),
         tmp: "/tmp/sr/tmp".into(),
+        proxy_port: None,
     };
     let (rendered, _) = macos::plan(&job("default"), &f).unwrap();
     let p = |k: &str| {
@@ -146,4 +148,46 @@ fn escaping_aliases_are_refused() {
         let e = macos::plan(&job, &folders()).unwrap_err();
         assert!(e.to_string().contains("leaves"), "{e}");
     }
+}
+
+/// A job with a network allowlist (issue 13): the profile lets the command
+/// reach the proxy's loopback port alone, and the proxy variables name it.
+#[test]
+fn golden_an_allowlist_opens_the_proxy_port_and_nothing_else() {
+    let json = r#"{"argv":["curl","https://pypi.org/"],"network":{"allow":["pypi.org"]}}"#;
+    let job = Job::from_json(json.as_bytes(), Some(Path::new("/"))).unwrap();
+    let f = Folders {
+        proxy_port: Some(41234),
+        ..folders()
+    };
+    let (rendered, argv) = macos::plan(&job, &f).unwrap();
+    golden("builtin-default-proxy.sbpl", &rendered.profile);
+    let address = rendered
+        .params
+        .iter()
+        .find(|(n, _)| n == "PROXY_ADDRESS")
+        .map(|(_, v)| v.as_str());
+    assert_eq!(address, Some("localhost:41234"));
+    assert!(argv.contains(&"PROXY_ADDRESS=localhost:41234".to_owned()));
+    let code: Vec<&str> = rendered
+        .profile
+        .lines()
+        .map(|l| l.split(';').next().unwrap_or(""))
+        .filter(|l| l.contains("network"))
+        .collect();
+    assert_eq!(code, ["(allow network-outbound"], "{}", rendered.profile);
+    assert!(rendered
+        .profile
+        .contains("(allow network-outbound\n  (remote tcp (param \"PROXY_ADDRESS\")))"));
+    assert!(!rendered.profile.contains("system-socket"));
+    let env = macos::environment(&job, &f).unwrap();
+    for var in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+        assert!(
+            env.contains(&(var.to_owned(), "http://127.0.0.1:41234".to_owned())),
+            "{var}"
+        );
+    }
+    // Without an allowlist, no port opens even when one is given.
+    let (offline, _) = macos::plan(&self::job("default"), &f).unwrap();
+    assert!(!offline.profile.contains("PROXY_ADDRESS"));
 }

@@ -62,5 +62,5 @@ pub use argv::{sandbox_exec_argv, SANDBOX_EXEC};
 pub use path::{canonicalize, CanonicalizeError, MAX_SYMLINK_FOLLOWS};
 pub use render::{
     render, Network, RenderError, Rendered, Roots, SystemPolicy, BASE_POLICY, NETWORK_HOST_POLICY,
-    PARAM_EXTENSIONS_DIR, PARAM_SNAPSHOT_ROOT, PARAM_TMPDIR, PARAM_WORKSPACE,
+    PARAM_EXTENSIONS_DIR, PARAM_PROXY_ADDRESS, PARAM_SNAPSHOT_ROOT, PARAM_TMPDIR, PARAM_WORKSPACE,
 };

@@ -11,6 +11,8 @@
 //! 4. read and write access to the extensions dir, the workspace and the
 //!    private temp folder;
 //! 5. `network_host.sbpl`, only when the profile data asks for the network;
+//!    or, for a job's network allowlist, one rule letting the command open
+//!    TCP connections to the runner's proxy on loopback and nowhere else;
 //! 6. last, the snapshot protection: no write, unlink, rename or hard link
 //!    inside the snapshot root, and no write (so no rename or unlink) of any of
 //!    its ancestors.
@@ -59,6 +61,8 @@ const PARAM_ANCESTOR: &str = "ANCESTOR_";
 const PARAM_RO_SUBPATH: &str = "RO_SUBPATH_";
 /// Prefix of the parameters naming read-only system files, in input order.
 const PARAM_RO_LITERAL: &str = "RO_LITERAL_";
+/// Parameter holding the proxy's address, `localhost:PORT` (network proxy).
+pub const PARAM_PROXY_ADDRESS: &str = "PROXY_ADDRESS";
 
 /// Whether the sandboxed command may use the network.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -69,6 +73,13 @@ pub enum Network {
     /// IP networking as the host has it (`network_host.sbpl`). Not used by the
     /// default profile.
     Host,
+    /// A job's network allowlist: outbound TCP to the runner's proxy on this
+    /// loopback port only (the proxy decides every request; names are
+    /// resolved by the runner, so no DNS either).
+    Proxy {
+        /// The proxy's port on 127.0.0.1.
+        port: u16,
+    },
 }
 
 /// The macOS part of a sandbox profile, from the profile data file's `[macos]`
@@ -107,7 +118,7 @@ pub struct Rendered {
     /// `(name, value)` for every `(param "name")` in the profile, in this
     /// fixed order: `SNAPSHOT_ROOT`, `EXTENSIONS_DIR`, `WORKSPACE`, `TMPDIR`,
     /// `SNAPSHOT_ANCESTOR_0..`, `ANCESTOR_0..`, `RO_SUBPATH_0..`,
-    /// `RO_LITERAL_0..`.
+    /// `RO_LITERAL_0..`, and `PROXY_ADDRESS` with [`Network::Proxy`].
     pub params: Vec<(String, String)>,
 }
 
@@ -205,6 +216,12 @@ pub fn render(policy: &SystemPolicy, roots: &Roots) -> Result<Rendered, RenderEr
     let traversed = params.define_list(PARAM_ANCESTOR, &traversed)?;
     let subpaths = params.define_list(PARAM_RO_SUBPATH, &subpaths)?;
     let literals = params.define_list(PARAM_RO_LITERAL, &literals)?;
+    let proxy = match policy.network {
+        Network::Proxy { port } => {
+            Some(params.define(PARAM_PROXY_ADDRESS, &format!("localhost:{port}"))?)
+        }
+        _ => None,
+    };
 
     let mut profile = String::with_capacity(BASE_POLICY.len() + NETWORK_HOST_POLICY.len() + 4096);
     profile.push_str(BASE_POLICY);
@@ -275,6 +292,19 @@ pub fn render(policy: &SystemPolicy, roots: &Roots) -> Result<Rendered, RenderEr
         profile.push_str("; ---- network = host: network_host.sbpl ----\n");
         profile.push_str(NETWORK_HOST_POLICY);
         profile.push('\n');
+    }
+    if let Some(proxy) = &proxy {
+        push_rule(
+            &mut profile,
+            &[
+                "network = proxy: TCP to the runner's proxy on loopback, nothing else.",
+                "The proxy resolves names and decides every request by the job's",
+                "allowlist; no other socket, no DNS, no Unix socket is reachable.",
+            ],
+            "allow",
+            &["network-outbound"],
+            &filters("remote tcp", std::slice::from_ref(proxy)),
+        );
     }
     push_rule(
         &mut profile,

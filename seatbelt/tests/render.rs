@@ -73,6 +73,49 @@ fn golden_network_host_profile_and_params() {
 }
 
 #[test]
+fn golden_network_proxy_profile_and_params() {
+    let out = rendered(Network::Proxy { port: 41234 });
+    check_profile(&out);
+    assert_golden("network_proxy.sbpl", &out.profile);
+    assert_golden("network_proxy.params", &params_text(&out));
+}
+
+/// A job's allowlist on macOS (issue 13): one rule, outbound TCP to the
+/// proxy's loopback address (a parameter), nothing else of the network;
+/// the rest of the profile is the offline one.
+#[test]
+fn network_proxy_reaches_the_proxy_port_only() {
+    let out = rendered(Network::Proxy { port: 41234 });
+    let exprs = check_profile(&out);
+    let network: Vec<_> = rules(&exprs)
+        .into_iter()
+        .filter(|r| {
+            r.operations
+                .iter()
+                .any(|op| op.starts_with("network") || *op == "system-socket")
+        })
+        .collect();
+    assert_eq!(network.len(), 1);
+    assert_eq!(network[0].action, "allow");
+    assert_eq!(network[0].operations, ["network-outbound"]);
+    assert_eq!(network[0].filters.len(), 1);
+    assert_eq!(network[0].filters[0].head(), Some("remote"));
+    assert_eq!(
+        refs(network[0].filters[0]).into_iter().collect::<Vec<_>>(),
+        ["PROXY_ADDRESS"]
+    );
+    assert_eq!(param(&out, "PROXY_ADDRESS"), Some("localhost:41234"));
+    // The port is a parameter: the text does not depend on it.
+    let other = rendered(Network::Proxy { port: 1 });
+    assert_eq!(other.profile, out.profile);
+    // Everything else is the offline profile's.
+    let offline = rendered(Network::None);
+    assert_eq!(&out.params[..out.params.len() - 1], &offline.params[..]);
+    let block = out.profile.find("; network = proxy").expect("proxy block");
+    assert!(offline.profile.starts_with(&out.profile[..block]));
+}
+
+#[test]
 fn offline_profile_has_no_network_rule_at_all() {
     let out = rendered(Network::None);
     let exprs = check_profile(&out);

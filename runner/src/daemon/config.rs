@@ -99,6 +99,21 @@ pub struct ServeArgs {
     /// Log format [default: human].
     #[arg(long, env = "SKILL_RUNNER_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
+    /// Whether jobs with a network allowlist may reach loopback, private,
+    /// link-local and other non-public addresses ("private": true, or an
+    /// entry naming such an address) [default: true].
+    #[arg(long, env = "SKILL_RUNNER_NETWORK_PRIVATE", value_name = "BOOL")]
+    pub network_private: Option<bool>,
+    /// An allow entry every request of every job must also match (a cap on
+    /// jobs' allowlists); repeat it, or separate entries with ',' in the
+    /// variable [default: no cap].
+    #[arg(
+        long = "network-allow",
+        env = "SKILL_RUNNER_NETWORK_ALLOW",
+        value_name = "ENTRY",
+        value_delimiter = ','
+    )]
+    pub network_allow: Vec<String>,
 }
 
 /// How log lines are written (to stderr).
@@ -155,6 +170,8 @@ pub struct Config {
     pub grace: Duration,
     pub retention: Retention,
     pub log_format: LogFormat,
+    /// What jobs' network allowlists may reach (docs/daemon.md).
+    pub network: crate::net::RunnerNetwork,
     /// Findings worth a warning in the log once logging is up.
     pub warnings: Vec<String>,
 }
@@ -183,6 +200,8 @@ struct FileConfig {
     retain_bytes: Option<SizeText>,
     retain_for: Option<String>,
     log_format: Option<LogFormat>,
+    network_private: Option<bool>,
+    network_allow: Option<Vec<String>>,
 }
 
 /// A size in a config file: a number of bytes or a text like `"64MiB"`.
@@ -418,6 +437,30 @@ impl Config {
             });
         }
 
+        let network_allow = if !args.network_allow.is_empty() {
+            Some(args.network_allow)
+        } else {
+            file.network_allow
+        };
+        let network = crate::net::RunnerNetwork {
+            private: args
+                .network_private
+                .or(file.network_private)
+                .unwrap_or(true),
+            allow: network_allow
+                .map(|entries| {
+                    entries
+                        .iter()
+                        .filter(|e| !e.is_empty())
+                        .map(|e| {
+                            crate::net::policy::Entry::parse(e)
+                                .map_err(|err| invalid("network_allow", format!("{e:?} {err}")))
+                        })
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .transpose()?,
+        };
+
         let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
         let count =
             |name: &'static str, v: Option<usize>, default: usize, min: usize, max: usize| {
@@ -540,6 +583,7 @@ impl Config {
                 )?,
             },
             log_format: args.log_format.or(file.log_format).unwrap_or_default(),
+            network,
             data_dir,
             warnings,
         })
@@ -638,6 +682,32 @@ mod tests {
         assert_eq!(c.job_body_limit, 8192);
         assert_eq!(c.grace, Duration::from_secs(2));
         assert_eq!(c.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn network_settings_cap_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Config::build(args(), Some(dir.path().to_owned()), None).unwrap();
+        assert_eq!(c.network, crate::net::RunnerNetwork::default());
+        let file = dir.path().join("serve.toml");
+        std::fs::write(
+            &file,
+            "network_private = false\nnetwork_allow = [\"pypi.org\", \"*.pythonhosted.org\"]\n",
+        )
+        .unwrap();
+        let mut a = args();
+        a.config = Some(file.clone());
+        let c = Config::build(a, Some(dir.path().to_owned()), None).unwrap();
+        assert!(!c.network.private);
+        assert_eq!(c.network.allow.as_ref().map(Vec::len), Some(2));
+        let mut a = args();
+        a.config = Some(file);
+        a.network_allow = vec!["a..b".into()];
+        let e = Config::build(a, Some(dir.path().to_owned()), None).unwrap_err();
+        assert!(
+            e.to_string().contains("setting network_allow: \"a..b\""),
+            "{e}"
+        );
     }
 
     #[test]

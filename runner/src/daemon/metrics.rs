@@ -17,6 +17,8 @@
 //! | `skill_runner_packages_published_total` | counter | skills published by `POST /v1/skill-packages` |
 //! | `skill_runner_http_responses_total{code}` | counter | responses by HTTP status code |
 //! | `skill_runner_connections_open` | gauge | client connections open now |
+//! | `skill_runner_network_requests_total{host,allowed}` | counter | requests through the proxy of jobs with a network allowlist, per host; hosts past the first 1,000 count as `host="_other"` |
+//! | `skill_runner_network_requests_dropped_total` | counter | proxy requests not listed in their result (past its bound, or not understood) |
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -36,6 +38,10 @@ const STATUSES: [(Status, &str); 7] = [
     (Status::Rejected, "rejected"),
     (Status::Failed, "failed"),
 ];
+
+/// Distinct hosts counted by name; the rest share [`OTHER_HOST`].
+const MAX_HOSTS: usize = 1000;
+const OTHER_HOST: &str = "_other";
 
 /// Bucket bounds in seconds.
 const BUCKETS: [f64; 14] = [
@@ -100,6 +106,9 @@ pub struct Metrics {
     published: AtomicU64,
     connections: AtomicI64,
     responses: Mutex<BTreeMap<u16, u64>>,
+    /// (host, allowed) → requests.
+    network: Mutex<BTreeMap<(String, bool), u64>>,
+    network_dropped: AtomicU64,
 }
 
 impl Metrics {
@@ -136,6 +145,20 @@ impl Metrics {
 
     pub fn connection_closed(&self) {
         self.connections.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Counts the proxy requests of a finished execution.
+    pub fn network(&self, info: &crate::net::NetworkInfo) {
+        let mut map = self.network.lock().unwrap_or_else(|e| e.into_inner());
+        for r in &info.requests {
+            let known = map.len() < 2 * MAX_HOSTS
+                || map.contains_key(&(r.host.clone(), r.allowed))
+                || map.contains_key(&(r.host.clone(), !r.allowed));
+            let host = if known { r.host.as_str() } else { OTHER_HOST };
+            *map.entry((host.to_owned(), r.allowed)).or_default() += 1;
+        }
+        self.network_dropped
+            .fetch_add(info.dropped, Ordering::Relaxed);
     }
 
     pub fn response(&self, code: u16) {
@@ -252,8 +275,42 @@ impl Metrics {
             "Client connections open now.",
             self.connections.load(Ordering::Relaxed),
         );
+        counter(
+            &mut out,
+            "skill_runner_network_requests_total",
+            "Requests through the network proxy, per host, allowed or refused.",
+        );
+        let network = self
+            .network
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for ((host, allowed), n) in network {
+            let _ = writeln!(
+                out,
+                "skill_runner_network_requests_total{{host=\"{}\",allowed=\"{allowed}\"}} {n}",
+                label(&host)
+            );
+        }
+        counter(
+            &mut out,
+            "skill_runner_network_requests_dropped_total",
+            "Proxy requests not listed in their result.",
+        );
+        let _ = writeln!(
+            out,
+            "skill_runner_network_requests_dropped_total {}",
+            self.network_dropped.load(Ordering::Relaxed)
+        );
         out
     }
+}
+
+/// A label value escaped for the text format.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -268,7 +325,32 @@ mod tests {
         m.execution(Status::Rejected, Duration::ZERO);
         m.staged(1234, Duration::from_millis(2));
         m.response(200);
+        let req = |host: &str, allowed| crate::net::RequestInfo {
+            host: host.into(),
+            port: 443,
+            allowed,
+            reason: None,
+            sent_bytes: 0,
+            received_bytes: 0,
+        };
+        m.network(&crate::net::NetworkInfo {
+            requests: vec![
+                req("pypi.org", true),
+                req("pypi.org", true),
+                req("evil.org", false),
+                req("a\"b", false),
+            ],
+            dropped: 3,
+        });
         let text = m.render(1, 2);
+        assert!(text.contains(
+            "skill_runner_network_requests_total{host=\"pypi.org\",allowed=\"true\"} 2\n"
+        ));
+        assert!(text.contains(
+            "skill_runner_network_requests_total{host=\"evil.org\",allowed=\"false\"} 1\n"
+        ));
+        assert!(text.contains("host=\"a\\\"b\""), "{text}");
+        assert!(text.contains("skill_runner_network_requests_dropped_total 3\n"));
         assert!(text.contains("skill_runner_executions_total{status=\"exited\"} 2\n"));
         assert!(text.contains("skill_runner_executions_total{status=\"rejected\"} 1\n"));
         assert!(text.contains("skill_runner_execution_duration_seconds_bucket{le=\"0.005\"} 1\n"));

@@ -80,6 +80,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         package_limits: PackageLimits::default(),
         keep: false,
         reuse_cgroups: true,
+        network: config.network.clone(),
     })
     .map_err(DaemonError::Runner)?;
     // Leftovers of deleted data dirs: once per daemon start, not per run.

@@ -93,6 +93,8 @@ pub enum ApiError {
     ProfilePath,
     #[error("limits.output_bytes {asked} is over this daemon's maximum of {max} (output is held in memory); ask for less, or raise --max-output-bytes")]
     OutputLimit { asked: u64, max: u64 },
+    #[error("network.private is forbidden by this daemon (network_private = false): its jobs may reach public addresses only; drop \"private\": true")]
+    NetworkPrivate,
     #[error(transparent)]
     Path(#[from] RootsError),
     #[error(transparent)]
@@ -132,9 +134,10 @@ impl ApiError {
         use StatusCode as S;
         match self {
             ApiError::Unauthorized => (S::UNAUTHORIZED, "unauthorized"),
-            ApiError::BadJob(_) | ApiError::ProfilePath | ApiError::OutputLimit { .. } => {
-                (S::BAD_REQUEST, "bad_job")
-            }
+            ApiError::BadJob(_)
+            | ApiError::ProfilePath
+            | ApiError::OutputLimit { .. }
+            | ApiError::NetworkPrivate => (S::BAD_REQUEST, "bad_job"),
             ApiError::Path(_) => (S::FORBIDDEN, "path_not_allowed"),
             ApiError::Bundle(e) => match e.kind() {
                 "hash_mismatch" => (S::UNPROCESSABLE_ENTITY, "hash_mismatch"),
@@ -437,6 +440,9 @@ async fn post_execution(
             max: app.config.max_output_bytes,
         });
     }
+    if job.network.allowlist().is_some_and(|a| a.private) && !app.config.network.private {
+        return Err(ApiError::NetworkPrivate);
+    }
     app.roots.confine(&mut job)?;
     let ticket = slot
         .admit(&job.execution_id)
@@ -518,6 +524,9 @@ async fn execute(app: App, job: Job, ticket: Ticket, stream: bool) -> Result<Res
         worker
             .metrics
             .execution(result.status, Duration::from_millis(result.duration_ms));
+        if let Some(network) = &result.network {
+            worker.metrics.network(network);
+        }
         let result = ticket.finish(result);
         sink.finish(result.clone());
         result

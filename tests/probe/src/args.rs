@@ -29,6 +29,9 @@ pub const SUBCOMMANDS: &[(&str, &str)] = &[
     ("connect", "HOST:PORT"),
     ("socket-inet", ""),
     ("socket-unix", ""),
+    ("socket-outside", ""),
+    ("proxy-get", "URL"),
+    ("proxy-connect", "AUTHORITY PATH"),
     ("ptrace", ""),
     ("mount", ""),
     ("unshare-user", ""),
@@ -110,6 +113,12 @@ pub enum Command {
     SocketInet,
     /// `socket-unix`
     SocketUnix,
+    /// `socket-outside`
+    SocketOutside,
+    /// `proxy-get URL`
+    ProxyGet(String),
+    /// `proxy-connect AUTHORITY PATH`
+    ProxyConnect(String, String),
     /// `ptrace`
     Ptrace,
     /// `mount`
@@ -251,6 +260,12 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
         "connect" => Command::Connect(socket_addr(&rest[0])?),
         "socket-inet" => Command::SocketInet,
         "socket-unix" => Command::SocketUnix,
+        "socket-outside" => Command::SocketOutside,
+        "proxy-get" => Command::ProxyGet(text(&rest[0], "URL")?.to_owned()),
+        "proxy-connect" => Command::ProxyConnect(
+            text(&rest[0], "AUTHORITY")?.to_owned(),
+            text(&rest[1], "PATH")?.to_owned(),
+        ),
         "ptrace" => Command::Ptrace,
         "mount" => Command::Mount,
         "unshare-user" => Command::UnshareUser,

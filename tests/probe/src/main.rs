@@ -43,6 +43,8 @@
 //! | `connect HOST:PORT` | TCP connect to an IPv4 or `[IPv6]` literal, 2 s timeout | [`net`] |
 //! | `socket-inet` | sockets: TCP and UDP over IPv4 and IPv6, netlink, packet | [`net`] |
 //! | `socket-unix` | an `AF_UNIX` socket (positive control) | [`net`] |
+//! | `socket-outside` | the sockets an allowlist still refuses: UDP and raw over IPv4 and IPv6, netlink, packet | [`net`] |
+//! | `proxy-get URL`, `proxy-connect AUTHORITY PATH` | a request through the proxy `$http_proxy` names: absolute-form GET, or CONNECT then GET PATH in the tunnel (reports) | [`net`] |
 //! | `ptrace` | PTRACE_ATTACH, PTRACE_TRACEME, process_vm_readv | [`escalate`] |
 //! | `mount` | mount a tmpfs, unmount `/skills`, pivot_root | [`escalate`] |
 //! | `unshare-user` | unshare and clone/clone3 into new user and mount namespaces | [`escalate`] |
@@ -125,6 +127,9 @@ fn run(command: args::Command) -> verdict::Outcome {
         Command::Connect(addr) => net::connect(addr),
         Command::SocketInet => net::socket_inet(),
         Command::SocketUnix => net::socket_unix(),
+        Command::SocketOutside => net::socket_outside(),
+        Command::ProxyGet(url) => net::proxy_get(&url),
+        Command::ProxyConnect(authority, path) => net::proxy_connect(&authority, &path),
         Command::Ptrace => escalate::ptrace(),
         Command::Mount => escalate::mount(),
         Command::UnshareUser => escalate::unshare_user(),

@@ -11,6 +11,16 @@
 //! - `socket-unix`: the positive control. `AF_UNIX` sockets must keep
 //!   working, so this prints `OK unix socket` (exit 0) or `FAILED <errno>`
 //!   (exit 1), not DENIED/ALLOWED.
+//! - `socket-outside`: what a network allowlist still refuses (UDP and raw
+//!   sockets over IPv4 and IPv6, netlink, packet). `DENIED` only if all of
+//!   them fail.
+//! - `proxy-get URL` and `proxy-connect AUTHORITY PATH` (reports): one
+//!   request through the proxy `$http_proxy` names, as an absolute-form
+//!   `GET URL`, or as `CONNECT AUTHORITY` and then `GET PATH` inside the
+//!   tunnel. Prints `HTTP <status> <X-Skill-Runner-Reason or -> <the
+//!   body's last line or ->` (for a tunnel that opened, the status and body
+//!   of the response inside it), or `FAILED <error>` (exit 1) when no
+//!   answer came.
 
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, AsRawFd};
@@ -109,4 +119,156 @@ pub fn socket_unix() -> Outcome {
         Ok(_fd) => Outcome::line("OK unix socket", EXIT_OK),
         Err(errno) => Outcome::line(format!("FAILED {}", errno_text(errno)), EXIT_ALLOWED),
     }
+}
+
+/// The sockets `socket-outside` tries.
+const ALWAYS_REFUSED: &[(&str, AddressFamily, SockType, Option<SockProtocol>)] = &[
+    ("inet-udp", AddressFamily::Inet, SockType::Datagram, None),
+    ("inet6-udp", AddressFamily::Inet6, SockType::Datagram, None),
+    (
+        "inet-raw",
+        AddressFamily::Inet,
+        SockType::Raw,
+        Some(SockProtocol::Icmp),
+    ),
+    (
+        "inet6-raw",
+        AddressFamily::Inet6,
+        SockType::Raw,
+        Some(SockProtocol::IcmpV6),
+    ),
+    (
+        "netlink",
+        AddressFamily::Netlink,
+        SockType::Raw,
+        Some(SockProtocol::NetlinkRoute),
+    ),
+    (
+        "packet",
+        AddressFamily::Packet,
+        SockType::Raw,
+        Some(SockProtocol::EthAll),
+    ),
+];
+
+/// `socket-outside`.
+pub fn socket_outside() -> Outcome {
+    let attempts: Vec<Attempt> = ALWAYS_REFUSED
+        .iter()
+        .map(|(label, family, kind, protocol)| {
+            let result = socket::socket(*family, *kind, SockFlag::SOCK_CLOEXEC, *protocol)
+                .map(|_fd| String::new());
+            Attempt::new(*label, result, Rule::AnyError)
+        })
+        .collect();
+    verdict(&attempts)
+}
+
+/// The proxy's address from `$http_proxy` (`http://HOST:PORT[/]`).
+fn proxy_addr() -> Result<SocketAddr, String> {
+    let v = std::env::var("http_proxy").map_err(|_| "http_proxy is not set".to_owned())?;
+    let hostport = v
+        .strip_prefix("http://")
+        .unwrap_or(&v)
+        .trim_end_matches('/');
+    hostport
+        .parse()
+        .map_err(|_| format!("http_proxy {v:?} is not http://IP:PORT"))
+}
+
+/// Reads a whole HTTP/1.x response (until the peer closes) and summarizes
+/// it as `HTTP <status> <reason> <last body line>`.
+fn summarize(raw: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.lines().next()?.split(' ').nth(1)?.to_owned();
+    let reason = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("x-skill-runner-reason")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_else(|| "-".to_owned());
+    let last = body
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("-")
+        .trim()
+        .to_owned();
+    Some(format!("HTTP {status} {reason} {last}"))
+}
+
+fn exchange(stream: &mut std::net::TcpStream, request: &str) -> Result<Vec<u8>, String> {
+    use std::io::{Read, Write};
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
+    let mut out = Vec::new();
+    stream
+        .read_to_end(&mut out)
+        .map_err(|e| format!("read: {e}"))?;
+    Ok(out)
+}
+
+fn report(result: Result<Vec<u8>, String>) -> Outcome {
+    match result.map(|raw| summarize(&raw).ok_or(raw)) {
+        Ok(Ok(line)) => Outcome::report(line),
+        Ok(Err(raw)) => Outcome::line(
+            format!("FAILED no HTTP answer: {:?}", String::from_utf8_lossy(&raw)),
+            EXIT_ALLOWED,
+        ),
+        Err(e) => Outcome::line(format!("FAILED {e}"), EXIT_ALLOWED),
+    }
+}
+
+fn connect_proxy() -> Result<std::net::TcpStream, String> {
+    let addr = proxy_addr()?;
+    let s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+    Ok(s)
+}
+
+/// `proxy-get URL`.
+pub fn proxy_get(url: &str) -> Outcome {
+    report(connect_proxy().and_then(|mut s| {
+        exchange(
+            &mut s,
+            &format!("GET {url} HTTP/1.1\r\nHost: ignored\r\nConnection: close\r\n\r\n"),
+        )
+    }))
+}
+
+/// `proxy-connect AUTHORITY PATH`.
+pub fn proxy_connect(authority: &str, path: &str) -> Outcome {
+    use std::io::{Read, Write};
+    let result = connect_proxy().and_then(|mut s| {
+        s.write_all(
+            format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes(),
+        )
+        .map_err(|e| format!("write: {e}"))?;
+        // The tunnel's answer: a head alone when it opened.
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            match s.read(&mut byte) {
+                Ok(0) => return Ok(head),
+                Ok(_) => head.push(byte[0]),
+                Err(e) => return Err(format!("read: {e}")),
+            }
+        }
+        if !head.starts_with(b"HTTP/1.1 200") {
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest);
+            head.extend(rest);
+            return Ok(head);
+        }
+        exchange(
+            &mut s,
+            &format!("GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"),
+        )
+    });
+    report(result)
 }
