@@ -360,6 +360,7 @@ fn the_daemon_says_so_at_start_and_health_answers_503() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let (code, body) = health(&socket);
+    let events = stream(&socket, r#"{"argv": ["true"]}"#);
     // SAFETY: kill on our own child's pid, not yet reaped.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     let out = daemon.wait_with_output().unwrap();
@@ -375,4 +376,34 @@ fn the_daemon_says_so_at_start_and_health_answers_503() {
             .any(|l| l.contains("WARN") && l.contains("every execution will fail")),
         "{log}"
     );
+    // Streamed, the failed sandbox is an exit event with sandbox_failed,
+    // and no output event carries bubblewrap's lines.
+    let names: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["started", "exit"], "{events:#?}");
+    let result = &events[1]["result"];
+    assert_eq!(result["error"]["kind"], "sandbox_failed", "{result:#}");
+    assert_eq!(result["exit_code"], 125, "{result:#}");
+    assert_eq!(result["stderr"], "", "{result:#}");
+}
+
+/// `POST /v1/executions` of `job` as an NDJSON stream: its events.
+fn stream(socket: &std::path::Path, job: &str) -> Vec<Value> {
+    use std::io::{Read, Write};
+    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
+    let request = format!(
+        "POST /v1/executions HTTP/1.1\r\nHost: x\r\nAccept: application/x-ndjson\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{job}",
+        job.len()
+    );
+    s.write_all(request.as_bytes()).unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let body = reply.split("\r\n\r\n").nth(1).unwrap_or_default();
+    // Chunked: the events are the lines that start with a brace.
+    body.lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
