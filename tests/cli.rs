@@ -1016,3 +1016,36 @@ fn confine_keeps_a_job_files_paths_in_one_folder() {
         assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     }
 }
+
+/// A profile file may bind host folders, but never the runner's state.
+#[test]
+fn a_profile_cannot_bind_the_runners_state() {
+    if !require_sandbox("a_profile_cannot_bind_the_runners_state") {
+        return;
+    }
+    let world = World::new();
+    let (code, doc, _) = world.run_json(&json!({"argv": ["true"]}));
+    assert_eq!(code, 0, "{doc:#}");
+    let base = std::fs::read_to_string(project_dir().join("profiles/default.toml")).unwrap();
+    let data = world.data_dir().canonicalize().unwrap();
+    for src in [
+        data.join("store"),
+        data.clone(),
+        data.parent().unwrap().to_owned(),
+    ] {
+        let profile = base.replacen(
+            "mounts = [",
+            &format!(
+                "mounts = [\n  {{ op = \"ro-bind\", src = \"{}\", dest = \"/data\" }},",
+                src.display()
+            ),
+            1,
+        );
+        std::fs::write(world.path().join("evil.toml"), profile).unwrap();
+        let (code, doc, _) =
+            world.run_json(&json!({"argv": ["ls", "/data"], "profile": "./evil.toml"}));
+        assert_eq!(code, 125, "{}: {doc:#}", src.display());
+        let msg = doc["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("data dir"), "{msg}");
+    }
+}

@@ -82,6 +82,7 @@ fn host_device_nodes_cannot_be_changed_or_added() {
         r#"for d in /dev/null /dev/zero /dev/full /dev/random /dev/urandom /dev/tty; do
              if chmod 600 "$d" 2>/dev/null; then echo "CHMOD $d"; fi
              if chmod 666 "$d" 2>/dev/null; then echo "CHMOD $d"; fi
+             if touch -d @0 "$d" 2>/dev/null; then echo "TOUCHED $d"; fi
            done
            if touch /dev/planted 2>/dev/null; then echo PLANTED; fi
            if mkdir /dev/dir 2>/dev/null; then echo PLANTED; fi
@@ -95,6 +96,10 @@ fn host_device_nodes_cannot_be_changed_or_added() {
     assert!(
         !out.contains("CHMOD"),
         "a host device node changed mode: {out}"
+    );
+    assert!(
+        !out.contains("TOUCHED"),
+        "a host device node changed times: {out}"
     );
     assert!(
         !out.contains("PLANTED"),
@@ -269,6 +274,48 @@ fn a_host_workspace_filled_past_disk_bytes_ends_the_run() {
         json!({"workspace": ws, "limits": {"disk_bytes": 8 << 20}}),
     );
     assert_eq!((code, stdout(&doc)), (0, "ok\n"), "{doc}");
+}
+
+#[test]
+fn a_host_extensions_dir_beside_a_fresh_workspace_is_watched_too() {
+    if !require_sandbox("a_host_extensions_dir_beside_a_fresh_workspace_is_watched_too") {
+        return;
+    }
+    let world = World::new();
+    let ext = world.sandbox_folder("ext");
+    let (_, doc) = sh(
+        &world,
+        r#"i=0; while [ $i -lt 24 ]; do
+             head -c 1048576 /dev/zero > /skill-extensions/f$i || exit 3
+             i=$((i+1))
+           done; sleep 60"#,
+        json!({"extensions_dir": ext, "limits": {"disk_bytes": 8 << 20, "file_size_bytes": 4 << 20, "timeout_ms": 50000}}),
+    );
+    assert_eq!(doc["status"], "limit_exceeded", "{doc}");
+    assert_eq!(
+        doc["limits"]["disk_bytes"]["enforced_by"], "watcher",
+        "{doc}"
+    );
+}
+
+#[test]
+fn space_allocated_past_the_file_size_is_refused() {
+    if !require_sandbox("space_allocated_past_the_file_size_is_refused") {
+        return;
+    }
+    let world = World::new();
+    let ws = world.sandbox_folder("ws");
+    // fallocate --keep-size allocates blocks RLIMIT_FSIZE never sees.
+    let (code, doc) = sh(
+        &world,
+        "touch keep && fallocate -n -l 64M keep 2>/dev/null && echo ALLOCATED; fallocate -l 1M plain && echo PLAIN",
+        json!({"workspace": ws, "limits": {"file_size_bytes": 4 << 20}}),
+    );
+    assert_eq!(code, 0, "{doc}");
+    assert!(stdout(&doc).contains("PLAIN"), "control: {doc}");
+    assert!(!stdout(&doc).contains("ALLOCATED"), "{doc}");
+    let blocks = std::fs::metadata(ws.join("keep")).unwrap().blocks();
+    assert!(blocks * 512 < 1 << 20, "{blocks} blocks allocated");
 }
 
 #[test]

@@ -1347,7 +1347,7 @@ fn limits_plan(
                 value: Some(l.memory_bytes),
                 enforced_by: "rlimit",
                 note: Some(format!(
-                    "RLIMIT_AS per process (address space, not resident memory){}",
+                    "RLIMIT_AS per process (address space, not resident memory; memfd files and pipe buffers lie outside it, while /tmp, /dev/shm and a fresh workspace are bounded by their own sizes){}",
                     cg_note
                         .as_ref()
                         .map(|n| format!("; no cgroup: {n}"))
@@ -1410,7 +1410,7 @@ fn limits_plan(
             value: Some(l.disk_bytes),
             enforced_by: "watcher",
             note: Some(format!(
-                "the runner measures the workspace and extensions dir every {} ms or so and ends the run past the limit; between two measurements a command may write more",
+                "the runner measures the host workspace and extensions dir every {} ms or more, and once the command has ended, and ends the run past the limit (a best-effort bound: between two measurements a command may write more; a fresh workspace is a tmpfs of this size)",
                 crate::diskwatch::MIN_INTERVAL.as_millis()
             )),
         },

@@ -435,11 +435,14 @@ fn load_job_confined(path: &Path, confine: Option<&Path>) -> Result<Job, ErrorIn
     };
     if let Some(roots) = confine_roots(confine)? {
         let raw: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        // As for the daemon: a profile file can bind any host path
+        // read-only, so a confined job names built-in profiles only.
+        let _ = roots;
         if let Some(spec) = raw["profile"].as_str().filter(|s| s.contains('/')) {
-            let file = base.as_deref().unwrap_or(Path::new("/")).join(spec);
-            roots
-                .resolve("profile", &file)
-                .map_err(|e| confine_error(e.to_string()))?;
+            return Err(ErrorInfo::new(
+                "bad_job",
+                format!("profile {spec:?} is a file; with --confine a job may name only built-in profiles (a profile file can bind any host path into the sandbox)"),
+            ));
         }
     }
     Job::from_json(&bytes, base.as_deref()).map_err(|e| bad(e.to_string()))
