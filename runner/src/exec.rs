@@ -1062,38 +1062,53 @@ struct Prepared {
     net: Option<crate::net::Endpoint>,
 }
 
-/// `<workspace>/.sciencediscovery/skill-extensions`, created one component
-/// at a time without following symlinks, and given to `owner` (the sandbox
-/// user) where the runner creates it.
+/// `<workspace>/.sciencediscovery/skill-extensions`, made one component at
+/// a time relative to the open parent (`mkdirat`, then `openat` with
+/// `O_NOFOLLOW`), so a component swapped for a symlink meanwhile is refused
+/// rather than followed; what the runner makes is given to `owner` (the
+/// sandbox user) through its descriptor.
 fn default_extensions_dir(
     workspace: &Path,
     owner: Option<(u32, u32)>,
 ) -> Result<PathBuf, ErrorInfo> {
-    let mut dir = workspace.to_owned();
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::{mkdirat, Mode};
+    use std::os::fd::AsFd;
+    let mut parent = crate::fsx::open_dir_no_symlinks(workspace)
+        .map_err(|e| bad_path("workspace", workspace, e))?;
+    let mut path = workspace.to_owned();
     for part in [".sciencediscovery", "skill-extensions"] {
-        dir.push(part);
-        match fs::create_dir(&dir) {
-            Ok(()) => {
-                if let Some((uid, gid)) = owner {
-                    std::os::unix::fs::lchown(&dir, Some(uid), Some(gid))
-                        .map_err(|e| bad_path("extensions_dir", &dir, e))?;
-                }
+        path.push(part);
+        let made = match mkdirat(parent.as_fd(), part, Mode::from_bits_truncate(0o755)) {
+            Ok(()) => true,
+            Err(nix::errno::Errno::EEXIST) => false,
+            Err(e) => return Err(bad_path("extensions_dir", &path, e.into())),
+        };
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let dir = match openat(parent.as_fd(), part, flags, Mode::empty()) {
+            Ok(fd) => fs::File::from(fd),
+            Err(nix::errno::Errno::ELOOP) | Err(nix::errno::Errno::ENOTDIR) => {
+                return Err(ErrorInfo::new(
+                    "bad_job",
+                    format!(
+                        "the default extensions dir {} is a symlink or not a folder; remove it from the workspace or name extensions_dir explicitly",
+                        path.display()
+                    ),
+                ))
             }
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(bad_path("extensions_dir", &dir, e)),
+            Err(e) => return Err(bad_path("extensions_dir", &path, e.into())),
+        };
+        if let (true, Some((uid, gid))) = (made, owner) {
+            nix::unistd::fchown(
+                dir.as_fd(),
+                Some(nix::unistd::Uid::from_raw(uid)),
+                Some(nix::unistd::Gid::from_raw(gid)),
+            )
+            .map_err(|e| bad_path("extensions_dir", &path, e.into()))?;
         }
-        let meta = fs::symlink_metadata(&dir).map_err(|e| bad_path("extensions_dir", &dir, e))?;
-        if !meta.is_dir() {
-            return Err(ErrorInfo::new(
-                "bad_job",
-                format!(
-                    "the default extensions dir {} is a symlink or not a folder; remove it from the workspace or name extensions_dir explicitly",
-                    dir.display()
-                ),
-            ));
-        }
+        parent = dir;
     }
-    Ok(dir)
+    Ok(path)
 }
 
 /// A host folder the job names (`workspace`, `extensions_dir`), resolved;
