@@ -70,7 +70,7 @@ impl BundleSkill {
 /// Why a bundle was refused. Each names the skill (and file) at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
-    #[error("the bundle is not valid JSON of the bundle format: {0}")]
+    #[error("the bundle is not valid JSON of the bundle format: {}", crate::result::single_line(&.0.to_string()))]
     Json(#[from] serde_json::Error),
     #[error("skill {id:?}: {source}")]
     Package { id: String, source: PackageError },

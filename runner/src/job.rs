@@ -152,7 +152,7 @@ pub struct Job {
 /// Why a job was refused. Each message says what to change.
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
-    #[error("the job is not valid JSON of the job format: {0}")]
+    #[error("the job is not valid JSON of the job format: {}", crate::result::single_line(&.0.to_string()))]
     Json(#[from] serde_json::Error),
     #[error("execution_id {0:?} is not admissible: use 1 to 160 of A-Z a-z 0-9 _ : . -")]
     ExecutionId(String),
@@ -578,5 +578,24 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.to_string().contains("selected twice"), "{e}");
+    }
+
+    /// Issue 11 (fuzzing, target `job`): a refusal that quotes the job (an
+    /// unknown key, a profile path) is one line even when the job holds a
+    /// newline or a carriage return there.
+    #[test]
+    fn refusals_that_quote_the_job_are_one_line() {
+        for json in [
+            r#"{"argv":["true"],"wut\n":1}"#,
+            r#"{"argv":["true"],"profile":"p\rofiles/x.toml"}"#,
+            r#"{"argv":["true"],"profile":"x/\n.toml"}"#,
+        ] {
+            let e = job(json).expect_err(json).to_string();
+            assert!(!e.contains(['\n', '\r']), "{json}: {e:?}");
+        }
+        let e = job(r#"{"argv":["true"],"wut\n":1}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown field `wut\\n`"), "{e}");
     }
 }

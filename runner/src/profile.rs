@@ -119,7 +119,7 @@ pub struct Profile {
 pub enum ProfileError {
     #[error("no built-in profile is named {name:?}; built-in profiles: {known}")]
     Unknown { name: String, known: String },
-    #[error("cannot read profile {path}: {source}")]
+    #[error("cannot read profile {}: {source}", crate::result::single_line(&path.display().to_string()))]
     Read {
         path: PathBuf,
         source: std::io::Error,
@@ -192,7 +192,11 @@ impl Profile {
             origin: origin.to_owned(),
             reason,
         };
-        let p: Profile = toml::from_str(text).map_err(|e| invalid(e.message().to_owned()))?;
+        let p: Profile = toml::from_str(text).map_err(|e| {
+            // TOML messages run over several lines; keep one.
+            let lines: Vec<&str> = e.message().lines().map(str::trim).collect();
+            invalid(crate::result::single_line(&lines.join("; ")))
+        })?;
         for rule in &p.linux.mounts {
             let (MountRule::RoBind { src, dest }
             | MountRule::RoBindTry { src, dest }
@@ -205,7 +209,7 @@ impl Profile {
                 {
                     return Err(invalid(format!(
                         "mount path {} must be absolute, without '..'",
-                        path.display()
+                        crate::result::single_line(&path.display().to_string())
                     )));
                 }
             }
@@ -216,7 +220,7 @@ impl Profile {
             if reserved {
                 return Err(invalid(format!(
                     "mount destination {} is reserved for the runner",
-                    dest.display()
+                    crate::result::single_line(&dest.display().to_string())
                 )));
             }
         }
@@ -349,5 +353,21 @@ mod tests {
                 },
             ]
         );
+    }
+
+    /// Issue 11 (fuzzing, target `profile`): TOML messages span lines, and
+    /// a mount path may hold a newline; the refusal is one line either way.
+    #[test]
+    fn refusals_are_one_line() {
+        let base = BUILTIN[0].1;
+        let broken_header = base.replacen("[linux]", "[lin ux", 1);
+        let reserved = with_mounts(r#"{ op = "ro-bind", src = "/etc", dest = "/skills/a\nb" }"#);
+        let relative = with_mounts(r#"{ op = "ro-bind", src = "etc\r", dest = "/etc" }"#);
+        for text in [&broken_header, &reserved, &relative] {
+            let e = Profile::parse(text, "t").unwrap_err().to_string();
+            assert!(!e.contains(['\n', '\r']), "{e:?}");
+        }
+        let e = Profile::parse(&reserved, "t").unwrap_err().to_string();
+        assert!(e.contains("/skills/a\\nb is reserved"), "{e}");
     }
 }

@@ -33,6 +33,22 @@ impl ErrorInfo {
     }
 }
 
+/// `text` on one line: control characters (newlines included) are written
+/// as escapes (`\n`), so a message that quotes its input (a JSON key, a
+/// TOML line, a file name) stays one sentence in logs, results and error
+/// documents. Other text is left as it is.
+pub fn single_line(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// The skills an execution saw.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SkillsInfo {
@@ -170,6 +186,12 @@ pub fn rfc3339(t: std::time::SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn single_line_escapes_control_characters_only() {
+        assert_eq!(single_line("a\nb\r\tc\u{7f}"), "a\\nb\\r\\tc\\u{7f}");
+        assert_eq!(single_line("été \"x\" \\ 日本"), "été \"x\" \\ 日本");
+    }
 
     fn with(status: Status, code: Option<i32>, signal: Option<i32>) -> ExecResult {
         let mut r = ExecResult::rejected("x", "bubblewrap", ErrorInfo::new("k", "m"));

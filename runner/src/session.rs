@@ -51,6 +51,7 @@ use crate::catalog::rank::{self, FindResult, Hit, RankIndex, Rankable};
 use crate::catalog::{self, Catalog, CatalogConfig, CatalogError, Layer, SkillKind};
 use crate::hash::{self, Binding};
 use crate::package::{self, Limits, PackageError, SKILL_MD};
+use crate::result::single_line;
 use crate::store::{IndexEntry, Store, StoreError, StoredPackage};
 pub use delivery::{Delivery, Prompt, PromptSkill, FILE_TOOLS};
 pub use resource::{Chunk, ReadRange, DEFAULT_READ_LIMIT, MAX_READ_LIMIT};
@@ -66,7 +67,7 @@ const FREEZE_TRIES: usize = 8;
 /// [`SessionError::status`] give the error document's kind and HTTP status.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
-    #[error("the session request is not valid: {0}")]
+    #[error("the session request is not valid: {}", single_line(&.0.to_string()))]
     Request(serde_json::Error),
     #[error("{0:?} is not a skill: give a catalog name, ID@REVISION of a stored binding, or a JSON binding")]
     SkillArg(String),
@@ -123,21 +124,27 @@ pub enum SessionError {
         skill: String,
         files: String,
     },
-    #[error("{path} is a binary file ({reason}); read_skill_resource returns UTF-8 text only")]
+    #[error(
+        "{} is a binary file ({reason}); read_skill_resource returns UTF-8 text only",
+        single_line(path)
+    )]
     Binary { path: String, reason: String },
-    #[error("offset {offset} is past the end of {path} ({size} bytes)")]
+    #[error(
+        "offset {offset} is past the end of {} ({size} bytes)",
+        single_line(path)
+    )]
     OffsetPastEnd {
         path: String,
         offset: u64,
         size: u64,
     },
-    #[error("offset {offset} falls inside a UTF-8 character of {path}; that character starts at offset {boundary}")]
+    #[error("offset {offset} falls inside a UTF-8 character of {}; that character starts at offset {boundary}", single_line(path))]
     OffsetSplitsChar {
         path: String,
         offset: u64,
         boundary: u64,
     },
-    #[error("limit {limit} is smaller than the UTF-8 character at offset {offset} of {path}; use a limit of at least 4")]
+    #[error("limit {limit} is smaller than the UTF-8 character at offset {offset} of {}; use a limit of at least 4", single_line(path))]
     LimitSplitsChar {
         path: String,
         offset: u64,
@@ -153,6 +160,8 @@ pub enum SessionError {
     },
     #[error("skill {id:?}: other bytes were published under each new revision {FREEZE_TRIES} times in a row; try again")]
     FreezeRace { id: String },
+    #[error("skill {id:?} is stored at the last revision there is ({}); freeze these bytes under another skill name", u64::MAX)]
+    LastRevision { id: String },
     #[error("{path} differs from the bytes pinned in the store; the store is damaged, republish the skill")]
     Tampered { path: PathBuf },
     #[error("session file {path}: {source}")]
@@ -199,7 +208,7 @@ impl SessionError {
             | E::NoSuchFile { .. } => "not_found",
             E::Binary { .. } => "binary_file",
             E::CompositionRejected { .. } => "composition_rejected",
-            E::FreezeRace { .. } => "conflict",
+            E::FreezeRace { .. } | E::LastRevision { .. } => "conflict",
             E::Catalog(e) => e.kind(),
             E::Store(e) => e.kind(),
             E::Package { .. } => "bad_package",
@@ -868,10 +877,18 @@ impl SessionHost {
             if let Some(b) = stored.iter().rev().find(|b| b.hash == hash) {
                 return Ok((b.clone(), false));
             }
-            let latest = stored.pop();
+            // A revision past u64::MAX would wrap (or panic in a debug
+            // build) instead of growing.
+            let revision = match stored.pop() {
+                None => 1,
+                Some(latest) => latest
+                    .revision
+                    .checked_add(1)
+                    .ok_or_else(|| SessionError::LastRevision { id: id.to_owned() })?,
+            };
             let binding = Binding {
                 id: id.to_owned(),
-                revision: latest.map_or(1, |b| b.revision + 1),
+                revision,
                 version: version.to_owned(),
                 hash: hash.to_owned(),
             };
@@ -1151,7 +1168,7 @@ impl SessionHost {
     }
 }
 
-/// A short list of names for a message (at most 20).
+/// A short list of names for a message (at most 20), on one line.
 fn known<'a>(names: impl Iterator<Item = &'a str>) -> String {
     let names: Vec<&str> = names.collect();
     if names.is_empty() {
@@ -1160,7 +1177,7 @@ fn known<'a>(names: impl Iterator<Item = &'a str>) -> String {
     let mut s = names
         .iter()
         .take(20)
-        .copied()
+        .map(|n| single_line(n))
         .collect::<Vec<_>>()
         .join(", ");
     if names.len() > 20 {

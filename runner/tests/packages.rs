@@ -352,6 +352,17 @@ fn bundle_bad_paths_are_refused() {
     }
 }
 
+/// Issue 11 (fuzzing, target `bundle`): serde names an unknown key as it
+/// was written; the refusal stays one line.
+#[test]
+fn bundle_refusals_are_one_line() {
+    let e = bundle::parse(br#"{"skills":[],"wut\n":1}"#, &Limits::default())
+        .unwrap_err()
+        .to_string();
+    assert!(!e.contains('\n'), "{e:?}");
+    assert!(e.contains("unknown field `wut\\n`"), "{e}");
+}
+
 #[test]
 fn bundle_tampering_is_caught() {
     let good = bundle_json(

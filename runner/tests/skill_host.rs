@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::json;
 use skill_runner::catalog::{Catalog, CatalogConfig, Layer, SkillKind};
 use skill_runner::hash::Binding;
+use skill_runner::package::Limits;
 use skill_runner::session::delivery::{self, Delivery, FILE_TOOLS};
 use skill_runner::session::{
     EventKind, ReadRange, ResourceQuery, SessionError, SessionHost, SessionRequest, SkillSpec,
@@ -1266,4 +1267,94 @@ fn damaged_store_bytes_are_not_served() {
     let (kind, status, msg) = kind_of(read(&host, &s.id, "/skills/a/notes.md"));
     assert_eq!((kind, status), ("hash_mismatch", 422));
     assert!(msg.contains("differs from the bytes pinned"), "{msg}");
+}
+
+// ---------------------------------------------------------------------------
+// Found by fuzzing (issue 11, docs/fuzzing.md)
+// ---------------------------------------------------------------------------
+
+/// Target `session`: a package path may hold a newline (it is admissible);
+/// a refusal that lists or names such a file stays one line.
+#[test]
+fn refusals_that_name_files_are_one_line() {
+    let fx = Fx::new();
+    skill(
+        &fx.project(),
+        "odd",
+        "odd",
+        "Odd file names.",
+        &[
+            ("docs/line\nbreak.md", b"text\n"),
+            ("bin\nary.bin", b"\x00\x01"),
+        ],
+    );
+    let host = fx.host();
+    let s = host.create(req(&["odd"], &["bash"])).unwrap();
+    let resource = |path: &str| ResourceQuery {
+        path: path.into(),
+        offset: None,
+        limit: None,
+    };
+    let past_end = ReadRange {
+        offset: Some(99),
+        limit: None,
+    };
+    let refusals = [
+        kind_of(host.section(&s.id, "odd", "nope", ReadRange::default())),
+        kind_of(host.section(&s.id, "odd", "docs/line\nbreak.md", past_end)),
+        kind_of(host.resource(&s.id, &resource("/skills/odd/bin\nary.bin"))),
+        kind_of(host.resource(&s.id, &resource("/skills/odd/nope"))),
+        kind_of(host.create_json(br#"{"skills":[],"tools":[],"wut\n":1}"#)),
+    ];
+    for (kind, status, msg) in refusals {
+        assert!(!msg.contains(['\n', '\r']), "{kind} {status}: {msg:?}");
+    }
+}
+
+/// Target `skill_md`: a version spanning lines (`metadata.version` of
+/// `SKILL.md`) adds no line to the prompt; the binding keeps it as written.
+#[test]
+fn a_version_spanning_lines_adds_no_prompt_line() {
+    let fx = Fx::new();
+    let d = fx.project().join("ver");
+    fs::create_dir_all(&d).unwrap();
+    fs::write(
+        d.join("SKILL.md"),
+        "---\nname: ver\ndescription: Versioned.\nmetadata:\n  version: \"1\\n- injected: line\"\n---\nBody.\n",
+    )
+    .unwrap();
+    let host = fx.host();
+    for t in [&["bash"][..], &[][..]] {
+        let s = host.create(req(&["ver"], t)).unwrap();
+        assert_eq!(s.skills[0].version, "1\n- injected: line");
+        assert_eq!(s.prompt.skills[0].version, "1\n- injected: line");
+        assert!(!s.prompt.text.contains("\n- injected"), "{}", s.prompt.text);
+        assert!(
+            s.prompt.text.contains("1 - injected: line"),
+            "{}",
+            s.prompt.text
+        );
+    }
+}
+
+/// Target `http`: when a name's latest stored revision is `u64::MAX`,
+/// freezing other bytes under it is a conflict, not an overflow.
+#[test]
+fn freezing_past_the_last_revision_is_a_conflict() {
+    let fx = Fx::new();
+    skill(&fx.project(), "top", "top", "At the top.", &[]);
+    let other = skill(
+        &fx.path().join("elsewhere"),
+        "top",
+        "top",
+        "Other bytes.",
+        &[],
+    );
+    let host = fx.host();
+    host.store()
+        .publish_dir(&other, "top", u64::MAX, "9", &Limits::default())
+        .unwrap();
+    let (kind, status, msg) = kind_of(host.create(req(&["top"], &[])));
+    assert_eq!((kind, status), ("conflict", 409), "{msg}");
+    assert!(msg.contains("last revision"), "{msg}");
 }

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path as UrlPath, Request, State};
+use axum::extract::{FromRequestParts, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -113,6 +113,8 @@ pub enum ApiError {
     BodyTimeout { secs: u64 },
     #[error("cannot read the request body ({0}); send it again")]
     BadBody(String),
+    #[error("the URL path cannot be read ({0}); percent-encode it as UTF-8")]
+    BadUrl(String),
     #[error(
         "{what} {id:?} is not known here; it may never have existed or its result has expired"
     )]
@@ -158,7 +160,7 @@ impl ApiError {
             }
             ApiError::TooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "body_too_large"),
             ApiError::BodyTimeout { .. } => (S::REQUEST_TIMEOUT, "body_timeout"),
-            ApiError::BadBody(_) => (S::BAD_REQUEST, "bad_request"),
+            ApiError::BadBody(_) | ApiError::BadUrl(_) => (S::BAD_REQUEST, "bad_request"),
             ApiError::NotFound { .. } | ApiError::NoRoute { .. } => (S::NOT_FOUND, "not_found"),
             ApiError::NotRunning(_) => (S::CONFLICT, "not_running"),
             ApiError::Method { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
@@ -192,6 +194,30 @@ impl IntoResponse for ApiError {
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         resp
+    }
+}
+
+/// The parameters in a route's path: axum's `Path`, except that a path
+/// that does not decode (`%FF` is not UTF-8) answers the error document
+/// like every other refusal, not axum's plain-text rejection.
+#[derive(Debug)]
+pub(super) struct UrlPath<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for UrlPath<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(UrlPath(v)),
+            Err(e) => Err(ApiError::BadUrl(crate::result::single_line(&e.body_text()))),
+        }
     }
 }
 

@@ -18,14 +18,14 @@
 
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path as UrlPath, Query, State};
+use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
 
-use super::routes::{check_length, read_body, ApiError, App};
+use super::routes::{check_length, read_body, ApiError, App, UrlPath};
 use crate::session::{ReadRange, ResourceQuery, SessionError, SessionHost, SkillsQuery};
 
 /// The session routes, to be merged into the main router.
@@ -56,8 +56,10 @@ async fn blocking<T: Serialize + Send + 'static>(
 }
 
 fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
-    q.map(|Query(v)| v)
-        .map_err(|e| ApiError::BadBody(format!("bad query parameters: {}", e.body_text())))
+    q.map(|Query(v)| v).map_err(|e| {
+        let text = crate::result::single_line(&e.body_text());
+        ApiError::BadBody(format!("bad query parameters: {text}"))
+    })
 }
 
 async fn create(

@@ -100,7 +100,7 @@ pub fn package_path(id: &str) -> String {
 }
 
 /// One line: whitespace (newlines included) collapsed, so a description
-/// cannot add structure to the prompt.
+/// (or, in the text, a version) cannot add structure to the prompt.
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
@@ -137,7 +137,12 @@ pub fn prompt(delivery: Delivery, skills: &[SessionSkill]) -> Prompt {
             for s in &listed {
                 text.push_str(&format!(
                     "- {}: {}\n  version {} (revision {})\n  package_path: {}\n  package_hash: {}\n",
-                    s.name, s.description, s.version, s.revision, s.package_path, s.package_hash
+                    s.name,
+                    s.description,
+                    one_line(&s.version),
+                    s.revision,
+                    s.package_path,
+                    s.package_hash
                 ));
             }
         }
@@ -149,7 +154,10 @@ pub fn prompt(delivery: Delivery, skills: &[SessionSkill]) -> Prompt {
             for s in &listed {
                 text.push_str(&format!(
                     "- {}: {} (version {}, revision {})\n",
-                    s.name, s.description, s.version, s.revision
+                    s.name,
+                    s.description,
+                    one_line(&s.version),
+                    s.revision
                 ));
             }
         }
