@@ -636,3 +636,45 @@ fn a_daemon_can_forbid_private_addresses_and_cap_allowlists() {
     );
     assert_eq!(origin.seen(), 0);
 }
+
+#[test]
+fn explain_shows_the_allowlist() {
+    let world = World::new();
+    let job = world.job(
+        "job",
+        &json!({"argv": ["curl", "https://pypi.org/"],
+                "network": {"allow": ["pypi.org", "*.pythonhosted.org", "10.0.0.0/8:8080"]}}),
+    );
+    let out = world.cmd().arg("explain").arg(&job).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", show(&out));
+    let said = text(&out.stdout);
+    assert!(
+        said.contains("# network: allow pypi.org, *.pythonhosted.org, 10.0.0.0/8:8080 (ports 80 and 443 where none is given); private addresses refused unless named as an IP or block\n"),
+        "{said}"
+    );
+    assert!(said.contains("--bind-fd 13 /run/skill-runner"), "{said}");
+    assert!(
+        said.contains("--setenv HTTPS_PROXY http://127.0.0.1:3128"),
+        "{said}"
+    );
+    assert!(said.contains("--skill-runner-exec-shim-net curl"), "{said}");
+    let out = world
+        .cmd()
+        .args(["explain", "--json"])
+        .arg(&job)
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        doc["network"]["allow"],
+        json!(["pypi.org", "*.pythonhosted.org", "10.0.0.0/8:8080"])
+    );
+    assert_eq!(doc["network"]["private"], false);
+    assert!(doc["folders"]["13"].as_str().unwrap().ends_with("/net"));
+    // Without one, the explanation says so and binds nothing.
+    let none = world.job("none", &json!({"argv": ["true"]}));
+    let out = world.cmd().arg("explain").arg(&none).output().unwrap();
+    let said = text(&out.stdout);
+    assert!(said.contains("# network: none"), "{said}");
+    assert!(!said.contains("/run/skill-runner"), "{said}");
+}

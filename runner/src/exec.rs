@@ -769,8 +769,13 @@ impl Runner {
         fs::create_dir_all(&tmp).map_err(|e| bad_path("tmp", &tmp, e))?;
         let folders = crate::macos::Folders {
             snapshot_root: p.lease.snapshot.root.clone(),
-            workspace: p.workspace.clone(),
-            extensions: p.extensions.clone(),
+            // Always folders under Seatbelt (prepare makes a fresh one).
+            workspace: p.workspace.clone().ok_or_else(|| {
+                ErrorInfo::new("sandbox_unavailable", "Seatbelt needs a workspace folder")
+            })?,
+            extensions: p.extensions.clone().ok_or_else(|| {
+                ErrorInfo::new("sandbox_unavailable", "Seatbelt needs an extensions folder")
+            })?,
             tmp,
             proxy_port: p.net.as_ref().and_then(|n| n.port),
         };
@@ -1226,6 +1231,7 @@ fn data_dir_fix(e: &io::Error) -> &'static str {
 /// Refuses a folder the sandbox user cannot reach: bubblewrap, started as
 /// that user, resolves what it binds by path, so every folder above must
 /// let it pass.
+#[cfg_attr(target_os = "macos", allow(dead_code))]
 fn reachable_by(field: &str, dir: &Path, uid: u32, gid: u32) -> Result<(), ErrorInfo> {
     use std::os::unix::fs::MetadataExt;
     for above in dir.ancestors().skip(1) {
@@ -1342,6 +1348,8 @@ fn limits_plan(
     disk: Disk,
 ) -> Result<(Rlimits, AppliedLimits), ErrorInfo> {
     use nix::sys::resource::Resource;
+    #[cfg(not(target_os = "linux"))]
+    let _ = identity; // only the Linux pids fallback asks who the sandbox is
     let mut r: Rlimits = vec![
         (Resource::RLIMIT_CORE, 0, 0),
         (Resource::RLIMIT_FSIZE, l.file_size_bytes, l.file_size_bytes),
