@@ -122,6 +122,30 @@ fn catalog_lists_finds_and_shows_across_sources() {
 
     let found = h.json(&["catalog", "find", "csv report", "--json"]);
     assert_eq!(found["hits"][0]["name"], "csv-report");
+    assert!(found["hits"][0].get("explain").is_none(), "{found}");
+    // --explain (issue 17): the terms' weights, then per skill what each
+    // term and the name added.
+    let out = h.run(&["catalog", "find", "CSV reports for me", "--explain"]);
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("terms: csv (in 1 of 5 skills, idf ")
+            && lines[0].ends_with("; left out: for, me"),
+        "{}",
+        show(&out)
+    );
+    assert!(lines[1].contains("csv-report"), "{}", show(&out));
+    assert!(
+        lines[2].trim_start().starts_with("= csv ") && lines[2].contains("(name 1, description 1"),
+        "{}",
+        show(&out)
+    );
+    let found = h.json(&["catalog", "find", "csv reports", "--json", "--explain"]);
+    assert_eq!(
+        found["hits"][0]["explain"]["name_match"], "exact",
+        "{found}"
+    );
+    assert_eq!(found["explain"]["skills"], 5, "{found}");
     let out = h.run(&["catalog", "find", "spreadsheet"]);
     assert!(
         text(&out.stdout).contains("no skill matches \"spreadsheet\" among 5 skills"),

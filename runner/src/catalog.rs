@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::package::{self, Limits, PackageError};
 use crate::source::ListError;
-pub use rank::{FindResult, Hit, RankIndex, Rankable};
+pub use rank::{Doc, FindResult, Hit, RankIndex, Rankable};
 pub use scan::{Bounds, Found};
 
 /// A problem found while scanning: the file, and why the skill was skipped
@@ -232,6 +232,9 @@ pub struct Entry {
     /// The compiled-in files of a built-in skill.
     #[serde(skip)]
     pub builtin: Option<&'static BuiltinSkill>,
+    /// The headings of its `SKILL.md` body, one a line, for ranking.
+    #[serde(skip)]
+    pub headings: String,
 }
 
 impl Rankable for Entry {
@@ -241,6 +244,7 @@ impl Rankable for Entry {
             description: self.description.clone(),
             category: self.category.clone(),
             score,
+            explain: None,
         }
     }
 }
@@ -319,6 +323,7 @@ fn builtin_found(b: &'static BuiltinSkill) -> Result<Found, Warning> {
         description: doc.front.description.trim().to_owned(),
         category: metadata_str(&doc.front.metadata, "category"),
         version: metadata_str(&doc.front.metadata, "version"),
+        headings: rank::headings(&doc.body),
         files: b.files.len(),
         dir: PathBuf::from(b.dir),
     })
@@ -385,6 +390,7 @@ fn merge(mut all: Vec<Candidate>, warnings: &mut Vec<Warning>) -> Vec<Entry> {
             path: winner.builtin.is_none().then_some(f.dir),
             shadows: shadows.clone(),
             builtin: winner.builtin,
+            headings: f.headings,
         });
     }
     entries
@@ -482,11 +488,11 @@ impl Catalog {
 
     fn rank_index(&self) -> &RankIndex {
         self.index.get_or_init(|| {
-            RankIndex::new(
-                self.entries
-                    .iter()
-                    .map(|e| (e.name.as_str(), e.description.as_str())),
-            )
+            RankIndex::new(self.entries.iter().map(|e| Doc {
+                name: &e.name,
+                description: &e.description,
+                headings: &e.headings,
+            }))
         })
     }
 
@@ -542,6 +548,17 @@ impl Catalog {
     /// to 1..=[`rank::MAX_LIMIT`].
     pub fn find(&self, query: &str, limit: usize) -> FindResult {
         rank::find(
+            &self.entries,
+            self.rank_index(),
+            query,
+            limit.clamp(1, rank::MAX_LIMIT),
+        )
+    }
+
+    /// [`Catalog::find`], with why each skill ranked where it did
+    /// (`catalog find --explain`).
+    pub fn find_explained(&self, query: &str, limit: usize) -> FindResult {
+        rank::find_explained(
             &self.entries,
             self.rank_index(),
             query,

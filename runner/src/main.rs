@@ -115,9 +115,10 @@ enum CatalogCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Rank the skills against a query, by name and description.
+    /// Rank the skills against a query, by name, description and the
+    /// headings of SKILL.md (docs/skill-host.md, "Ranking").
     Find {
-        /// Words to look for in skill names and descriptions.
+        /// Words describing the task.
         query: String,
         /// How many skills to print at most.
         #[arg(long, default_value_t = 10)]
@@ -125,6 +126,10 @@ enum CatalogCommand {
         /// Print JSON instead of one line per skill.
         #[arg(long)]
         json: bool,
+        /// Show why each skill ranked where it did: each query term's
+        /// weight, and per skill the points of each term it has.
+        #[arg(long)]
+        explain: bool,
     },
     /// Show one skill: where it comes from, what it shadows, its SKILL.md.
     Show {
@@ -672,14 +677,29 @@ fn catalog_cmd(cmd: CatalogCommand, data_dir: &Path) -> anyhow::Result<i32> {
                 writeln!(out, "{name:<28} {source:<8} {kind:<17} {desc}")?;
             }
         }
-        CatalogCommand::Find { query, limit, json } => {
-            let found = catalog.find(&query, limit);
+        CatalogCommand::Find {
+            query,
+            limit,
+            json,
+            explain,
+        } => {
+            let found = if explain {
+                catalog.find_explained(&query, limit)
+            } else {
+                catalog.find(&query, limit)
+            };
             if json {
                 out = pretty(&found)?;
             } else {
+                if let Some(e) = &found.explain {
+                    writeln!(out, "{}", e.text())?;
+                }
                 for h in &found.hits {
                     let desc = one_line(&h.description);
                     writeln!(out, "{:>4}  {:<28} {desc}", h.score, h.name)?;
+                    if let (Some(e), Some(q)) = (&h.explain, &found.explain) {
+                        writeln!(out, "      {}", e.text(q.name_bonus))?;
+                    }
                 }
                 if let Some(m) = &found.message {
                     writeln!(out, "{m}")?;

@@ -47,7 +47,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::alias::{self, AliasError, Root};
-use crate::catalog::rank::{self, FindResult, Hit, RankIndex, Rankable};
+use crate::catalog::rank::{self, Doc, FindResult, Hit, RankIndex, Rankable};
 use crate::catalog::{self, Catalog, CatalogConfig, CatalogError, Layer, SkillKind};
 use crate::hash::{self, Binding};
 use crate::package::{self, Limits, PackageError, SKILL_MD};
@@ -358,6 +358,11 @@ pub struct SessionSkill {
     pub category: Option<String>,
     pub kind: SkillKind,
     pub provenance: Provenance,
+    /// The headings of its `SKILL.md` body, one a line: what
+    /// `find_skills` ranks besides name and description. Absent from
+    /// records made before it was kept.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub headings: String,
 }
 
 /// What `<data-dir>/sessions/<id>.json` holds; written once.
@@ -641,6 +646,7 @@ pub struct SessionHost {
 struct Pending {
     id: String,
     description: String,
+    headings: String,
     category: Option<String>,
     kind: SkillKind,
     warnings: Vec<String>,
@@ -670,6 +676,7 @@ impl Rankable for Listed<'_> {
             description: self.0.description.clone(),
             category: self.0.category.clone(),
             score,
+            explain: None,
         }
     }
 }
@@ -775,6 +782,7 @@ impl SessionHost {
                 category: p.category,
                 kind: p.kind,
                 provenance,
+                headings: p.headings,
             });
         }
         let bindings: Vec<Binding> = skills.iter().map(|s| s.binding.clone()).collect();
@@ -805,6 +813,7 @@ impl SessionHost {
         Ok(Pending {
             id: b.id.clone(),
             description: doc.front.description.trim().to_owned(),
+            headings: rank::headings(&doc.body),
             category: catalog::metadata_str(&doc.front.metadata, "category"),
             kind: SkillKind::of(pkg.files.len()),
             warnings: Vec::new(),
@@ -844,6 +853,7 @@ impl SessionHost {
         Ok(Pending {
             id: entry.name.clone(),
             description: doc.front.description.trim().to_owned(),
+            headings: rank::headings(&doc.body),
             category: catalog::metadata_str(&doc.front.metadata, "category")
                 .or_else(|| entry.category.clone()),
             kind: SkillKind::of(files.len()),
@@ -946,11 +956,11 @@ impl SessionHost {
             })
             .map(Listed)
             .collect();
-        let index = RankIndex::new(
-            items
-                .iter()
-                .map(|l| (l.0.binding.id.as_str(), l.0.description.as_str())),
-        );
+        let index = RankIndex::new(items.iter().map(|l| Doc {
+            name: &l.0.binding.id,
+            description: &l.0.description,
+            headings: &l.0.headings,
+        }));
         let query = q.query.as_deref().unwrap_or("");
         let limit = match q.limit {
             Some(0) => {

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use serde::Deserialize;
-use skill_runner::catalog::rank::{Query, RankIndex};
+use skill_runner::catalog::rank::{self, Doc, Query, RankIndex};
 
 /// One skill of the set.
 #[derive(Debug, Deserialize)]
@@ -122,16 +122,18 @@ pub fn evaluate(skills: &[Skill], cases: &[Case], rank: impl Fn(&str) -> Vec<usi
 }
 
 /// The product ranking over `skills`, as `catalog find` and
-/// `find_skills` rank.
+/// `find_skills` rank: name, description and the body's headings.
 pub fn product(skills: &[Skill]) -> impl Fn(&str) -> Vec<usize> + '_ {
-    let index = RankIndex::new(
-        skills
-            .iter()
-            .map(|s| (s.name.as_str(), s.description.as_str())),
-    );
+    let headings: Vec<String> = skills.iter().map(|s| rank::headings(&s.body)).collect();
+    let index = RankIndex::new(skills.iter().zip(&headings).map(|(s, h)| Doc {
+        name: &s.name,
+        description: &s.description,
+        headings: h,
+    }));
     move |q: &str| {
         index
             .rank(&Query::parse(q), skills.len())
+            .hits
             .into_iter()
             .map(|(_, i)| i)
             .collect()

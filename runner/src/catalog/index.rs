@@ -32,8 +32,9 @@ use serde::{Deserialize, Serialize};
 use super::scan::{Found, RootScan};
 use super::Warning;
 
-/// Bumped when the file's shape or the meaning of its entries changes.
-const FORMAT: u32 = 1;
+/// Bumped when the file's shape or the meaning of its entries changes
+/// (2: skills keep their body's headings, for ranking).
+const FORMAT: u32 = 2;
 
 /// What a folder or file looked like when the scan saw it: path
 /// (relative to the root, or absolute outside it; empty for the root),

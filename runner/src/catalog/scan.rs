@@ -66,6 +66,8 @@ pub struct Found {
     /// Number of files, `SKILL.md` included.
     pub files: usize,
     pub dir: PathBuf,
+    /// The headings of the `SKILL.md` body, one a line (for ranking).
+    pub headings: String,
 }
 
 /// The outcome of scanning one root.
@@ -292,6 +294,7 @@ impl Walk<'_> {
             version: metadata_str(&doc.front.metadata, "version"),
             files: files.len(),
             dir: dir.to_owned(),
+            headings: super::rank::headings(&doc.body),
         });
     }
 

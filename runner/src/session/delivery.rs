@@ -222,7 +222,7 @@ pub fn tool_schemas(delivery: Delivery, skills: &[SessionSkill]) -> Vec<Value> {
         Delivery::ManagedFilesystem => vec![
             json!({
                 "name": "find_skills",
-                "description": "Find the skills that match a task, best first, by name and description.",
+                "description": "Find the skills that match a task, best first, by name, description and headings.",
                 "input_schema": {
                     "type": "object",
                     "properties": {
