@@ -90,7 +90,12 @@ pub fn parse_request(head: &[u8]) -> Result<Request, HeadError> {
     else {
         return Err(HeadError::RequestLine);
     };
-    if !token(method) || !matches!(version, "HTTP/1.1" | "HTTP/1.0") || target.is_empty() {
+    // A control byte in the target would reach the origin's request line.
+    if !token(method)
+        || !matches!(version, "HTTP/1.1" | "HTTP/1.0")
+        || target.is_empty()
+        || target.bytes().any(|b| b < 0x21 || b == 0x7f)
+    {
         return Err(HeadError::RequestLine);
     }
     let mut headers = Vec::new();
@@ -102,7 +107,7 @@ pub fn parse_request(head: &[u8]) -> Result<Request, HeadError> {
             return Err(HeadError::Header);
         }
         let (name, value) = l.split_once(':').ok_or(HeadError::Header)?;
-        if !token(name) || value.bytes().any(|b| b < 0x20 && b != b'\t' || b == 0x7f) {
+        if !token(name) || value.bytes().any(|b| (b < 0x20 && b != b'\t') || b == 0x7f) {
             return Err(HeadError::Header);
         }
         headers.push((name.to_owned(), value.trim().to_owned()));
@@ -308,6 +313,11 @@ mod tests {
             ),
             ("GET http://h/ HTTP/2\r\n\r\n", HeadError::RequestLine),
             ("GET  http://h/ HTTP/1.1\r\n\r\n", HeadError::RequestLine),
+            ("GET http://h/a\rb HTTP/1.1\r\n\r\n", HeadError::RequestLine),
+            (
+                "GET http://h/a\x00 HTTP/1.1\r\n\r\n",
+                HeadError::RequestLine,
+            ),
             (
                 "GET http://h/ HTTP/1.1\r\n folded\r\n\r\n",
                 HeadError::Header,
