@@ -1731,3 +1731,17 @@ fn the_data_dir_is_private() {
     // 0710 when a root runner lets its sandbox user's group pass through.
     assert!(matches!(mode & 0o777, 0o700 | 0o710), "{mode:o}");
 }
+
+/// Issue 14's detached runs are not built: the parameter is refused
+/// clearly, never ignored (which would block a client expecting 202).
+#[test]
+fn wait_parameters_are_refused_until_built() {
+    let w = World::new();
+    let d = Daemon::start(&w, &[]);
+    let msg = d
+        .post("/v1/executions?wait=false", &json!({"argv": ["true"]}))
+        .assert_error(501, "not_implemented");
+    assert!(msg.contains("not built yet"), "{msg}");
+    d.get("/v1/executions/x?wait=30s")
+        .assert_error(501, "not_implemented");
+}

@@ -127,6 +127,8 @@ pub enum ApiError {
     Method { method: String, path: String },
     #[error("{0}; this is a bug in the daemon, see its log")]
     Internal(String),
+    #[error("{0} is not built yet; see the README's limitations")]
+    NotBuilt(&'static str),
     #[error(transparent)]
     Session(#[from] crate::session::SessionError),
 }
@@ -164,6 +166,7 @@ impl ApiError {
             ApiError::NotFound { .. } | ApiError::NoRoute { .. } => (S::NOT_FOUND, "not_found"),
             ApiError::NotRunning(_) => (S::CONFLICT, "not_running"),
             ApiError::Method { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            ApiError::NotBuilt(_) => (S::NOT_IMPLEMENTED, "not_implemented"),
             ApiError::Session(e) => (
                 S::from_u16(e.status()).unwrap_or(S::INTERNAL_SERVER_ERROR),
                 e.kind(),
@@ -175,7 +178,10 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, kind) = self.parts();
-        if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
+        if status.is_server_error()
+            && status != StatusCode::SERVICE_UNAVAILABLE
+            && status != StatusCode::NOT_IMPLEMENTED
+        {
             tracing::error!(kind, "{}", self.to_string().escape_debug());
         }
         let body = json!({"error": {"kind": kind, "message": self.to_string()}});
@@ -266,6 +272,16 @@ async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
         {
             tracing::info!(path = %req.uri().path(), "refused a request without a valid token");
             ApiError::Unauthorized.into_response()
+        }
+        // The contract's detached runs and long-polls are not built yet:
+        // say so rather than ignore the parameter and block.
+        _ if req.uri().path().starts_with("/v1/executions")
+            && req
+                .uri()
+                .query()
+                .is_some_and(|q| q.split('&').any(|kv| kv.starts_with("wait="))) =>
+        {
+            ApiError::NotBuilt("?wait= (detached runs and long-polls)").into_response()
         }
         _ => next.run(req).await,
     };
