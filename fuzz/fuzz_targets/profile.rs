@@ -1,0 +1,123 @@
+//! Sandbox profiles (runner/src/profile.rs, TOML), as a job's profile file
+//! is read, down to what each platform gets from them: the mounts, the
+//! bubblewrap argv, the seccomp programs and the Seatbelt profile.
+//!
+//! Invariants: no panic; a refusal is one line; an accepted profile mounts
+//! only absolute paths without `..` and never over the runner's own
+//! folders, and has positive limits; its Seatbelt profile, when it renders,
+//! is well-formed and references exactly the parameters it passes.
+#![no_main]
+
+use std::path::Path;
+
+use libfuzzer_sys::fuzz_target;
+use seatbelt::sexpr;
+use skill_runner::exec::{Bwrap, Runner};
+use skill_runner::job::Job;
+use skill_runner::launch::BwrapFeatures;
+use skill_runner::profile::{self, HostEntry, Mount, MountRule, Network, Profile, RESERVED_DESTS};
+use skill_runner_fuzz::one_line;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let p = match Profile::parse(text, "fuzz.toml") {
+        Err(e) => return one_line("profile", &e.to_string()),
+        Ok(p) => p,
+    };
+    check(&p);
+    bubblewrap(&p);
+    #[cfg(target_os = "linux")]
+    if let Err(e) = skill_runner::seccomp::compile(&p, Network::None) {
+        one_line("seccomp", &e.to_string());
+    }
+    seatbelt(&p);
+});
+
+fn check(p: &Profile) {
+    for rule in &p.linux.mounts {
+        let (MountRule::RoBind { src, dest }
+        | MountRule::RoBindTry { src, dest }
+        | MountRule::Mirror { src, dest }) = rule;
+        for path in [src, dest] {
+            assert!(path.is_absolute());
+            assert!(!path
+                .components()
+                .any(|c| c == std::path::Component::ParentDir));
+        }
+        for r in RESERVED_DESTS {
+            assert!(dest != Path::new(r), "{}", dest.display());
+            assert!(*r == "/" || !dest.starts_with(r), "{}", dest.display());
+        }
+    }
+    let l = p.limits;
+    assert!(l.timeout_ms > 0 && l.pids > 0 && l.memory_bytes > 0 && l.tmp_bytes > 0);
+}
+
+/// A host where mirrored sources are, by turns, missing, symlinks and
+/// folders: the order of the rules is kept and only missing ones drop.
+/// Then the real bubblewrap argv of a job under this profile: its mounts
+/// appear in the profile's order.
+fn bubblewrap(p: &Profile) {
+    let host = |src: &Path| match src.as_os_str().len() % 3 {
+        0 => HostEntry::Missing,
+        1 => HostEntry::Symlink("usr/bin".into()),
+        _ => HostEntry::Other,
+    };
+    let mounts = p.resolve_mounts(host);
+    let missing = p
+        .linux
+        .mounts
+        .iter()
+        .filter(|r| matches!(r, MountRule::Mirror { src, .. } if host(src) == HostEntry::Missing))
+        .count();
+    assert_eq!(mounts.len() + missing, p.linux.mounts.len());
+
+    let mut job = Job::from_json(br#"{"argv":["true"]}"#, None).expect("a minimal job");
+    job.profile = p.clone();
+    let bwrap = Bwrap {
+        path: "/usr/bin/bwrap".into(),
+        version: "fuzz".into(),
+        features: BwrapFeatures::default(),
+    };
+    let args = Runner::plan_args(&job, &bwrap, false, false).expect("a job plans");
+    let mut rest = args.iter();
+    for m in p.resolve_mounts(profile::host_entry) {
+        let dest = match &m {
+            Mount::RoBind { dest, .. }
+            | Mount::RoBindTry { dest, .. }
+            | Mount::Symlink { dest, .. } => dest,
+        };
+        assert!(
+            rest.any(|a| Path::new(a) == dest),
+            "mount {} is missing or out of order",
+            dest.display()
+        );
+    }
+}
+
+fn seatbelt(p: &Profile) {
+    let roots = seatbelt::Roots {
+        snapshot_root: "/private/var/folders/fz/T/sr/e1/skills".into(),
+        extensions_dir:
+            "/private/var/folders/fz/T/sr/e1/workspace/.sciencediscovery/skill-extensions".into(),
+        workspace: "/private/var/folders/fz/T/sr/e1/workspace".into(),
+        tmp_dir: "/private/var/folders/fz/T/sr/e1/tmp".into(),
+    };
+    let policy = seatbelt::SystemPolicy {
+        read_only_subpaths: p.macos.read_only_subpaths.clone(),
+        read_only_literals: p.macos.read_only_literals.clone(),
+        network: seatbelt::Network::None,
+    };
+    match seatbelt::render(&policy, &roots) {
+        Err(e) => one_line("seatbelt", &e.to_string()),
+        Ok(r) => {
+            let exprs = sexpr::parse(&r.profile).expect("a rendered profile is well-formed");
+            let referenced = sexpr::param_references(&exprs);
+            let passed: std::collections::BTreeSet<String> =
+                r.params.iter().map(|(n, _)| n.clone()).collect();
+            assert_eq!(referenced, passed);
+        }
+    }
+}
