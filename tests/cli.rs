@@ -1049,3 +1049,18 @@ fn a_profile_cannot_bind_the_runners_state() {
         assert!(msg.contains("data dir"), "{msg}");
     }
 }
+
+/// Fuzzing review (issue 11): a profile that is a device or a FIFO is
+/// refused at once, never read until memory runs out.
+#[test]
+fn a_profile_that_is_not_a_small_regular_file_is_refused() {
+    let world = World::new();
+    let job = world.job("job", &json!({"argv": ["true"], "profile": "/dev/zero"}));
+    let out = output(world.cmd().args(["run", "--json"]).arg(&job));
+    assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+    assert!(
+        text(&out.stdout).contains("not a regular file"),
+        "{}",
+        show(&out)
+    );
+}

@@ -147,12 +147,23 @@ impl Profile {
     /// Loads a built-in profile by name, or a profile file when `spec`
     /// contains a `/` (relative paths resolve against `base`).
     pub fn load(spec: &str, base: &Path) -> Result<Profile, ProfileError> {
+        const PROFILE_LIMIT: u64 = 1 << 20;
         if spec.contains('/') {
             let path = base.join(spec);
-            let text = std::fs::read_to_string(&path).map_err(|source| ProfileError::Read {
+            let read_err = |source| ProfileError::Read {
                 path: path.clone(),
                 source,
-            })?;
+            };
+            // A regular file of bounded size: never a device or a FIFO
+            // (`/dev/zero` would be read until memory runs out).
+            let meta = std::fs::metadata(&path).map_err(read_err)?;
+            if !meta.is_file() || meta.len() > PROFILE_LIMIT {
+                return Err(read_err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "not a regular file of at most 1 MiB",
+                )));
+            }
+            let text = std::fs::read_to_string(&path).map_err(read_err)?;
             return Profile::parse(&text, &path.display().to_string());
         }
         let Some(i) = BUILTIN.iter().position(|(name, _)| *name == spec) else {
