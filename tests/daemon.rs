@@ -476,6 +476,14 @@ fn bundle_of(id: &str, dir: &Path) -> (Value, Value) {
 }
 
 /// A world whose skills folder is a root of the daemon.
+/// A private token file (0600) holding `token`, for `--token-file`.
+fn token_file(w: &World, token: &str) -> PathBuf {
+    let file = w.path().join("token");
+    std::fs::write(&file, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    file
+}
+
 fn world_with_roots() -> (World, String) {
     let w = World::new();
     let roots = w.path().join("roots");
@@ -1087,9 +1095,7 @@ fn tcp_needs_a_valid_bearer_token() {
     assert!(err.contains("bearer token"), "{err}");
 
     let token = "test-token-0123456789abcdef";
-    let file = w.path().join("token");
-    std::fs::write(&file, format!("{token}\n")).unwrap();
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = token_file(&w, token);
     let mut d = Daemon::start(
         &w,
         &[
@@ -1673,9 +1679,7 @@ fn a_folder_swapped_while_its_job_is_queued_is_not_mounted() {
 fn idle_connections_without_the_token_do_not_starve_clients_with_it() {
     let w = World::new();
     let token = "test-token-0123456789abcdef";
-    let file = w.path().join("token");
-    std::fs::write(&file, format!("{token}\n")).unwrap();
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let file = token_file(&w, token);
     let mut d = Daemon::start(
         &w,
         &[

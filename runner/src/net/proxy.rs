@@ -238,35 +238,41 @@ async fn accept_loop(listener: Listener, shared: Arc<Shared>) {
     // Dropping the set (when this task is aborted) aborts every connection.
     let mut conns = JoinSet::new();
     match listener {
-        Listener::Unix(l) => {
-            let l = match tokio::net::UnixListener::from_std(l) {
-                Ok(l) => l,
-                Err(e) => return tracing::warn!(error = %e, "proxy cannot listen"),
-            };
-            loop {
-                tokio::select! {
-                    r = l.accept() => match r {
-                        Ok((s, _)) => admit(&mut conns, &shared, s),
-                        Err(e) => pause(e).await,
-                    },
-                    Some(_) = conns.join_next() => {}
-                }
+        Listener::Unix(l) => match tokio::net::UnixListener::from_std(l) {
+            Ok(l) => {
+                admit_all(&mut conns, &shared, || async {
+                    l.accept().await.map(|(s, _)| s)
+                })
+                .await
             }
-        }
-        Listener::Tcp(l) => {
-            let l = match tokio::net::TcpListener::from_std(l) {
-                Ok(l) => l,
-                Err(e) => return tracing::warn!(error = %e, "proxy cannot listen"),
-            };
-            loop {
-                tokio::select! {
-                    r = l.accept() => match r {
-                        Ok((s, _)) => admit(&mut conns, &shared, s),
-                        Err(e) => pause(e).await,
-                    },
-                    Some(_) = conns.join_next() => {}
-                }
+            Err(e) => tracing::warn!(error = %e, "proxy cannot listen"),
+        },
+        Listener::Tcp(l) => match tokio::net::TcpListener::from_std(l) {
+            Ok(l) => {
+                admit_all(&mut conns, &shared, || async {
+                    l.accept().await.map(|(s, _)| s)
+                })
+                .await
             }
+            Err(e) => tracing::warn!(error = %e, "proxy cannot listen"),
+        },
+    }
+}
+
+/// Admits every connection `accept` yields, reaping finished ones.
+async fn admit_all<S, F, Fut>(conns: &mut JoinSet<()>, shared: &Arc<Shared>, mut accept: F)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = io::Result<S>>,
+{
+    loop {
+        tokio::select! {
+            r = accept() => match r {
+                Ok(s) => admit(conns, shared, s),
+                Err(e) => pause(e).await,
+            },
+            Some(_) = conns.join_next() => {}
         }
     }
 }
