@@ -416,6 +416,7 @@ fn explain_json_ends_with_the_rewritten_argv() {
             "--",
             "/proc/self/fd/8",
             "--skill-runner-exec-shim",
+            "--",
             "sh",
             "/skills/t/scripts/run.sh",
             "/skills/t/SKILL.md",

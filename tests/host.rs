@@ -333,6 +333,77 @@ fn dev_shm_is_bounded() {
     assert_eq!(code, 7, "/dev/shm took 64 MiB with tmp_bytes 8 MiB: {doc}");
 }
 
+/// Processes of the sandbox user that belong to no execution.
+struct Squatters(Vec<std::process::Child>);
+
+impl Squatters {
+    fn spawn(uid: u32, n: usize) -> Squatters {
+        use std::os::unix::process::CommandExt;
+        Squatters(
+            (0..n)
+                .map(|_| {
+                    Command::new("sleep")
+                        .arg("60")
+                        .uid(uid)
+                        .gid(uid)
+                        .spawn()
+                        .expect("spawn sleep as the sandbox user")
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Squatters {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+#[test]
+fn the_pids_rlimit_counts_only_the_executions_own_processes() {
+    if !require_sandbox("the_pids_rlimit_counts_only_the_executions_own_processes") {
+        return;
+    }
+    let Some(uid) = sandbox_uid() else {
+        eprintln!("SKIPPED: needs a root runner with a sandbox user");
+        return;
+    };
+    if !can_unshare_mounts() {
+        eprintln!("SKIPPED: needs root to hide the cgroup file systems");
+        return;
+    }
+    // More processes of the sandbox's host uid than the job's limit, as
+    // other executions would have: they must not use up its budget, nor
+    // keep bubblewrap from creating the sandbox.
+    let _others = Squatters::spawn(uid, 30);
+    let world = World::new();
+    let ws = world.workspace_with_probe();
+    let job = json!({
+        "argv": ["/workspace/probe", "fork-bomb", "1"],
+        "workspace": ws,
+        "limits": {"pids": 20, "timeout_ms": 20000},
+    });
+    let (code, doc) = run_without_cgroups(&world, &job);
+    assert_eq!(code, 0, "{doc}");
+    assert_eq!(doc["limits"]["pids"]["enforced_by"], "rlimit", "{doc}");
+    let report = stdout(&doc).trim().to_owned();
+    let forks: u64 = report
+        .strip_prefix("FORKS ")
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no fork report: {doc}"));
+    // 20 counts bubblewrap's pid 1 and the probe itself.
+    assert!(
+        (10..20).contains(&forks),
+        "{forks} forks under pids 20: {doc}"
+    );
+    assert!(report.contains("first_error=EAGAIN"), "{doc}");
+}
+
 /// Runs the runner inside a private mount namespace whose
 /// `/sys/fs/cgroup` is an empty read-only tmpfs: no writable cgroup.
 fn run_without_cgroups(world: &World, job: &Value) -> (i32, Value) {

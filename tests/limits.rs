@@ -144,7 +144,7 @@ fn two_hundred_sleeps_under_pids_32_are_refused_forks() {
         assert_eq!(run.status(), "limit_exceeded", "{run}");
         assert!(run.error().contains("pids"), "{run}");
     } else {
-        // RLIMIT_NPROC counts every process of the sandbox's host uid.
+        // RLIMIT_NPROC, set in the sandbox's user namespace by the shim.
         assert_eq!(by, "rlimit", "{run}");
         assert!(started < 200, "{started} sleeps under pids = 32:{run}");
     }

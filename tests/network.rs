@@ -657,7 +657,10 @@ fn explain_shows_the_allowlist() {
         said.contains("--setenv HTTPS_PROXY http://127.0.0.1:3128"),
         "{said}"
     );
-    assert!(said.contains("--skill-runner-exec-shim-net curl"), "{said}");
+    assert!(
+        said.contains("--skill-runner-exec-shim-net -- curl"),
+        "{said}"
+    );
     let out = world
         .cmd()
         .args(["explain", "--json"])

@@ -115,6 +115,7 @@ fn plan(job: &Job) {
         &bwrap,
         job.workspace.is_some(),
         job.extensions_dir.is_some(),
+        Some(job.limits.pids),
     )
     .expect("a valid job plans");
     let tail: Vec<OsString> = rewritten.iter().map(OsString::from).collect();

@@ -42,6 +42,12 @@ pub const KNOWN: &[Known] = &[
         host_fix: "raise it: sysctl -w user.max_user_namespaces=15000",
     },
     Known {
+        pattern: "Creating new namespace failed: Resource temporarily unavailable",
+        cause: "the kernel refused bubblewrap a new process (EAGAIN): the runner's user reached its process limit",
+        container_fix: "raise the container's process limit (docker run --pids-limit, or the pod's pids limit) or the runner's ulimit -u",
+        host_fix: "raise the runner's process limit (ulimit -u, or TasksMax= of its systemd service)",
+    },
+    Known {
         pattern: "Creating new namespace failed",
         cause: "creating namespaces was refused",
         container_fix: "the container's seccomp profile or security module refuses new namespaces: run it with --security-opt seccomp=deploy/seccomp-bwrap.json",
@@ -174,6 +180,7 @@ mod tests {
         ("bwrap: Creating new namespace failed: nesting depth or /proc/sys/user/max_*_namespaces exceeded (ENOSPC)", "user.max_user_namespaces"),
         ("bwrap: cannot open /proc/sys/user/max_user_namespaces: Read-only file system", "systempaths=unconfined"),
         ("bwrap: execvp /proc/self/fd/8: No such file or directory", "scripts/build-release"),
+        ("bwrap: Creating new namespace failed: Resource temporarily unavailable", "--pids-limit"),
     ];
 
     #[test]

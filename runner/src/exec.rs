@@ -651,6 +651,7 @@ impl Runner {
         bwrap: &Bwrap,
         named_workspace: bool,
         named_extensions: bool,
+        nproc: Option<u64>,
     ) -> Result<Vec<std::ffi::OsString>, ErrorInfo> {
         let mounts = job.profile.resolve_mounts(profile::host_entry);
         let argv = alias::rewrite_argv(&job.argv, Spelling::Sandbox)
@@ -681,17 +682,24 @@ impl Runner {
             tmp_bytes: job.limits.tmp_bytes,
             features: bwrap.features,
             proxy,
+            nproc,
         }))
     }
 
     /// bubblewrap: the argv, the seccomp programs and account files on fds.
     #[cfg(not(target_os = "macos"))]
-    fn launcher(&self, job: &Job, p: &Prepared) -> Result<Launcher, ErrorInfo> {
+    fn launcher(&self, job: &Job, p: &Prepared, nproc: Option<u64>) -> Result<Launcher, ErrorInfo> {
         let bwrap = p
             .bwrap
             .as_ref()
             .ok_or_else(|| ErrorInfo::new("sandbox_unavailable", "bubblewrap was not found"))?;
-        let args = Runner::plan_args(job, bwrap, p.workspace.is_some(), p.extensions.is_some())?;
+        let args = Runner::plan_args(
+            job,
+            bwrap,
+            p.workspace.is_some(),
+            p.extensions.is_some(),
+            nproc,
+        )?;
         let filters =
             crate::seccomp::compile_for(&job.profile, job.network.mode(), p.identity.root_mapped)
                 .map_err(|e| ErrorInfo::new("sandbox_unavailable", e.to_string()))?;
@@ -764,7 +772,8 @@ impl Runner {
     /// Seatbelt: `/usr/bin/sandbox-exec` with the rendered profile; the
     /// environment holds host paths.
     #[cfg(target_os = "macos")]
-    fn launcher(&self, job: &Job, p: &Prepared) -> Result<Launcher, ErrorInfo> {
+    fn launcher(&self, job: &Job, p: &Prepared, nproc: Option<u64>) -> Result<Launcher, ErrorInfo> {
+        debug_assert!(nproc.is_none(), "macOS applies no pids rlimit");
         let tmp = p.dir.path.join("tmp");
         fs::create_dir_all(&tmp).map_err(|e| bad_path("tmp", &tmp, e))?;
         let folders = crate::macos::Folders {
@@ -798,10 +807,6 @@ impl Runner {
 
     fn launch(&self, job: &Job, mut p: Prepared, opts: RunOptions<'_>) -> ExecResult {
         let rejected = |e: ErrorInfo| ExecResult::rejected(&job.execution_id, SANDBOX, e);
-        let launch = match self.launcher(job, &p) {
-            Ok(l) => l,
-            Err(e) => return rejected(e),
-        };
         let l = job.limits;
         let cg_name = p
             .dir
@@ -843,6 +848,10 @@ impl Runner {
         let (rlimits, applied) = match limits_plan(&l, cgroup.as_ref(), cg_note, &p.identity, disk)
         {
             Ok(plan) => plan,
+            Err(e) => return rejected(e),
+        };
+        let launch = match self.launcher(job, &p, rlimits.nproc) {
+            Ok(l) => l,
             Err(e) => return rejected(e),
         };
         // A host workspace is watched: past disk_bytes the run is ended.
@@ -902,7 +911,7 @@ impl Runner {
             args: launch.args,
             env: launch.env,
             fds: launch.fds,
-            rlimits,
+            rlimits: rlimits.runner,
             cgroup_procs,
             stdin: job.stdin.clone(),
             report_fd: launch.report_fd,
@@ -1044,6 +1053,7 @@ impl Runner {
             &bwrap,
             job.workspace.is_some(),
             job.extensions_dir.is_some(),
+            None,
         )?;
         Ok((bwrap.path, args, folders))
     }
@@ -1319,7 +1329,30 @@ fn sandbox_fds(filters: &crate::seccomp::Filters) -> io::Result<Vec<(std::os::fd
     ])
 }
 
-type Rlimits = Vec<(nix::sys::resource::Resource, u64, u64)>;
+/// The resource limits of an execution.
+#[derive(Debug, Default)]
+struct Rlimits {
+    /// Set by the runner's spawn on bubblewrap (and so on everything in
+    /// the sandbox).
+    runner: Vec<(nix::sys::resource::Resource, u64, u64)>,
+    /// `RLIMIT_NPROC`, set by the exec shim inside the sandbox's user
+    /// namespace (see [`crate::shim::NPROC_OPT`]).
+    nproc: Option<u64>,
+}
+
+/// Whether this kernel counts `RLIMIT_NPROC` per user namespace (Linux
+/// 5.14 and later), so that the shim's limit counts the execution's own
+/// processes alone.
+#[cfg(target_os = "linux")]
+fn nproc_per_namespace() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    version >= (5, 14)
+}
 
 /// How `disk_bytes` is enforced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1350,7 +1383,8 @@ fn limits_plan(
     use nix::sys::resource::Resource;
     #[cfg(not(target_os = "linux"))]
     let _ = identity; // only the Linux pids fallback asks who the sandbox is
-    let mut r: Rlimits = vec![
+    let mut nproc = None;
+    let mut r = vec![
         (Resource::RLIMIT_CORE, 0, 0),
         (Resource::RLIMIT_FSIZE, l.file_size_bytes, l.file_size_bytes),
         (Resource::RLIMIT_NOFILE, l.open_files, l.open_files),
@@ -1385,13 +1419,20 @@ fn limits_plan(
         // is bound by it.
         #[cfg(target_os = "linux")]
         None if !identity.root_mapped => {
-            r.push((Resource::RLIMIT_NPROC, l.pids, l.pids));
+            nproc = Some(l.pids);
+            let counted = if nproc_per_namespace() {
+                "this execution's processes and threads (the shim sets it inside the execution's own user namespace)".to_owned()
+            } else {
+                format!(
+                    "every process of host uid {} (concurrent executions together: this kernel is older than 5.14)",
+                    identity.uid
+                )
+            };
             Applied {
                 value: Some(l.pids),
                 enforced_by: "rlimit",
                 note: Some(format!(
-                    "RLIMIT_NPROC counts every process of host uid {} (concurrent executions together), and a refused fork is not reported as limit_exceeded{}",
-                    identity.uid,
+                    "RLIMIT_NPROC counts {counted}, and a refused fork is not reported as limit_exceeded{}",
                     cg_note
                         .as_ref()
                         .map(|n| format!("; no cgroup: {n}"))
@@ -1451,7 +1492,7 @@ fn limits_plan(
         None => Applied::by(None, "none"),
     };
     Ok((
-        r,
+        Rlimits { runner: r, nproc },
         AppliedLimits {
             timeout_ms: Applied::by(Some(l.timeout_ms), "supervisor"),
             output_bytes: Applied::by(Some(l.output_bytes), "supervisor"),

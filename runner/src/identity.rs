@@ -16,9 +16,11 @@
 //! fresh uid per execution cannot without re-owning the tree each time.
 //! Concurrent executions are kept apart by their namespaces (pid, ipc,
 //! network, mount), not by uid. The price is that per-uid kernel counters
-//! are shared by concurrent executions: `RLIMIT_NPROC` (used for `pids`
-//! only when no pids cgroup can be had) counts them together, as do the
-//! inotify instance limits.
+//! are shared by concurrent executions, as the inotify instance limits
+//! are. `RLIMIT_NPROC` (used for `pids` only when no pids cgroup can be
+//! had) is not among them on Linux 5.14 and later: the exec shim sets it
+//! inside the execution's own user namespace, where the kernel counts the
+//! execution's processes alone (see [`crate::shim::NPROC_OPT`]).
 //!
 //! A runner that is root only inside a user namespace mapping uid 0 alone
 //! (`unshare --map-root-user`, some container set-ups) cannot become

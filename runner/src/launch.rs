@@ -127,6 +127,10 @@ pub struct Plan<'a> {
     /// the shim starts the forwarder ([`crate::shim::SHIM_NET_ARG`]). The
     /// proxy variables are in `env`.
     pub proxy: bool,
+    /// The `pids` limit as `RLIMIT_NPROC`, which the shim sets inside the
+    /// sandbox's user namespace (see [`crate::shim`]); `None` when a
+    /// cgroup enforces it.
+    pub nproc: Option<u64>,
 }
 
 /// The environment in the sandbox (docs/formats.md): the fixed baseline,
@@ -238,6 +242,10 @@ pub fn bwrap_args(plan: &Plan<'_>) -> Vec<OsString> {
     } else {
         crate::shim::SHIM_ARG
     });
+    if let Some(n) = plan.nproc {
+        a.opt(crate::shim::NPROC_OPT, n.to_string());
+    }
+    a.flag("--");
     for arg in plan.argv {
         a.flag(arg);
     }
@@ -349,6 +357,7 @@ mod tests {
             tmp_bytes: 1024,
             features,
             proxy,
+            nproc: None,
         })
         .into_iter()
         .map(|s| s.into_string().unwrap())
@@ -451,6 +460,7 @@ mod tests {
             "--",
             "/proc/self/fd/8",
             "--skill-runner-exec-shim",
+            "--",
             "sh",
             "/skills/hello/s.sh",
             "world",
@@ -581,11 +591,47 @@ mod tests {
             "--",
             "/proc/self/fd/8",
             "--skill-runner-exec-shim-net",
+            "--",
             "sh",
             "/skills/hello/s.sh",
             "world",
         ];
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn the_pids_rlimit_goes_to_the_shim_before_the_command() {
+        let argv = vec!["sh".to_string(), "-c".into(), "--nproc".into()];
+        let env = environment(&[]);
+        let got: Vec<String> = bwrap_args(&Plan {
+            mounts: &[],
+            workspace: Workspace::Fresh { bytes: 1 << 20 },
+            extensions: Extensions::InFreshWorkspace,
+            cwd: "",
+            env: &env,
+            argv: &argv,
+            tmp_bytes: 1024,
+            features: BwrapFeatures::default(),
+            proxy: false,
+            nproc: Some(20),
+        })
+        .into_iter()
+        .map(|s| s.into_string().unwrap())
+        .collect();
+        let shim = got.iter().position(|a| a == SHIM_PATH).unwrap();
+        assert_eq!(
+            got[shim..],
+            [
+                SHIM_PATH,
+                "--skill-runner-exec-shim",
+                "--nproc",
+                "20",
+                "--",
+                "sh",
+                "-c",
+                "--nproc"
+            ]
+        );
     }
 
     #[test]

@@ -12,7 +12,11 @@
 //! it is the only holder of the report pipe [`FD_EXEC_REPORT`]: bubblewrap's
 //! monitor and its pid 1 close every descriptor they do not use.
 //!
-//! The shim
+//! The shim is started as `SHIM_PATH MODE [--nproc N] -- COMMAND…`
+//! ([`ShimArgs`]). It
+//! 0. starts the network forwarder (mode [`SHIM_NET_ARG`]) and sets
+//!    `RLIMIT_NPROC` to N ([`NPROC_OPT`]); if either fails it exits 125
+//!    before its report, a sandbox that was not finished;
 //! 1. writes one byte, [`STARTED`], to the report pipe;
 //! 2. moves the command's stderr ([`FD_STDERR`]) to fd 2: bubblewrap's own
 //!    fd 2 is a pipe of its own, so its messages never reach the command's
@@ -34,7 +38,7 @@
 //! its libraries there: the built-in profile binds `/usr` and `/lib*`; the
 //! release build (`scripts/build-release`) is static and needs nothing.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::CString;
 use std::os::unix::ffi::OsStringExt;
 
 pub use crate::launch::{FD_EXEC_REPORT, FD_SHIM, FD_STDERR, SHIM_PATH};
@@ -102,26 +106,96 @@ pub fn executable() -> std::io::Result<std::os::fd::OwnedFd> {
     }
 }
 
-/// If this process was started as the shim (`argv[1]` is [`SHIM_ARG`]),
-/// becomes the command and never returns. Call it first in `main`.
-pub fn run_if_shim() {
-    let mut args = std::env::args_os();
-    let first = args.nth(1);
-    let network = first.as_deref() == Some(OsStr::new(SHIM_NET_ARG));
-    if first.as_deref() != Some(OsStr::new(SHIM_ARG)) && !network {
-        return;
+/// The option before the command that gives the `pids` limit as
+/// `RLIMIT_NPROC` (`--nproc N`), for the shim to set in the sandbox.
+///
+/// It is set here, inside the execution's own user namespace, and not by
+/// the runner before bwrap starts: since Linux 5.14 the kernel counts
+/// `RLIMIT_NPROC` per user namespace and uid, checking every ancestor
+/// namespace against the limit in force where it was created. Set inside,
+/// the limit counts this execution's processes and threads alone; set
+/// before bwrap, it would count every process of the host uid, the other
+/// executions' included, and could even refuse bwrap its namespaces.
+pub const NPROC_OPT: &str = "--nproc";
+
+/// The shim's arguments: `MODE [--nproc N] -- COMMAND…`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShimArgs {
+    /// [`SHIM_NET_ARG`]: start the network forwarder first.
+    pub network: bool,
+    pub nproc: Option<u64>,
+    pub argv: Vec<std::ffi::OsString>,
+}
+
+impl ShimArgs {
+    /// `None` if `args` (without the program name) are not the shim's;
+    /// `Some(Err)` if they are, but malformed.
+    pub fn parse(
+        mut args: impl Iterator<Item = std::ffi::OsString>,
+    ) -> Option<Result<ShimArgs, String>> {
+        let network = match args.next() {
+            Some(a) if a == SHIM_NET_ARG => true,
+            Some(a) if a == SHIM_ARG => false,
+            _ => return None,
+        };
+        let mut nproc = None;
+        loop {
+            match args.next() {
+                Some(a) if a == "--" => break,
+                Some(a) if a == NPROC_OPT => {
+                    let n = args.next().and_then(|n| n.to_str()?.parse().ok());
+                    match n {
+                        Some(n) => nproc = Some(n),
+                        None => return Some(Err(format!("{NPROC_OPT} needs a number"))),
+                    }
+                }
+                Some(a) => return Some(Err(format!("unknown shim option {a:?}"))),
+                None => return Some(Err("no -- before the command".into())),
+            }
+        }
+        Some(Ok(ShimArgs {
+            network,
+            nproc,
+            argv: args.collect(),
+        }))
     }
+}
+
+/// If this process was started as the shim (`argv[1]` is [`SHIM_ARG`] or
+/// [`SHIM_NET_ARG`]), becomes the command and never returns. Call it first
+/// in `main`.
+///
+/// Anything that fails before the report byte is a sandbox that was not
+/// finished: the shim exits 125 with the reason on bubblewrap's stderr.
+pub fn run_if_shim() {
+    let shim = match ShimArgs::parse(std::env::args_os().skip(1)) {
+        None => return,
+        Some(Ok(shim)) => shim,
+        Some(Err(e)) => unfinished(&format!("bad shim arguments: {e}")),
+    };
     #[cfg(target_os = "linux")]
-    if network {
+    if shim.network {
         if let Err(e) = crate::net::forward::start() {
-            eprintln!(
-                "skill-runner: cannot start the network forwarder on {} in the sandbox: {e}",
+            unfinished(&format!(
+                "cannot start the network forwarder on {} in the sandbox: {e}",
                 crate::net::FORWARDER_ADDR
-            );
-            std::process::exit(crate::result::EXIT_RUNNER);
+            ));
         }
     }
-    let argv: Vec<CString> = args
+    // After the forwarder: it is not the command, and keeps no budget of it.
+    if let Some(n) = shim.nproc {
+        #[cfg(target_os = "linux")]
+        if let Err(e) =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NPROC, n, n)
+        {
+            unfinished(&format!("cannot set RLIMIT_NPROC to {n}: {e}"));
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = n;
+    }
+    let argv: Vec<CString> = shim
+        .argv
+        .into_iter()
         .filter_map(|a| CString::new(a.into_vec()).ok())
         .collect();
     #[cfg(target_os = "linux")]
@@ -132,6 +206,13 @@ pub fn run_if_shim() {
         libc::ENOSYS
     };
     std::process::exit(exit_code_for(errno));
+}
+
+/// Ends the shim before its report: the runner sees a sandbox that was
+/// not finished, with `why` among bubblewrap's messages.
+fn unfinished(why: &str) -> ! {
+    eprintln!("skill-runner: {why}");
+    std::process::exit(crate::result::EXIT_RUNNER);
 }
 
 /// The exit code of a command that could not be executed, as shells use
@@ -162,6 +243,37 @@ mod tests {
         assert!(!ExecReport::ExecFailed(2).executed());
         assert!(ExecReport::Executed.executed());
         assert!(ExecReport::Unknown.executed());
+    }
+
+    #[test]
+    fn shim_arguments_parse_without_ambiguity() {
+        let parse = |a: &[&str]| ShimArgs::parse(a.iter().map(std::ffi::OsString::from));
+        assert_eq!(parse(&["sh", "-c", "x"]), None);
+        assert_eq!(parse(&[]), None);
+        assert_eq!(
+            parse(&[SHIM_ARG, "--", "--nproc", "3"]),
+            Some(Ok(ShimArgs {
+                network: false,
+                nproc: None,
+                argv: vec!["--nproc".into(), "3".into()],
+            }))
+        );
+        assert_eq!(
+            parse(&[SHIM_NET_ARG, NPROC_OPT, "20", "--", "true"]),
+            Some(Ok(ShimArgs {
+                network: true,
+                nproc: Some(20),
+                argv: vec!["true".into()],
+            }))
+        );
+        for bad in [
+            &[SHIM_ARG, "true"][..],
+            &[SHIM_ARG, NPROC_OPT, "x", "--", "true"],
+            &[SHIM_ARG, NPROC_OPT],
+            &[SHIM_ARG],
+        ] {
+            assert!(matches!(parse(bad), Some(Err(_))), "{bad:?}");
+        }
     }
 
     #[test]
