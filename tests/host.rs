@@ -396,9 +396,11 @@ fn the_pids_rlimit_counts_only_the_executions_own_processes() {
         .and_then(|r| r.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no fork report: {doc}"));
-    // 20 counts bubblewrap's pid 1 and the probe itself.
+    // 20 counts bubblewrap's pid 1 and the probe, and each fork-bomb child
+    // forks once more: about 9 forks use the whole budget. Counted with
+    // the 30 other processes, there would be none (or no sandbox at all).
     assert!(
-        (10..20).contains(&forks),
+        (5..20).contains(&forks),
         "{forks} forks under pids 20: {doc}"
     );
     assert!(report.contains("first_error=EAGAIN"), "{doc}");
