@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
 
 /// Shortest token accepted.
 pub const MIN_TOKEN_LEN: usize = 16;
@@ -80,14 +81,8 @@ impl Token {
             _ => return false,
         };
         let digest: [u8; 32] = Sha256::digest(presented).into();
-        constant_time_eq(&digest, &self.digest)
+        digest.ct_eq(&self.digest).into()
     }
-}
-
-/// Compares two digests without an early exit.
-fn constant_time_eq(a: &[u8; 32], b: &[u8; 32]) -> bool {
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
 }
 
 #[cfg(test)]
