@@ -1,0 +1,57 @@
+"""Client of the skill-runner daemon (``skill-runner serve``), standard library only.
+
+>>> from skill_runner_client import Client, bundle_folder, bindings_of
+>>> c = Client(socket_path="/var/lib/skill-runner/run/skill-runner.sock")
+>>> bundle = bundle_folder("examples/skills/hello", "hello", 1, "1.0.0")
+>>> c.publish(bundle)                                   # doctest: +SKIP
+>>> c.run({"argv": ["sh", "/skills/hello/scripts/greet.sh"], "skills": bindings_of(bundle)})  # doctest: +SKIP
+
+See ``clients/README.md`` for every method and the route it maps to.
+"""
+
+from .bundle import (
+    PackageError,
+    binding_of,
+    bindings_of,
+    bundle_bytes,
+    bundle_folder,
+    bundle_skill,
+    file_hash,
+    identity_text,
+    package_hash,
+    read_package,
+    set_identity,
+    utf16_order,
+)
+from .client import Client
+from .errors import SkillRunnerError
+from .transport import NdjsonStream, Transport
+from .types import Binding, Bundle, BundleFile, BundleSkill, Document, Event, Job
+
+__all__ = [
+    "Binding",
+    "Bundle",
+    "BundleFile",
+    "BundleSkill",
+    "Client",
+    "Document",
+    "Event",
+    "Job",
+    "NdjsonStream",
+    "PackageError",
+    "SkillRunnerError",
+    "Transport",
+    "binding_of",
+    "bindings_of",
+    "bundle_bytes",
+    "bundle_folder",
+    "bundle_skill",
+    "file_hash",
+    "identity_text",
+    "package_hash",
+    "read_package",
+    "set_identity",
+    "utf16_order",
+]
+
+__version__ = "0.1.0"
