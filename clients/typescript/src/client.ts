@@ -1,0 +1,156 @@
+/**
+ * The client: one method per daemon route (docs/daemon.md, docs/skill-host.md).
+ *
+ * Methods resolve to the daemon's JSON answer and reject with
+ * `SkillRunnerError` for every 4xx/5xx answer; connection failures stay
+ * Node's own errors. Nothing is cached or retried: a method is one request.
+ */
+import { bundleBytes, bundleFolder } from "./bundle.js";
+import { SkillRunnerError } from "./errors.js";
+import { type Answer, type EventStream, Transport, type TransportOptions, errorOf } from "./transport.js";
+import type { Binding, Bundle, Job, JsonObject, Progress, Result } from "./types.js";
+
+type Body = object | Buffer;
+type Query = Record<string, string | number | undefined>;
+
+function encode(body: Body): Buffer {
+  return Buffer.isBuffer(body) ? body : Buffer.from(JSON.stringify(body), "utf8");
+}
+
+/** One path segment, percent-encoded (`/` included). */
+function seg(value: string): string {
+  return encodeURIComponent(value);
+}
+
+function query(params: Query): string {
+  const q = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined) q.set(k, String(v));
+  const text = q.toString();
+  return text === "" ? "" : `?${text}`;
+}
+
+/** A session skill: a catalog name or a published binding. */
+export type SessionSkill = { name: string } | Binding;
+
+export class Client {
+  readonly transport: Transport;
+
+  /**
+   * `new Client({socketPath: "/var/lib/skill-runner/run/skill-runner.sock"})`
+   * or `new Client({url: "http://127.0.0.1:8787", token})`.
+   */
+  constructor(options: TransportOptions) {
+    this.transport = new Transport(options);
+  }
+
+  private async call(method: string, path: string, body?: Body, ok: number[] = [200], timeoutMs?: number): Promise<Answer> {
+    const answer = await this.transport.request(method, path, body === undefined ? undefined : encode(body), {}, timeoutMs);
+    if (!ok.includes(answer.status)) throw errorOf(answer);
+    return answer;
+  }
+
+  private async json<T = JsonObject>(method: string, path: string, body?: Body, ok: number[] = [200]): Promise<T> {
+    const answer = await this.call(method, path, body, ok);
+    const doc: unknown = JSON.parse(answer.body.toString("utf8"));
+    if (typeof doc !== "object" || doc === null || Array.isArray(doc)) {
+      throw new SkillRunnerError(answer.status, "bad_answer", `${method} ${path} answered with something other than a JSON object`);
+    }
+    return doc as T;
+  }
+
+  // -- service -------------------------------------------------------------
+
+  /** `GET /v1/health`: the health document, also when it is 503 (`status` says why). */
+  health(): Promise<JsonObject> {
+    return this.json("GET", "/v1/health", undefined, [200, 503]);
+  }
+
+  /** `GET /metrics`: Prometheus text. */
+  async metrics(): Promise<string> {
+    return (await this.call("GET", "/metrics")).body.toString("utf8");
+  }
+
+  // -- skill packages --------------------------------------------------------
+
+  /** `POST /v1/skill-packages`: publishes a bundle; `{identity, skills, new_packages, warnings}`. */
+  publish(bundle: Bundle | Buffer): Promise<JsonObject> {
+    return this.json("POST", "/v1/skill-packages", Buffer.isBuffer(bundle) ? bundle : bundleBytes(bundle));
+  }
+
+  /** Builds the bundle of one skill folder (`bundleFolder`) and publishes it. */
+  publishFolder(folder: string, id: string, revision: number, version: string): Promise<JsonObject> {
+    return this.publish(bundleFolder(folder, id, revision, version));
+  }
+
+  /** `GET /v1/skill-packages/{identity}`: `{identity, skills}` of a published selection. */
+  skillPackage(identity: string): Promise<JsonObject> {
+    return this.json("GET", `/v1/skill-packages/${seg(identity)}`);
+  }
+
+  // -- executions ------------------------------------------------------------
+
+  /**
+   * `POST /v1/executions`: runs a job and resolves to its result document,
+   * whatever the command did; a job refused before launch rejects, with the
+   * result document in `SkillRunnerError.body`.
+   */
+  run(job: Job | Buffer): Promise<Result> {
+    return this.json<Result>("POST", "/v1/executions", job);
+  }
+
+  /**
+   * `POST /v1/executions` as NDJSON: iterate the events, `exit` last. A job
+   * refused before launch rejects before any event; closing the stream early
+   * cancels the execution.
+   */
+  stream(job: Job | Buffer): Promise<EventStream> {
+    return this.transport.stream("POST", "/v1/executions", encode(job));
+  }
+
+  /** `GET /v1/executions/{id}`: the result, or `{execution_id, status: queued|running}`. */
+  execution(executionId: string): Promise<Result | Progress> {
+    return this.json<Result | Progress>("GET", `/v1/executions/${seg(executionId)}`, undefined, [200, 202]);
+  }
+
+  /** `DELETE /v1/executions/{id}`: `{status: "cancelling"}`; 409 `not_running` once finished. */
+  cancel(executionId: string): Promise<JsonObject> {
+    return this.json("DELETE", `/v1/executions/${seg(executionId)}`, undefined, [202]);
+  }
+
+  // -- sessions (docs/skill-host.md) ------------------------------------------
+
+  /** `POST /v1/sessions`: skills as `{name}` or bindings, and the agent's enabled tools. */
+  createSession(skills: SessionSkill[], tools: string[]): Promise<JsonObject> {
+    return this.json("POST", "/v1/sessions", { skills, tools });
+  }
+
+  /** `GET /v1/sessions/{id}`. */
+  session(sessionId: string): Promise<JsonObject> {
+    return this.json("GET", `/v1/sessions/${seg(sessionId)}`);
+  }
+
+  /** `GET /v1/sessions/{id}/skills`: list, or find with `query` (tools `list_skills`, `find_skills`). */
+  sessionSkills(sessionId: string, options: { query?: string; limit?: number; category?: string } = {}): Promise<JsonObject> {
+    return this.json("GET", `/v1/sessions/${seg(sessionId)}/skills${query(options)}`);
+  }
+
+  /** `GET /v1/sessions/{id}/skills/{name}`: the body and sections (tools `Skill`, `load_skill`). */
+  loadSkill(sessionId: string, name: string): Promise<JsonObject> {
+    return this.json("GET", `/v1/sessions/${seg(sessionId)}/skills/${seg(name)}`);
+  }
+
+  /** `GET /v1/sessions/{id}/skills/{name}/sections/{section}` (tool `load_skill_section`). */
+  skillSection(sessionId: string, name: string, section: string, range: { offset?: number; limit?: number } = {}): Promise<JsonObject> {
+    return this.json("GET", `/v1/sessions/${seg(sessionId)}/skills/${seg(name)}/sections/${seg(section)}${query(range)}`);
+  }
+
+  /** `GET /v1/sessions/{id}/resources?path=` (tool `read_skill_resource`). */
+  sessionResource(sessionId: string, path: string, range: { offset?: number; limit?: number } = {}): Promise<JsonObject> {
+    return this.json("GET", `/v1/sessions/${seg(sessionId)}/resources${query({ path, ...range })}`);
+  }
+
+  /** `GET /v1/sessions/{id}/events`: the session's activation log. */
+  sessionEvents(sessionId: string): Promise<JsonObject> {
+    return this.json("GET", `/v1/sessions/${seg(sessionId)}/events`);
+  }
+}

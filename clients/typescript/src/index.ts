@@ -1,0 +1,10 @@
+/**
+ * Client of the skill-runner daemon (`skill-runner serve`) for Node >= 20,
+ * without runtime dependencies. See clients/README.md for every method and
+ * the route it maps to.
+ */
+export * from "./bundle.js";
+export { Client, type SessionSkill } from "./client.js";
+export { SkillRunnerError } from "./errors.js";
+export { EventStream, Transport, type TransportOptions } from "./transport.js";
+export * from "./types.js";

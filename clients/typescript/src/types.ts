@@ -1,0 +1,77 @@
+/**
+ * Shapes of the documents the daemon takes and gives (docs/formats.md).
+ *
+ * The shapes a client builds (bindings, bundles) are spelled out; the
+ * documents the daemon answers with (results, sessions, listings) are typed
+ * loosely (`JsonObject`) with the keys a caller most often reads, because the
+ * daemon may add keys in later versions and a client must keep them.
+ */
+
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+export type JsonObject = { [key: string]: Json };
+
+/** A frozen binding: exactly one package. */
+export interface Binding {
+  id: string;
+  revision: number;
+  version: string;
+  hash: string;
+}
+
+export interface BundleFile {
+  path: string;
+  size: number;
+  hash: string;
+  content: string;
+}
+
+export interface BundleSkill extends Binding {
+  files: BundleFile[];
+}
+
+export interface Bundle {
+  skills: BundleSkill[];
+}
+
+/** A job document (docs/formats.md, "The job"); only `argv` is required. */
+export interface Job {
+  argv: string[];
+  execution_id?: string;
+  stdin?: string;
+  env?: Record<string, string>;
+  cwd?: string;
+  workspace?: string;
+  extensions_dir?: string;
+  skills?: Array<Binding & { path?: string }>;
+  session?: string;
+  network?: "none" | { allow: string[]; private?: boolean };
+  profile?: string;
+  limits?: Partial<Record<
+    "timeout_ms" | "output_bytes" | "memory_bytes" | "pids" | "cpu_ms" | "file_size_bytes" | "tmp_bytes" | "disk_bytes",
+    number
+  >>;
+}
+
+/** The result document of an execution (the keys most read; every key is kept). */
+export interface Result extends JsonObject {
+  execution_id: string;
+  status: "exited" | "signaled" | "timed_out" | "limit_exceeded" | "cancelled" | "failed" | "rejected";
+  exit_code: number | null;
+  signal: number | null;
+  stdout: string;
+  stderr: string;
+  error: { kind: string; message: string } | null;
+}
+
+/** `{execution_id, status}` of an execution that has not finished. */
+export interface Progress extends JsonObject {
+  execution_id: string;
+  status: "queued" | "running";
+}
+
+/** One NDJSON event of an execution's stream. */
+export type Event =
+  | { event: "started"; seq?: number; execution_id: string }
+  | { event: "stdout" | "stderr"; seq?: number; data: string }
+  | { event: "heartbeat"; seq: number }
+  | { event: "exit"; seq?: number; result: Result };
