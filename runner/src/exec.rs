@@ -105,10 +105,47 @@ impl Bwrap {
         Bwrap::probe(&Bwrap::locate()?)
     }
 
+    /// The bwrap on PATH, refused unless only its owner may change it.
     fn locate() -> Result<PathBuf, String> {
-        which::which("bwrap").map_err(|_| {
+        let path = which::which("bwrap").map_err(|_| {
             "bubblewrap (bwrap) is not installed or not on PATH; install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)".to_owned()
-        })
+        })?;
+        Bwrap::trusted(&path)?;
+        Ok(path)
+    }
+
+    /// Whoever can write the bwrap binary runs code as the runner (root,
+    /// for a daemon), and decides what the sandbox is. So it must belong to
+    /// root or to the runner's own user, and be writable by its owner
+    /// alone; the file a symlink names is checked. In a user namespace a
+    /// host owner that is not mapped there (root's, seen from a runner in
+    /// `unshare --map-root-user` as an ordinary user) shows as the overflow
+    /// uid, which is accepted: nobody in the namespace can write the file.
+    pub fn trusted(path: &Path) -> Result<(), String> {
+        use std::os::unix::fs::MetadataExt;
+        let meta =
+            fs::metadata(path).map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
+        let euid = nix::unistd::geteuid().as_raw();
+        let overflow = fs::read_to_string("/proc/sys/kernel/overflowuid")
+            .ok()
+            .and_then(|t| t.trim().parse::<u32>().ok())
+            .unwrap_or(65534);
+        if ![0, euid, overflow].contains(&meta.uid()) {
+            return Err(format!(
+                "{} belongs to uid {}, neither root nor the runner's user ({euid}), who could replace what the sandbox is; install bubblewrap from the system's packages",
+                path.display(),
+                meta.uid()
+            ));
+        }
+        if meta.mode() & 0o022 != 0 {
+            return Err(format!(
+                "{} is writable by its group or by everyone (mode {:o}), who could replace what the sandbox is; fix it with chmod go-w {}",
+                path.display(),
+                meta.mode() & 0o7777,
+                path.display()
+            ));
+        }
+        Ok(())
     }
 
     /// Like [`Bwrap::find`], but remembers the answer in `cache_dir` for
@@ -119,44 +156,35 @@ impl Bwrap {
         let path = Bwrap::locate()?;
         let meta =
             fs::metadata(&path).map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
-        let key = format!(
-            "{}\n{}:{}:{}:{}",
-            path.display(),
-            meta.ino(),
-            meta.size(),
-            meta.mtime(),
-            meta.mtime_nsec()
-        );
-        let cache = cache_dir.join("bwrap-probe");
-        if let Ok(text) = fs::read_to_string(&cache) {
-            let mut lines = text.lines();
-            let cached_key = format!(
-                "{}\n{}",
-                lines.next().unwrap_or(""),
-                lines.next().unwrap_or("")
-            );
-            if cached_key == key {
-                let disable_userns = lines.next() == Some("disable-userns");
-                let version = lines.next().unwrap_or("").to_owned();
-                return Ok(Bwrap {
-                    path,
-                    version,
-                    features: BwrapFeatures { disable_userns },
-                });
-            }
+        let key = ProbeKey {
+            path: path.clone(),
+            inode: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+        };
+        let cache = cache_dir.join("bwrap-probe.json");
+        let cached = fs::read(&cache)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<ProbeCache>(&bytes).ok());
+        if let Some(c) = cached.filter(|c| c.key == key) {
+            return Ok(Bwrap {
+                path,
+                version: c.version,
+                features: BwrapFeatures {
+                    disable_userns: c.disable_userns,
+                },
+            });
         }
         let found = Bwrap::probe(&path)?;
-        let text = format!(
-            "{key}\n{}\n{}\n",
-            if found.features.disable_userns {
-                "disable-userns"
-            } else {
-                "-"
-            },
-            found.version
-        );
+        let entry = ProbeCache {
+            key,
+            version: found.version.clone(),
+            disable_userns: found.features.disable_userns,
+        };
         // Best effort: without a cache the next run probes again.
-        let _ = crate::fsx::write_replace(&cache, text.as_bytes());
+        if let Ok(bytes) = serde_json::to_vec(&entry) {
+            let _ = crate::fsx::write_replace(&cache, &bytes);
+        }
         Ok(found)
     }
 
@@ -193,6 +221,25 @@ impl Bwrap {
             path,
         })
     }
+}
+
+/// Which bwrap binary a cached probe answer is for: the same path and
+/// the same file (inode, size, modification time).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct ProbeKey {
+    path: PathBuf,
+    inode: u64,
+    size: u64,
+    mtime: (i64, i64),
+}
+
+/// `<data-dir>/cache/bwrap-probe.json`: what probing that binary found.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProbeCache {
+    key: ProbeKey,
+    version: String,
+    disable_userns: bool,
 }
 
 /// What this host offers, probed once.
@@ -1604,5 +1651,45 @@ fn classify(r: &mut ExecResult, o: &supervise::Outcome, l: &crate::job::Limits, 
         } else {
             r.status = Status::Exited;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_bwrap_others_may_write_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("bwrap");
+        fs::write(&bin, b"#!/bin/sh\n").unwrap();
+        for (mode, ok) in [(0o755, true), (0o700, true), (0o775, false), (0o757, false)] {
+            fs::set_permissions(&bin, fs::Permissions::from_mode(mode)).unwrap();
+            let got = Bwrap::trusted(&bin);
+            assert_eq!(got.is_ok(), ok, "mode {mode:o}: {got:?}");
+            if let Err(e) = got {
+                assert!(e.contains("chmod go-w"), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_probe_cache_for_another_file_is_not_used() {
+        let key = ProbeKey {
+            path: "/usr/bin/bwrap".into(),
+            inode: 1,
+            size: 2,
+            mtime: (3, 4),
+        };
+        let entry = ProbeCache {
+            key: key.clone(),
+            version: "bubblewrap 0.8.0".into(),
+            disable_userns: true,
+        };
+        let text = serde_json::to_string(&entry).unwrap();
+        let back: ProbeCache = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.key, key);
+        assert_ne!(back.key, ProbeKey { inode: 9, ..key });
     }
 }
