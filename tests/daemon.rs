@@ -857,8 +857,8 @@ fn delete_cancels_by_id_and_leaves_no_process() {
 }
 
 #[test]
-fn a_reused_execution_id_is_refused() {
-    if !require_sandbox("a_reused_execution_id_is_refused") {
+fn a_reused_execution_id_with_another_job_is_refused() {
+    if !require_sandbox("a_reused_execution_id_with_another_job_is_refused") {
         return;
     }
     let w = World::new();
@@ -871,10 +871,13 @@ fn a_reused_execution_id_is_refused() {
     let msg = d
         .post(
             "/v1/executions",
-            &json!({"execution_id": "once", "argv": ["true"]}),
+            &json!({"execution_id": "once", "argv": ["false"]}),
         )
         .assert_error(409, "execution_id_in_use");
-    assert!(msg.contains("once"), "{msg}");
+    assert!(
+        msg.contains("once") && msg.contains("different job"),
+        "{msg}"
+    );
 
     // Also while the first is still running.
     let m = marker(4);
@@ -1736,16 +1739,581 @@ fn the_data_dir_is_private() {
     assert!(matches!(mode & 0o777, 0o700 | 0o710), "{mode:o}");
 }
 
-/// Issue 14's detached runs are not built: the parameter is refused
-/// clearly, never ignored (which would block a client expecting 202).
+// ---------------------------------------------------------------------------
+// Issue 14: what an orchestrator needs
+
+/// A folder under the daemon's roots, for a job's workspace.
+fn workspace_in(w: &World, name: &str) -> PathBuf {
+    let ws = w.path().join("roots").join(name);
+    std::fs::create_dir_all(&ws).unwrap();
+    give_to_sandbox(&ws);
+    ws
+}
+
+/// A job that waits until the host creates `go` in its workspace, then
+/// prints `released`: no timing is involved in when it finishes.
+fn gated_job(id: &str, ws: &Path) -> Value {
+    json!({
+        "execution_id": id,
+        "workspace": ws,
+        "argv": ["sh", "-c", "echo waiting; while [ ! -e go ]; do sleep 0.05; done; echo released"],
+    })
+}
+
+fn open_gate(ws: &Path) {
+    std::fs::write(ws.join("go"), b"").unwrap();
+}
+
+/// A streamed response: its lines, read one by one as they come.
+struct Lines {
+    lines: std::io::Lines<BufReader<Chunked<BufReader<Conn>>>>,
+    status: u16,
+}
+
+impl Lines {
+    fn open(d: &Daemon, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Lines {
+        let mut conn = d.connect();
+        send(&mut conn, method, path, headers, body, d.token.as_deref());
+        let mut r = BufReader::new(conn);
+        let (status, headers) = read_head(&mut r);
+        assert!(is_chunked(&headers), "status {status}, not a stream");
+        Lines {
+            lines: BufReader::new(Chunked::new(r)).lines(),
+            status,
+        }
+    }
+
+    fn next_event(&mut self) -> Option<Value> {
+        let line = self.lines.next()?.unwrap();
+        Some(serde_json::from_str(&line).unwrap())
+    }
+
+    /// Every event up to and with `exit`, heartbeats left out.
+    fn rest(&mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(e) = self.next_event() {
+            let exit = e["event"] == "exit";
+            if e["event"] != "heartbeat" {
+                out.push(e);
+            }
+            if exit {
+                break;
+            }
+        }
+        out
+    }
+}
+
+fn seqs(events: &[Value]) -> Vec<u64> {
+    events.iter().map(|e| e["seq"].as_u64().unwrap()).collect()
+}
+
 #[test]
-fn wait_parameters_are_refused_until_built() {
+fn a_detached_run_survives_its_client_and_is_long_polled() {
+    if !require_sandbox("a_detached_run_survives_its_client_and_is_long_polled") {
+        return;
+    }
+    let (w, roots) = world_with_roots();
+    let d = Daemon::start(&w, &["--root", &roots]);
+    let ws = workspace_in(&w, "detached");
+    // The client leaves as soon as the answer begins.
+    let mut conn = d.connect();
+    send(
+        &mut conn,
+        "POST",
+        "/v1/executions?wait=false",
+        &[],
+        &serde_json::to_vec(&gated_job("detached-1", &ws)).unwrap(),
+        None,
+    );
+    let mut r = BufReader::new(conn);
+    assert_eq!(read_head(&mut r).0, 202);
+    drop(r);
+    let r = d.post("/v1/executions?wait=false", &gated_job("detached-2", &ws));
+    assert_eq!(r.status, 202, "{:#}", r.json());
+    assert_eq!(r.header("location"), Some("/v1/executions/detached-2"));
+    let doc = r.json();
+    assert_eq!(doc["execution_id"], "detached-2");
+    assert!(
+        doc["status"] == "queued" || doc["status"] == "running",
+        "{doc:#}"
+    );
+    // While the gate is shut, a long-poll times out with the status.
+    let r = d.get("/v1/executions/detached-1?wait=200ms");
+    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    assert!(r.json()["status"] == "running" || r.json()["status"] == "queued");
+    open_gate(&ws);
+    for id in ["detached-1", "detached-2"] {
+        let r = d.get(&format!("/v1/executions/{id}?wait=60s"));
+        let doc = r.json();
+        assert_eq!(r.status, 200, "{doc:#}");
+        assert_eq!(doc["status"], "exited", "{doc:#}");
+        assert_eq!(doc["stdout"], "waiting\nreleased\n", "{doc:#}");
+    }
+    d.get("/v1/executions/detached-1?wait=soon")
+        .assert_error(400, "bad_request");
+    d.post("/v1/executions?wait=maybe", &json!({"argv": ["true"]}))
+        .assert_error(400, "bad_request");
+}
+
+#[test]
+fn reattached_readers_get_the_same_numbered_events_with_heartbeats() {
+    if !require_sandbox("reattached_readers_get_the_same_numbered_events_with_heartbeats") {
+        return;
+    }
+    let (w, roots) = world_with_roots();
+    let d = Daemon::start(&w, &["--root", &roots, "--heartbeat", "100ms"]);
+    let ws = workspace_in(&w, "attach");
+    let job = serde_json::to_vec(&gated_job("attach-1", &ws)).unwrap();
+    // The POST's own stream.
+    let mut own = Lines::open(
+        &d,
+        "POST",
+        "/v1/executions",
+        &[("Accept", "application/x-ndjson")],
+        &job,
+    );
+    assert_eq!(own.status, 200);
+    let started = own.next_event().unwrap();
+    assert_eq!(started["event"], "started");
+    assert_eq!(started["seq"], 1);
+    // A quiet stream gets heartbeats (the gate stays shut until one came),
+    // on the POST's stream and on a re-attached one alike.
+    let mut live = Lines::open(&d, "GET", "/v1/executions/attach-1/events", &[], b"");
+    let mut live_events = Vec::new();
+    loop {
+        let e = live.next_event().unwrap();
+        if e["event"] == "heartbeat" {
+            assert!(e["seq"].as_u64().unwrap() >= 1, "{e}");
+            break;
+        }
+        live_events.push(e);
+    }
+    let mut own_events = vec![started];
+    loop {
+        let e = own.next_event().unwrap();
+        if e["event"] == "heartbeat" {
+            break;
+        }
+        own_events.push(e);
+    }
+    open_gate(&ws);
+    own_events.extend(own.rest());
+    live_events.extend(live.rest());
+    // From the start after the end, and after a seq.
+    let all = Lines::open(&d, "GET", "/v1/executions/attach-1/events", &[], b"").rest();
+    assert_eq!(all, own_events);
+    assert_eq!(all, live_events);
+    assert_eq!(seqs(&all), (1..=all.len() as u64).collect::<Vec<_>>());
+    assert_eq!(all.last().unwrap()["event"], "exit");
+    let out: String = all
+        .iter()
+        .filter(|e| e["event"] == "stdout")
+        .map(|e| e["data"].as_str().unwrap())
+        .collect();
+    assert_eq!(out, "waiting\nreleased\n");
+    assert_eq!(all.last().unwrap()["result"]["stdout"], out);
+    let tail = Lines::open(
+        &d,
+        "GET",
+        "/v1/executions/attach-1/events?after=2",
+        &[],
+        b"",
+    )
+    .rest();
+    assert_eq!(tail, all[2..].to_vec());
+    d.get("/v1/executions/attach-1/events?after=x")
+        .assert_error(400, "bad_request");
+    d.get("/v1/executions/nobody/events")
+        .assert_error(404, "not_found");
+}
+
+#[test]
+fn a_retry_with_the_same_job_gets_the_same_execution() {
+    if !require_sandbox("a_retry_with_the_same_job_gets_the_same_execution") {
+        return;
+    }
+    let (w, roots) = world_with_roots();
+    let d = Arc::new(Daemon::start(&w, &["--root", &roots]));
+    let ws = workspace_in(&w, "retry");
+    let job = gated_job("retry-1", &ws);
+    let first = {
+        let (d, job) = (d.clone(), job.clone());
+        std::thread::spawn(move || d.post("/v1/executions", &job))
+    };
+    wait_until("the execution to run", || {
+        d.get("/v1/executions/retry-1").json()["status"] == "running"
+    });
+    // The same job, keys in another order: waits for the same execution.
+    let reordered = format!(
+        r#"{{"argv": {}, "workspace": {}, "execution_id": "retry-1"}}"#,
+        job["argv"], job["workspace"]
+    );
+    let second = {
+        let d = d.clone();
+        std::thread::spawn(move || {
+            d.request(
+                "POST",
+                "/v1/executions",
+                &[("Content-Type", "application/json")],
+                reordered.as_bytes(),
+            )
+        })
+    };
+    let mut streamed = Lines::open(
+        &d,
+        "POST",
+        "/v1/executions",
+        &[("Accept", "application/x-ndjson")],
+        &serde_json::to_vec(&job).unwrap(),
+    );
+    let detached = d.post("/v1/executions?wait=false", &job);
+    assert_eq!(detached.status, 202);
+    // A different job under the id is refused.
+    let mut other = job.clone();
+    other["argv"] = json!(["true"]);
+    d.post("/v1/executions", &other)
+        .assert_error(409, "execution_id_in_use");
+    open_gate(&ws);
+    let a = first.join().unwrap().json();
+    let b = second.join().unwrap().json();
+    assert_eq!(a["status"], "exited", "{a:#}");
+    assert_eq!(a, b, "one execution, not two");
+    let events = streamed.rest();
+    assert_eq!(events.first().unwrap()["event"], "started");
+    assert_eq!(events.last().unwrap()["result"], a);
+    // After it finished: the retained result.
+    let again = d.post("/v1/executions", &job);
+    assert_eq!(again.status, 200);
+    assert_eq!(again.json(), a);
+    let listed = d.get("/v1/executions").json();
+    let n = listed["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["execution_id"] == "retry-1")
+        .count();
+    assert_eq!(n, 1, "{listed:#}");
+}
+
+#[test]
+fn executions_are_listed_newest_first_filtered_and_paged() {
+    if !require_sandbox("executions_are_listed_newest_first_filtered_and_paged") {
+        return;
+    }
     let w = World::new();
     let d = Daemon::start(&w, &[]);
-    let msg = d
-        .post("/v1/executions?wait=false", &json!({"argv": ["true"]}))
-        .assert_error(501, "not_implemented");
-    assert!(msg.contains("not built yet"), "{msg}");
-    d.get("/v1/executions/x?wait=30s")
-        .assert_error(501, "not_implemented");
+    for (id, code) in [("l-1", 0), ("l-2", 3), ("l-3", 0)] {
+        let r = d.post(
+            "/v1/executions",
+            &json!({"execution_id": id, "argv": ["sh", "-c", format!("exit {code}")]}),
+        );
+        assert_eq!(r.status, 200);
+    }
+    let ids = |v: &Value| -> Vec<String> {
+        v["executions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["execution_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let all = d.get("/v1/executions").json();
+    assert_eq!(ids(&all), ["l-3", "l-2", "l-1"]);
+    assert_eq!(all["next_cursor"], Value::Null);
+    assert_eq!(all["executions"][1]["exit_code"], 3);
+    assert_eq!(all["executions"][1]["status"], "exited");
+    let page = d.get("/v1/executions?limit=2").json();
+    assert_eq!(ids(&page), ["l-3", "l-2"]);
+    let cursor = page["next_cursor"].as_str().unwrap();
+    let next = d
+        .get(&format!("/v1/executions?limit=2&cursor={cursor}"))
+        .json();
+    assert_eq!(ids(&next), ["l-1"]);
+    assert_eq!(next["next_cursor"], Value::Null);
+    assert_eq!(ids(&d.get("/v1/executions?status=exited").json()).len(), 3);
+    assert!(ids(&d.get("/v1/executions?status=running").json()).is_empty());
+    assert!(ids(&d.get("/v1/executions?status=cancelled").json()).is_empty());
+    for bad in [
+        "status=done",
+        "limit=0",
+        "limit=x",
+        "cursor=abc",
+        "colour=red",
+    ] {
+        d.get(&format!("/v1/executions?{bad}"))
+            .assert_error(400, "bad_request");
+    }
+}
+
+#[test]
+fn faults_of_the_request_are_4xx_with_what_to_change() {
+    let w = World::new();
+    let d = Daemon::start(&w, &[]);
+    let post = |job: &Value| d.post("/v1/executions", job);
+    let msg = post(&json!({"argv": ["true"], "limits": {"memory_bytes": 1}}))
+        .assert_error(400, "bad_job");
+    assert!(
+        msg.contains("memory_bytes") && msg.contains("minimum"),
+        "{msg}"
+    );
+    let msg = post(&json!({"argv": ["true"], "limits": {"pids": 2}})).assert_error(400, "bad_job");
+    assert!(msg.contains("pids"), "{msg}");
+    // One 3 MB argument: over the kernel's per-argument limit.
+    let msg = post(&json!({"argv": ["echo", "a".repeat(3 << 20)]})).assert_error(400, "bad_job");
+    assert!(msg.contains("per argument"), "{msg}");
+    // 200k small arguments: over bubblewrap's argument cap.
+    let msg = post(&json!({"argv": vec!["x"; 200_000]})).assert_error(400, "bad_job");
+    assert!(msg.contains("bubblewrap"), "{msg}");
+    // Many arguments that fit one by one but not together: over ARG_MAX.
+    let msg = post(&json!({"argv": vec!["b".repeat(100_000); 30]})).assert_error(400, "bad_job");
+    assert!(msg.contains("ARG_MAX"), "{msg}");
+    // The CLI refuses the same job the same way.
+    let job = w.path().join("tiny.json");
+    std::fs::write(&job, r#"{"argv": ["true"], "limits": {"memory_bytes": 1}}"#).unwrap();
+    let out = Command::new(runner_bin())
+        .arg("--data-dir")
+        .arg(w.data_dir())
+        .args(["run", "--json"])
+        .arg(&job)
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["error"]["kind"], "bad_job", "{doc:#}");
+    assert_eq!(out.status.code(), Some(125));
+}
+
+#[test]
+fn an_oversized_body_sent_whole_is_answered_413() {
+    let w = World::new();
+    let d = Daemon::start(&w, &["--job-body-limit", "64KiB"]);
+    // A stdlib-like client: writes every byte, then reads.
+    let body = vec![b' '; 1 << 20];
+    let mut conn = d.connect();
+    let head = format!(
+        "POST /v1/executions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).unwrap();
+    conn.write_all(&body)
+        .expect("the daemon reads the whole body before answering");
+    read_response(BufReader::new(conn)).assert_error(413, "body_too_large");
+    // With Expect: 100-continue the answer comes before any body byte.
+    let mut conn = d.connect();
+    let head = format!(
+        "POST /v1/executions HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).unwrap();
+    read_response(BufReader::new(conn)).assert_error(413, "body_too_large");
+}
+
+/// A published two-skill set, one with a supplementary file.
+fn publish_two(d: &Daemon, w: &World) -> Vec<Value> {
+    let tool = w.skill(
+        "tooly",
+        &[
+            ("scripts/run.sh", b"echo from-tooly\n"),
+            ("references/api.md", b"# API\nCall it.\n"),
+        ],
+    );
+    let plain = w.skill("plain", &[]);
+    let mut bindings = Vec::new();
+    for (id, dir) in [("tooly", &tool), ("plain", &plain)] {
+        let (bundle, binding) = bundle_of(id, dir);
+        let r = d.post("/v1/skill-packages", &bundle);
+        assert_eq!(r.status, 200, "{:#}", r.json());
+        bindings.push(binding);
+    }
+    bindings
+}
+
+#[test]
+fn every_advertised_tool_is_dispatched() {
+    let w = World::new();
+    let d = Daemon::start(&w, &[]);
+    let bindings = publish_two(&d, &w);
+    let listed = d.get("/v1/skill-packages").json();
+    assert_eq!(listed["skills"].as_array().unwrap().len(), 2, "{listed:#}");
+
+    let call = |id: &str, tool: &str, input: Value| -> Value {
+        let r = d.post(&format!("/v1/sessions/{id}/tools/{tool}"), &input);
+        let doc = r.json();
+        assert_eq!(r.status, 200, "{tool}: {doc:#}");
+        assert!(
+            doc["content"].is_string() && doc["is_error"].is_boolean(),
+            "{doc:#}"
+        );
+        doc
+    };
+    // Managed filesystem: find_skills, load_skill, load_skill_section,
+    // read_skill_resource.
+    let s = d.post(
+        "/v1/sessions",
+        &json!({"skills": bindings, "tools": ["bash", "read"]}),
+    );
+    let doc = s.json();
+    let id = doc["id"].as_str().unwrap().to_owned();
+    let tools: Vec<&str> = doc["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            "find_skills",
+            "load_skill",
+            "load_skill_section",
+            "read_skill_resource"
+        ]
+    );
+    let found = call(&id, "find_skills", json!({"query": "tooly"}));
+    assert_eq!(found["is_error"], false);
+    let text = found["content"].as_str().unwrap();
+    assert!(text.contains("- tooly:"), "{text}");
+    // total counts the matches, not the session's skills.
+    let r = d
+        .get(&format!("/v1/sessions/{id}/skills?query=tooly"))
+        .json();
+    let hits = r["hits"].as_array().unwrap().len();
+    assert_eq!(r["total"].as_u64().unwrap() as usize, hits, "{r:#}");
+    assert!(text.starts_with(&format!("{hits} skill")), "{text}");
+    let loaded = call(&id, "load_skill", json!({"name": "tooly"}));
+    assert!(
+        loaded["content"].as_str().unwrap().contains("# tooly"),
+        "{loaded:#}"
+    );
+    assert!(loaded["content"]
+        .as_str()
+        .unwrap()
+        .contains("references/api.md"));
+    let section = call(
+        &id,
+        "load_skill_section",
+        json!({"name": "tooly", "section": "references/api.md"}),
+    );
+    assert_eq!(section["content"], "# API\nCall it.\n");
+    let res = call(
+        &id,
+        "read_skill_resource",
+        json!({"path": "/skills/tooly/scripts/run.sh", "limit": 4}),
+    );
+    assert_eq!(res["is_error"], false);
+    assert!(
+        res["content"].as_str().unwrap().starts_with("echo"),
+        "{res:#}"
+    );
+    assert!(
+        res["content"].as_str().unwrap().contains("offset 4"),
+        "{res:#}"
+    );
+    // Faults the model can fix: is_error, 200, a sentence.
+    for (tool, input, says) in [
+        ("load_skill", json!({"name": "nope"}), "not part of session"),
+        ("load_skill", json!({"skill": "tooly"}), "not valid"),
+        ("find_skills", json!({}), "missing field"),
+        (
+            "load_skill_section",
+            json!({"name": "tooly", "section": "missing.md"}),
+            "no section",
+        ),
+        (
+            "read_skill_resource",
+            json!({"path": "/etc/passwd"}),
+            "not a package path",
+        ),
+    ] {
+        let doc = call(&id, tool, input);
+        assert_eq!(doc["is_error"], true, "{tool}: {doc:#}");
+        assert!(
+            doc["content"].as_str().unwrap().contains(says),
+            "{tool}: {doc:#}"
+        );
+    }
+    // Not advertised by this session, or no such session: 404.
+    d.post(
+        &format!("/v1/sessions/{id}/tools/Skill"),
+        &json!({"skill": "tooly"}),
+    )
+    .assert_error(404, "not_found");
+    d.post(
+        "/v1/sessions/ses-0123456789abcdef0123456789abcdef/tools/load_skill",
+        &json!({"name": "tooly"}),
+    )
+    .assert_error(404, "not_found");
+    d.request(
+        "POST",
+        &format!("/v1/sessions/{id}/tools/load_skill"),
+        &[],
+        b"{not json",
+    )
+    .assert_error(400, "bad_request");
+
+    // Semantic tools: list_skills and Skill.
+    let s = d.post(
+        "/v1/sessions",
+        &json!({"skills": [bindings[1]], "tools": []}),
+    );
+    let sid = s.json()["id"].as_str().unwrap().to_owned();
+    let list = call(&sid, "list_skills", json!({}));
+    assert!(
+        list["content"].as_str().unwrap().contains("- plain:"),
+        "{list:#}"
+    );
+    let skill = call(&sid, "Skill", json!({"skill": "plain"}));
+    assert_eq!(skill["is_error"], false);
+    assert!(
+        skill["content"].as_str().unwrap().contains("# plain"),
+        "{skill:#}"
+    );
+    let bad = call(&sid, "Skill", json!({"skill": "tooly"}));
+    assert_eq!(bad["is_error"], true, "{bad:#}");
+}
+
+#[test]
+fn sessions_are_listed_deleted_and_expire_when_idle() {
+    let w = World::new();
+    let d = Daemon::start(&w, &["--session-idle", "2s"]);
+    let bindings = publish_two(&d, &w);
+    let create = || {
+        let r = d.post(
+            "/v1/sessions",
+            &json!({"skills": [bindings[1]], "tools": []}),
+        );
+        assert_eq!(r.status, 200);
+        r.json()["id"].as_str().unwrap().to_owned()
+    };
+    let a = create();
+    let b = create();
+    let listed = d.get("/v1/sessions").json();
+    let ids: Vec<&str> = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&a.as_str()) && ids.contains(&b.as_str()),
+        "{listed:#}"
+    );
+    assert_eq!(listed["sessions"][0]["skills"], json!(["plain"]));
+    let r = d.delete(&format!("/v1/sessions/{a}"));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json(), json!({"id": a, "deleted": true}));
+    d.get(&format!("/v1/sessions/{a}"))
+        .assert_error(404, "not_found");
+    d.delete(&format!("/v1/sessions/{a}"))
+        .assert_error(404, "not_found");
+    d.delete("/v1/sessions/not-a-session")
+        .assert_error(400, "bad_request");
+    // Left alone (listing does not count as a use), b expires.
+    wait_until("the idle session to expire", || {
+        !d.get("/v1/sessions").json().to_string().contains(&b)
+    });
+    d.get(&format!("/v1/sessions/{b}"))
+        .assert_error(404, "not_found");
+    let record = w.data_dir().join("sessions").join(format!("{b}.json"));
+    assert!(!record.exists(), "{}", record.display());
 }

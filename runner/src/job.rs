@@ -149,6 +149,80 @@ pub struct Job {
     pub confined: bool,
 }
 
+/// The most argv elements a job may have. bubblewrap refuses more than
+/// 9000 arguments in all (measured with bubblewrap 0.8: its own
+/// `MAX_ARGS`), and the runner's options for it take a few hundred.
+pub const MAX_ARGV: usize = 8192;
+
+/// The longest argv element or `NAME=value` env entry: the kernel's
+/// `MAX_ARG_STRLEN` (32 pages of 4 KiB) less its NUL.
+pub const MAX_ARG_BYTES: usize = 32 * 4096 - 1;
+
+/// Room of `ARG_MAX` kept for bubblewrap's options and the runner's
+/// environment.
+pub const ARG_RESERVE: usize = 64 * 1024;
+
+/// The smallest `memory_bytes`: bubblewrap and the exec shim do not start
+/// in less.
+pub const MIN_MEMORY_BYTES: u64 = 16 << 20;
+/// The smallest `pids`: bubblewrap, the sandbox's init and the exec shim
+/// count too.
+pub const MIN_PIDS: u64 = 8;
+/// The smallest `file_size_bytes`: bubblewrap writes the sandbox's
+/// `/etc/passwd` and `/etc/group` under it.
+pub const MIN_FILE_SIZE_BYTES: u64 = 4096;
+
+/// Bytes `execve` may take for argv and the environment here
+/// (`sysconf(_SC_ARG_MAX)`, 2 MiB when unknown).
+pub fn arg_max() -> usize {
+    // SAFETY: sysconf reads a system constant; no memory is involved.
+    let n = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
+    usize::try_from(n)
+        .ok()
+        .filter(|&n| n > 0)
+        .unwrap_or(2 << 20)
+}
+
+/// Checks argv and env against bubblewrap's and the kernel's limits, so
+/// that a job too large for them is refused as such (a fault of the job),
+/// never reported as a sandbox that cannot start.
+fn check_arg_sizes(argv: &[String], env: &[(String, String)]) -> Result<(), JobError> {
+    if argv.len() > MAX_ARGV {
+        return Err(JobError::ArgvTooMany {
+            count: argv.len(),
+            max: MAX_ARGV,
+        });
+    }
+    let ptr = std::mem::size_of::<usize>();
+    let mut total = 0usize;
+    for (i, a) in argv.iter().enumerate() {
+        if a.len() > MAX_ARG_BYTES {
+            return Err(JobError::ArgTooLong {
+                what: format!("argv element {i}"),
+                bytes: a.len(),
+                max: MAX_ARG_BYTES,
+            });
+        }
+        total += a.len() + 1 + ptr;
+    }
+    for (name, value) in env {
+        let len = name.len() + 1 + value.len();
+        if len > MAX_ARG_BYTES {
+            return Err(JobError::ArgTooLong {
+                what: format!("env {}", crate::result::single_line(name)),
+                bytes: len,
+                max: MAX_ARG_BYTES,
+            });
+        }
+        total += len + 1 + ptr;
+    }
+    let max = arg_max().saturating_sub(ARG_RESERVE);
+    if total > max {
+        return Err(JobError::ArgsTooLarge { bytes: total, max });
+    }
+    Ok(())
+}
+
 /// Why a job was refused. Each message says what to change.
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
@@ -196,6 +270,23 @@ pub enum JobError {
     Profile(#[from] ProfileError),
     #[error("limit {name} must be a positive integer")]
     Limit { name: &'static str },
+    #[error("limit {name} {value} is below its minimum of {min}: {why}; ask for at least {min}")]
+    LimitTooSmall {
+        name: &'static str,
+        value: u64,
+        min: u64,
+        why: &'static str,
+    },
+    #[error("argv has {count} elements; bubblewrap takes at most {max} (9000 arguments with the runner's own); pass long lists in a file or through stdin")]
+    ArgvTooMany { count: usize, max: usize },
+    #[error("{what} is {bytes} bytes; the kernel passes at most {max} bytes per argument; pass it in a file or through stdin")]
+    ArgTooLong {
+        what: String,
+        bytes: usize,
+        max: usize,
+    },
+    #[error("argv and env take {bytes} bytes; this host's ARG_MAX leaves {max} bytes for them (the runner keeps 64 KiB for its own); pass data in a file or through stdin")]
+    ArgsTooLarge { bytes: usize, max: usize },
     #[error("{field} path {path:?} must be absolute when the job does not come from a file")]
     RelativePath { field: &'static str, path: PathBuf },
 }
@@ -374,8 +465,38 @@ impl Job {
             .transpose()?;
         let profile_base = base.unwrap_or(Path::new("/"));
         let profile = Profile::load(raw.profile.as_deref().unwrap_or("default"), profile_base)?;
+        check_arg_sizes(&raw.argv, &env)?;
         let d = profile.limits;
         let l = raw.limits;
+        for (name, value, min, why) in [
+            (
+                "memory_bytes",
+                l.memory_bytes,
+                MIN_MEMORY_BYTES,
+                "bubblewrap and the exec shim cannot start in less",
+            ),
+            (
+                "pids",
+                l.pids,
+                MIN_PIDS,
+                "the sandbox's own processes (bubblewrap, its init, the exec shim) count too",
+            ),
+            (
+                "file_size_bytes",
+                l.file_size_bytes,
+                MIN_FILE_SIZE_BYTES,
+                "bubblewrap writes the sandbox's /etc/passwd under it",
+            ),
+        ] {
+            if let Some(value) = value.filter(|&v| v > 0 && v < min) {
+                return Err(JobError::LimitTooSmall {
+                    name,
+                    value,
+                    min,
+                    why,
+                });
+            }
+        }
         let positive = |v: Option<u64>, default: u64, name| match v {
             None => Ok(default),
             Some(0) => Err(JobError::Limit { name }),
@@ -428,6 +549,33 @@ mod tests {
     }
 
     const H: &str = "b5bcc438dc1139bc1aadc8ad73d72b6717577bf8b39c13207e5f9f583582227b";
+
+    #[test]
+    fn argv_over_the_kernel_or_bubblewrap_limits_is_refused() {
+        let many = serde_json::json!({"argv": vec!["x"; MAX_ARGV + 1]}).to_string();
+        let e = job(&many).unwrap_err().to_string();
+        assert!(e.contains("at most 8192"), "{e}");
+        assert!(job(&serde_json::json!({"argv": vec!["x"; MAX_ARGV]}).to_string()).is_ok());
+        let long = "y".repeat(MAX_ARG_BYTES + 1);
+        let e = job(&serde_json::json!({"argv": ["echo", long]}).to_string())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("argv element 1") && e.contains("per argument"),
+            "{e}"
+        );
+        let e = job(&serde_json::json!({"argv": ["true"], "env": {"BIG": long}}).to_string())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("env BIG"), "{e}");
+        // Many elements that each fit, but not together.
+        let piece = "z".repeat(100_000);
+        let n = arg_max() / 100_000 + 1;
+        let e = job(&serde_json::json!({"argv": vec![piece; n]}).to_string())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ARG_MAX"), "{e}");
+    }
 
     #[test]
     fn minimal_job_gets_profile_defaults() {
@@ -545,6 +693,18 @@ mod tests {
                 "one or the other",
             ),
             (r#"{"argv":["true"],"profile":"strict"}"#, "built-in"),
+            (
+                r#"{"argv":["true"],"limits":{"memory_bytes":1}}"#,
+                "below its minimum of 16777216",
+            ),
+            (
+                r#"{"argv":["true"],"limits":{"pids":3}}"#,
+                "below its minimum of 8",
+            ),
+            (
+                r#"{"argv":["true"],"limits":{"file_size_bytes":10}}"#,
+                "below its minimum of 4096",
+            ),
             (
                 r#"{"argv":["true"],"limits":{"timeout_ms":0}}"#,
                 "timeout_ms",

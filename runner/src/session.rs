@@ -38,6 +38,7 @@
 
 pub mod delivery;
 pub mod resource;
+pub mod tools;
 
 use std::fs;
 use std::io::{self, Write};
@@ -567,6 +568,92 @@ impl Sessions {
             });
         }
         Ok(record)
+    }
+
+    /// Every session record, newest first, with when it was last used.
+    /// Records that cannot be read are skipped.
+    pub fn list(&self) -> Result<Vec<(SessionRecord, std::time::SystemTime)>, SessionError> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(SessionError::Io {
+                    path: self.dir.clone(),
+                    source,
+                })
+            }
+        };
+        let mut out = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(".json")) else {
+                continue;
+            };
+            if !valid_session_id(id) {
+                continue;
+            }
+            if let (Ok(record), Some(used)) = (self.read(id), self.last_used(id)) {
+                out.push((record, used));
+            }
+        }
+        out.sort_by(|a, b| b.0.created_at.cmp(&a.0.created_at));
+        Ok(out)
+    }
+
+    /// When a session was last used: the later of its record's and its
+    /// event log's modification times ([`Sessions::touch`] sets the
+    /// record's). `None` when there is no such session.
+    pub fn last_used(&self, id: &str) -> Option<std::time::SystemTime> {
+        if !valid_session_id(id) {
+            return None;
+        }
+        let record = fs::symlink_metadata(self.record_path(id))
+            .and_then(|m| m.modified())
+            .ok()?;
+        let events = fs::symlink_metadata(self.events_path(id))
+            .and_then(|m| m.modified())
+            .ok();
+        Some(events.map_or(record, |e| e.max(record)))
+    }
+
+    /// Records a use of the session now (its record's modification time).
+    pub fn touch(&self, id: &str) -> Result<(), SessionError> {
+        if !valid_session_id(id) {
+            return Err(SessionError::BadId(id.to_owned()));
+        }
+        let path = self.record_path(id);
+        let file = match fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(SessionError::NotFound(id.to_owned()))
+            }
+            Err(source) => return Err(SessionError::Io { path, source }),
+        };
+        file.set_modified(std::time::SystemTime::now())
+            .map_err(|source| SessionError::Io { path, source })
+    }
+
+    /// Deletes a session's record and event log.
+    pub fn delete(&self, id: &str) -> Result<(), SessionError> {
+        if !valid_session_id(id) {
+            return Err(SessionError::BadId(id.to_owned()));
+        }
+        let path = self.record_path(id);
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(SessionError::NotFound(id.to_owned()))
+            }
+            Err(source) => return Err(SessionError::Io { path, source }),
+        }
+        let events = self.events_path(id);
+        match fs::remove_file(&events) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(SessionError::Io {
+                path: events,
+                source: e,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// The frozen bindings of a session, for an execution that names it.

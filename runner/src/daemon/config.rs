@@ -96,6 +96,12 @@ pub struct ServeArgs {
     /// How long a finished result is kept [default: 15m].
     #[arg(long, env = "SKILL_RUNNER_RETAIN_FOR", value_name = "DURATION", value_parser = humantime::parse_duration)]
     pub retain_for: Option<Duration>,
+    /// A stream quiet for this long gets a heartbeat event [default: 10s].
+    #[arg(long, env = "SKILL_RUNNER_HEARTBEAT", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub heartbeat: Option<Duration>,
+    /// A session no request has used for this long is deleted [default: 24h].
+    #[arg(long, env = "SKILL_RUNNER_SESSION_IDLE", value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub session_idle: Option<Duration>,
     /// Log format [default: human].
     #[arg(long, env = "SKILL_RUNNER_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<LogFormat>,
@@ -169,6 +175,10 @@ pub struct Config {
     pub stall_timeout: Duration,
     pub grace: Duration,
     pub retention: Retention,
+    /// Quiet time after which a stream sends a heartbeat event.
+    pub heartbeat: Duration,
+    /// Idle time after which a session expires.
+    pub session_idle: Duration,
     pub log_format: LogFormat,
     /// What jobs' network allowlists may reach (docs/daemon.md).
     pub network: crate::net::RunnerNetwork,
@@ -199,6 +209,8 @@ struct FileConfig {
     retain: Option<usize>,
     retain_bytes: Option<SizeText>,
     retain_for: Option<String>,
+    heartbeat: Option<String>,
+    session_idle: Option<String>,
     log_format: Option<LogFormat>,
     network_private: Option<bool>,
     network_allow: Option<Vec<String>>,
@@ -582,6 +594,17 @@ impl Config {
                     Duration::from_secs(15 * 60),
                 )?,
             },
+            heartbeat: time(
+                "heartbeat",
+                args.heartbeat.or(duration("heartbeat", file.heartbeat)?),
+                Duration::from_secs(10),
+            )?,
+            session_idle: time(
+                "session_idle",
+                args.session_idle
+                    .or(duration("session_idle", file.session_idle)?),
+                Duration::from_secs(24 * 3600),
+            )?,
             log_format: args.log_format.or(file.log_format).unwrap_or_default(),
             network,
             data_dir,

@@ -19,6 +19,7 @@
 //! | [`metrics`] | Prometheus text |
 //! | [`routes`] | the HTTP routes and their errors |
 //! | [`selfcheck`] | the sandbox verdict health answers from |
+//! | [`sessions`] | the skill-host routes, tool calls, session expiry |
 //! | [`server`] | listening, connections, signals, graceful shutdown |
 //!
 //! See `docs/daemon.md` for the user's view.
@@ -144,6 +145,25 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
                 .clone()
                 .refresh(runner.clone(), selfcheck::REFRESH),
         );
+        // Idle sessions expire (docs/daemon.md, Sessions).
+        {
+            let host = sessions.clone();
+            let idle = config.session_idle;
+            let every = idle.clamp(Duration::from_secs(1), Duration::from_secs(60));
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    let host = host.clone();
+                    if let Ok(n) =
+                        tokio::task::spawn_blocking(move || sessions::sweep(&host, idle)).await
+                    {
+                        if n > 0 {
+                            tracing::info!(expired = n, "deleted idle sessions");
+                        }
+                    }
+                }
+            });
+        }
         let app = routes::App::new(routes::AppInner {
             runner,
             selfcheck,

@@ -12,7 +12,12 @@
 //! - at most `max_running` executions hold a run permit; the rest wait in
 //!   FIFO order;
 //! - an execution id is unique among live (queued or running) and retained
-//!   executions: reusing one is refused (409);
+//!   executions: reusing one with the same job (the same digest of its
+//!   parsed document) is answered with that execution, with another job
+//!   refused (409);
+//! - every execution has an [`EventLog`]; it moves with the execution into
+//!   retention, its bytes counted in the retention budget, and is closed
+//!   when the execution ends, with or without a result;
 //! - a ticket dropped before it finished (its client left while queued)
 //!   removes its live entry; a finished one moves to the retained results,
 //!   which are bounded by count, total bytes and age, oldest evicted first;
@@ -21,11 +26,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::config::Retention;
+use super::stream::EventLog;
 use crate::result::ExecResult;
 use crate::supervise::Cancel;
 
@@ -38,7 +44,7 @@ pub enum RegistryError {
     Busy { cap: usize },
     #[error("the daemon is shutting down; retry against its successor")]
     Draining,
-    #[error("execution id {id:?} is already in use (running or recently finished); use a new id, or GET /v1/executions/{id}")]
+    #[error("execution id {id:?} already names a different job (the same id with the same job document is answered with that execution); use a new id for a new job, or GET /v1/executions/{id}")]
     InUse { id: String },
     #[error("cannot create the cancellation switch: {0}")]
     Cancel(std::io::Error),
@@ -48,6 +54,13 @@ pub enum RegistryError {
 #[derive(Debug)]
 pub struct Live {
     pub id: String,
+    /// The execution's events, for re-attaching readers.
+    pub log: Arc<EventLog>,
+    /// Digest of the job document (idempotent retry).
+    pub digest: String,
+    /// Admission order (newest = highest), for listing.
+    order: u64,
+    submitted_at: SystemTime,
     cancel: Arc<Cancel>,
     cancelled: AtomicBool,
     running: AtomicBool,
@@ -93,6 +106,47 @@ impl Live {
     }
 }
 
+/// A finished execution, retained.
+#[derive(Debug)]
+pub struct Done {
+    pub result: Arc<ExecResult>,
+    pub log: Arc<EventLog>,
+    pub digest: String,
+    order: u64,
+    submitted_at: SystemTime,
+}
+
+/// One line of `GET /v1/executions`.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Summary {
+    pub execution_id: String,
+    pub status: String,
+    pub submitted_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(skip)]
+    order: u64,
+}
+
+/// Which executions `GET /v1/executions` lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StatusFilter {
+    Any,
+    Queued,
+    Running,
+    Finished,
+    Result(crate::result::Status),
+}
+
+/// A page of [`Registry::list`]: newest first, and the cursor of the next.
+#[derive(Debug, serde::Serialize)]
+pub struct Page {
+    pub executions: Vec<Summary>,
+    pub next_cursor: Option<String>,
+}
+
 struct Retained {
     id: String,
     at: Instant,
@@ -102,9 +156,10 @@ struct Retained {
 #[derive(Default)]
 struct Inner {
     live: HashMap<String, Arc<Live>>,
-    done: HashMap<String, Arc<ExecResult>>,
+    done: HashMap<String, Arc<Done>>,
     order: VecDeque<Retained>,
     done_bytes: u64,
+    admitted: u64,
 }
 
 impl Inner {
@@ -128,8 +183,36 @@ impl Inner {
 #[derive(Debug)]
 pub enum Lookup {
     Live(Arc<Live>),
-    Done(Arc<ExecResult>),
+    Done(Arc<Done>),
     Unknown,
+}
+
+impl Lookup {
+    /// The event log of a live or retained execution.
+    pub fn log(&self) -> Option<Arc<EventLog>> {
+        match self {
+            Lookup::Live(l) => Some(l.log.clone()),
+            Lookup::Done(d) => Some(d.log.clone()),
+            Lookup::Unknown => None,
+        }
+    }
+}
+
+/// The snake_case name of a result status, as the result document says it.
+pub fn status_name(status: crate::result::Status) -> String {
+    match serde_json::to_value(status) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => format!("{status:?}"),
+    }
+}
+
+/// What admitting an id gave.
+#[derive(Debug)]
+pub enum Admitted {
+    /// A new execution.
+    New(Ticket),
+    /// The id names an execution of the same job: answer with it.
+    Existing(Lookup),
 }
 
 /// All executions of a daemon.
@@ -203,6 +286,65 @@ impl Registry {
         }
     }
 
+    /// A page of executions, newest admitted first: those matching
+    /// `filter`, admitted before `cursor` (a previous page's
+    /// `next_cursor`), at most `limit`.
+    pub fn list(&self, filter: StatusFilter, limit: usize, cursor: Option<u64>) -> Page {
+        let mut inner = self.lock();
+        inner.evict(&self.retention);
+        let time = crate::result::rfc3339;
+        let mut all: Vec<Summary> = inner
+            .live
+            .values()
+            .map(|l| Summary {
+                execution_id: l.id.clone(),
+                status: if l.is_running() { "running" } else { "queued" }.to_owned(),
+                submitted_at: time(l.submitted_at),
+                finished_at: None,
+                exit_code: None,
+                order: l.order,
+            })
+            .filter(|s| match filter {
+                StatusFilter::Any => true,
+                StatusFilter::Queued => s.status == "queued",
+                StatusFilter::Running => s.status == "running",
+                _ => false,
+            })
+            .collect();
+        all.extend(
+            inner
+                .done
+                .values()
+                .filter(|d| match filter {
+                    StatusFilter::Any | StatusFilter::Finished => true,
+                    StatusFilter::Result(st) => d.result.status == st,
+                    _ => false,
+                })
+                .map(|d| Summary {
+                    execution_id: d.result.execution_id.clone(),
+                    status: status_name(d.result.status),
+                    submitted_at: time(d.submitted_at),
+                    finished_at: Some(d.result.finished_at.clone()),
+                    exit_code: d.result.exit_code,
+                    order: d.order,
+                }),
+        );
+        drop(inner);
+        all.retain(|s| cursor.map_or(true, |c| s.order < c));
+        all.sort_by_key(|s| std::cmp::Reverse(s.order));
+        let more = all.len() > limit;
+        all.truncate(limit);
+        let next_cursor = if more {
+            all.last().map(|s| s.order.to_string())
+        } else {
+            None
+        };
+        Page {
+            executions: all,
+            next_cursor,
+        }
+    }
+
     /// `(running, queued)` executions.
     pub fn counts(&self) -> (usize, usize) {
         let inner = self.lock();
@@ -268,8 +410,10 @@ impl Drop for Slot {
 }
 
 impl Slot {
-    /// Admits the execution under `id`: it is now queued.
-    pub fn admit(self, id: &str) -> Result<Ticket, RegistryError> {
+    /// Admits the execution under `id`: it is now queued. When `id`
+    /// already names an execution, one of the same job (`digest`) is
+    /// answered with it, another is refused.
+    pub fn admit(self, id: &str, digest: &str) -> Result<Admitted, RegistryError> {
         let registry = self.registry.clone();
         if registry.is_draining() {
             return Err(RegistryError::Draining);
@@ -277,11 +421,23 @@ impl Slot {
         let cancel = Cancel::new().map_err(RegistryError::Cancel)?;
         let mut inner = registry.lock();
         inner.evict(&registry.retention);
-        if inner.live.contains_key(id) || inner.done.contains_key(id) {
-            return Err(RegistryError::InUse { id: id.to_owned() });
+        let existing = match (inner.live.get(id), inner.done.get(id)) {
+            (Some(l), _) => Some((l.digest == digest, Lookup::Live(l.clone()))),
+            (None, Some(d)) => Some((d.digest == digest, Lookup::Done(d.clone()))),
+            (None, None) => None,
+        };
+        match existing {
+            Some((true, found)) => return Ok(Admitted::Existing(found)),
+            Some((false, _)) => return Err(RegistryError::InUse { id: id.to_owned() }),
+            None => {}
         }
+        inner.admitted += 1;
         let live = Arc::new(Live {
             id: id.to_owned(),
+            log: Arc::new(EventLog::default()),
+            digest: digest.to_owned(),
+            order: inner.admitted,
+            submitted_at: SystemTime::now(),
             cancel,
             cancelled: AtomicBool::new(false),
             running: AtomicBool::new(false),
@@ -290,12 +446,12 @@ impl Slot {
         });
         inner.live.insert(id.to_owned(), live.clone());
         drop(inner);
-        Ok(Ticket {
+        Ok(Admitted::New(Ticket {
             _slot: self,
             registry,
             live,
             finished: false,
-        })
+        }))
     }
 }
 
@@ -341,8 +497,17 @@ impl Ticket {
         let mut inner = registry.lock();
         inner.live.remove(&self.live.id);
         if registry.retention.count > 0 {
-            let bytes = (result.stdout.len() + result.stderr.len() + 2048) as u64;
-            inner.done.insert(self.live.id.clone(), result.clone());
+            // The log's output is counted once more: it is held twice.
+            let bytes =
+                (result.stdout.len() + result.stderr.len() + 2048) as u64 + self.live.log.bytes();
+            let done = Done {
+                result: result.clone(),
+                log: self.live.log.clone(),
+                digest: self.live.digest.clone(),
+                order: self.live.order,
+                submitted_at: self.live.submitted_at,
+            };
+            inner.done.insert(self.live.id.clone(), Arc::new(done));
             inner.order.push_back(Retained {
                 id: self.live.id.clone(),
                 at: Instant::now(),
@@ -361,6 +526,7 @@ impl Drop for Ticket {
     fn drop(&mut self) {
         if !self.finished {
             self.registry.remove_live(&self.live);
+            self.live.log.close();
         }
     }
 }
@@ -391,10 +557,18 @@ mod tests {
         let a = reg.slot().unwrap();
         let b = reg.slot().unwrap();
         assert!(matches!(reg.slot(), Err(RegistryError::Busy { cap: 2 })));
-        let ta = a.admit("a").unwrap();
-        assert!(matches!(b.admit("a"), Err(RegistryError::InUse { .. })));
+        let ta = a.admit("a", "d").unwrap().new_ticket();
+        assert!(matches!(
+            b.admit("a", "other"),
+            Err(RegistryError::InUse { .. })
+        ));
+        // The same job under the same id is answered with the execution.
+        assert!(matches!(
+            reg.slot().unwrap().admit("a", "d"),
+            Ok(Admitted::Existing(Lookup::Live(_)))
+        ));
         // The refused admission gave its slot back.
-        let tb = reg.slot().unwrap().admit("b").unwrap();
+        let tb = reg.slot().unwrap().admit("b", "d").unwrap().new_ticket();
         let permit = ta.wait_turn().await.unwrap();
         assert_eq!(reg.counts(), (1, 1));
         // b waits for the permit; cancelling it takes it out of the queue.
@@ -406,17 +580,67 @@ mod tests {
         drop(permit);
         assert!(matches!(reg.lookup("a"), Lookup::Done(_)));
         assert!(matches!(
-            reg.slot().unwrap().admit("a"),
+            reg.slot().unwrap().admit("a", "other"),
             Err(RegistryError::InUse { .. })
         ));
+        assert!(matches!(
+            reg.slot().unwrap().admit("a", "d"),
+            Ok(Admitted::Existing(Lookup::Done(_)))
+        ));
         reg.idle().await;
+    }
+
+    impl Admitted {
+        fn new_ticket(self) -> Ticket {
+            match self {
+                Admitted::New(t) => t,
+                Admitted::Existing(_) => panic!("expected a new execution"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn listing_is_newest_first_filtered_and_paged() {
+        let reg = Registry::new(4, 4, keep(10));
+        for id in ["p", "q", "r"] {
+            let t = reg.slot().unwrap().admit(id, "d").unwrap().new_ticket();
+            t.finish(result(id));
+        }
+        let queued = reg.slot().unwrap().admit("s", "d").unwrap().new_ticket();
+        let ids = |p: &Page| -> Vec<String> {
+            p.executions
+                .iter()
+                .map(|s| s.execution_id.clone())
+                .collect()
+        };
+        let all = reg.list(StatusFilter::Any, 10, None);
+        assert_eq!(ids(&all), ["s", "r", "q", "p"]);
+        assert_eq!(all.next_cursor, None);
+        let first = reg.list(StatusFilter::Finished, 2, None);
+        assert_eq!(ids(&first), ["r", "q"]);
+        let cursor = first.next_cursor.as_deref().unwrap().parse().unwrap();
+        let second = reg.list(StatusFilter::Finished, 2, Some(cursor));
+        assert_eq!(ids(&second), ["p"]);
+        assert_eq!(second.next_cursor, None);
+        assert_eq!(ids(&reg.list(StatusFilter::Queued, 10, None)), ["s"]);
+        assert!(reg
+            .list(StatusFilter::Running, 10, None)
+            .executions
+            .is_empty());
+        let exited = reg.list(
+            StatusFilter::Result(crate::result::Status::Exited),
+            10,
+            None,
+        );
+        assert_eq!(ids(&exited), ["r", "q", "p"]);
+        drop(queued);
     }
 
     #[tokio::test]
     async fn retention_evicts_the_oldest() {
         let reg = Registry::new(4, 0, keep(2));
         for id in ["x", "y", "z"] {
-            let t = reg.slot().unwrap().admit(id).unwrap();
+            let t = reg.slot().unwrap().admit(id, "d").unwrap().new_ticket();
             t.finish(result(id));
         }
         assert!(matches!(reg.lookup("x"), Lookup::Unknown));
@@ -429,7 +653,7 @@ mod tests {
         let reg = Registry::new(1, 0, keep(2));
         let slot = reg.slot().unwrap();
         reg.start_draining();
-        assert!(matches!(slot.admit("a"), Err(RegistryError::Draining)));
+        assert!(matches!(slot.admit("a", "d"), Err(RegistryError::Draining)));
         assert!(matches!(reg.slot(), Err(RegistryError::Draining)));
     }
 }

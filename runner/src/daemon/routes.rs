@@ -5,8 +5,13 @@
 //! | `GET /v1/health` | liveness, sandbox availability, counts (no token needed) |
 //! | `POST /v1/skill-packages` | verify and publish a bundle; its set identity and bindings |
 //! | `GET /v1/skill-packages/{identity}` | the bindings of a published set, or 404 |
-//! | `POST /v1/executions` | run a job; the result, or NDJSON events with `Accept: application/x-ndjson` |
-//! | `GET /v1/executions/{id}` | a retained result (200), or 202 while queued or running |
+//! | `GET /v1/version` | name, version, API version, capabilities |
+//! | `GET /v1/openapi.json` | the OpenAPI document (`docs/openapi.json`) |
+//! | `GET /v1/skill-packages` | every published binding |
+//! | `POST /v1/executions` | run a job; the result, NDJSON events with `Accept: application/x-ndjson`, or 202 at once with `?wait=false` |
+//! | `GET /v1/executions` | live and retained executions, newest first, paged |
+//! | `GET /v1/executions/{id}` | a retained result (200), or 202 while queued or running; `?wait=` long-polls |
+//! | `GET /v1/executions/{id}/events` | re-attach: the NDJSON events from the start or `?after=` |
 //! | `DELETE /v1/executions/{id}` | cancel a queued or running execution |
 //! | `GET /metrics` | Prometheus text |
 //! | `/v1/sessions…` | the skill host, docs/skill-host.md ([`super::sessions`]) |
@@ -22,28 +27,35 @@
 //!   profiles, and its host paths are confined to the roots before it is
 //!   admitted;
 //! - a client that goes away cancels its execution (the handler or the
-//!   response body is dropped, and with it a [`CancelOnDrop`]).
+//!   response body is dropped, and with it a [`CancelOnDrop`]), except a
+//!   detached one (`?wait=false`), a retry answered with an existing
+//!   execution, and a re-attached reader;
+//! - a body refused as too large is read and discarded first (bounded by
+//!   [`DRAIN_MAX`] and the body timeout), so a client that writes its whole
+//!   body before reading sees the 413.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRequestParts, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::get;
 use axum::{Json, Router};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use serde_json::json;
 use tokio::sync::{mpsc, Semaphore};
 use tracing::Instrument;
 
 use super::config::Config;
 use super::metrics::{Metrics, Refusal};
-use super::registry::{Lookup, Registry, RegistryError, Ticket};
+use super::registry::{Admitted, Lookup, Registry, RegistryError, StatusFilter, Ticket};
 use super::roots::{Roots, RootsError};
-use super::stream::{CancelOnDrop, DaemonSink, Event, NdjsonBody, CHANNEL_EVENTS};
+use super::stream::{attach, CancelOnDrop, DaemonSink, Event, NdjsonBody, CHANNEL_EVENTS};
 use crate::bundle::{self, BundleError};
 use crate::exec::{OutputMode, RunOptions, Runner};
 use crate::hash::Binding;
@@ -127,8 +139,10 @@ pub enum ApiError {
     Method { method: String, path: String },
     #[error("{0}; this is a bug in the daemon, see its log")]
     Internal(String),
-    #[error("{0} is not built yet; see the README's limitations")]
-    NotBuilt(&'static str),
+    #[error("{0}")]
+    BadQuery(String),
+    #[error("{0}")]
+    UnknownTool(String),
     #[error(transparent)]
     Session(#[from] crate::session::SessionError),
 }
@@ -162,11 +176,14 @@ impl ApiError {
             }
             ApiError::TooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "body_too_large"),
             ApiError::BodyTimeout { .. } => (S::REQUEST_TIMEOUT, "body_timeout"),
-            ApiError::BadBody(_) | ApiError::BadUrl(_) => (S::BAD_REQUEST, "bad_request"),
-            ApiError::NotFound { .. } | ApiError::NoRoute { .. } => (S::NOT_FOUND, "not_found"),
+            ApiError::BadBody(_) | ApiError::BadUrl(_) | ApiError::BadQuery(_) => {
+                (S::BAD_REQUEST, "bad_request")
+            }
+            ApiError::NotFound { .. } | ApiError::NoRoute { .. } | ApiError::UnknownTool(_) => {
+                (S::NOT_FOUND, "not_found")
+            }
             ApiError::NotRunning(_) => (S::CONFLICT, "not_running"),
             ApiError::Method { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            ApiError::NotBuilt(_) => (S::NOT_IMPLEMENTED, "not_implemented"),
             ApiError::Session(e) => (
                 S::from_u16(e.status()).unwrap_or(S::INTERNAL_SERVER_ERROR),
                 e.kind(),
@@ -178,10 +195,7 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, kind) = self.parts();
-        if status.is_server_error()
-            && status != StatusCode::SERVICE_UNAVAILABLE
-            && status != StatusCode::NOT_IMPLEMENTED
-        {
+        if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
             tracing::error!(kind, "{}", self.to_string().escape_debug());
         }
         let body = json!({"error": {"kind": kind, "message": self.to_string()}});
@@ -245,13 +259,16 @@ pub fn router(app: App) -> Router {
     Router::new()
         .route("/v1/health", get(health))
         .route("/metrics", get(metrics))
-        .route("/v1/skill-packages", post(post_package))
+        .route("/v1/version", get(version))
+        .route("/v1/openapi.json", get(openapi))
+        .route("/v1/skill-packages", get(list_packages).post(post_package))
         .route("/v1/skill-packages/{identity}", get(get_package))
-        .route("/v1/executions", post(post_execution))
+        .route("/v1/executions", get(list_executions).post(post_execution))
         .route(
             "/v1/executions/{id}",
             get(get_execution).delete(delete_execution),
         )
+        .route("/v1/executions/{id}/events", get(execution_events))
         .merge(super::sessions::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(bad_method)
@@ -272,16 +289,6 @@ async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
         {
             tracing::info!(path = %req.uri().path(), "refused a request without a valid token");
             ApiError::Unauthorized.into_response()
-        }
-        // The contract's detached runs and long-polls are not built yet:
-        // say so rather than ignore the parameter and block.
-        _ if req.uri().path().starts_with("/v1/executions")
-            && req
-                .uri()
-                .query()
-                .is_some_and(|q| q.split('&').any(|kv| kv.starts_with("wait="))) =>
-        {
-            ApiError::NotBuilt("?wait= (detached runs and long-polls)").into_response()
         }
         _ => next.run(req).await,
     };
@@ -348,16 +355,56 @@ async fn metrics(State(app): State<App>) -> Response {
         .into_response()
 }
 
-/// Refuses a body whose declared length is over `limit` before reading it.
-pub(super) fn check_length(headers: &HeaderMap, limit: u64) -> Result<(), ApiError> {
+/// The most bytes of a refused body read and discarded before answering.
+pub const DRAIN_MAX: u64 = 64 << 20;
+
+/// The body of a request whose declared length is over `limit` is not
+/// read; it is drained and the request refused (413).
+pub(super) async fn check_length(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    timeout: Duration,
+) -> Result<Body, ApiError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     match declared {
-        Some(n) if n > limit => Err(ApiError::TooLarge { limit }),
-        _ => Ok(()),
+        Some(n) if n > limit => {
+            if !expects_continue(headers) && n <= limit.saturating_add(DRAIN_MAX) {
+                drain(body, timeout).await;
+            }
+            Err(ApiError::TooLarge { limit })
+        }
+        _ => Ok(body),
     }
+}
+
+fn expects_continue(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
+}
+
+/// Reads and discards at most [`DRAIN_MAX`] bytes of `body` within
+/// `timeout`, so a client that sends its whole body before reading gets
+/// the answer instead of a broken pipe. Past either bound, the connection
+/// is closed after the answer (hyper does that for an unread body).
+async fn drain(body: Body, timeout: Duration) {
+    let mut body = body;
+    let mut left = DRAIN_MAX;
+    let _ = tokio::time::timeout(timeout, async {
+        while let Some(Ok(frame)) = body.frame().await {
+            let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+            if n >= left {
+                break;
+            }
+            left -= n;
+        }
+    })
+    .await;
 }
 
 /// Reads a whole body under a size limit and a time limit.
@@ -366,16 +413,33 @@ pub(super) async fn read_body(
     limit: u64,
     timeout: Duration,
 ) -> Result<Bytes, ApiError> {
-    let limited = Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX));
-    match tokio::time::timeout(timeout, limited.collect()).await {
+    let mut body = body;
+    let read = tokio::time::timeout(timeout, async {
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| ApiError::BadBody(e.to_string()))?;
+            if let Some(d) = frame.data_ref() {
+                if (buf.len() + d.len()) as u64 > limit {
+                    return Err(ApiError::TooLarge { limit });
+                }
+                buf.extend_from_slice(d);
+            }
+        }
+        Ok(buf)
+    })
+    .await;
+    match read {
         Err(_) => Err(ApiError::BodyTimeout {
             secs: timeout.as_secs().max(1),
         }),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(ApiError::TooLarge { limit })
+        Ok(Err(e @ ApiError::TooLarge { .. })) => {
+            // The rest of a chunked body: read and dropped, so the client
+            // that is still sending sees the 413.
+            drain(body, timeout).await;
+            Err(e)
         }
-        Ok(Err(e)) => Err(ApiError::BadBody(e.to_string())),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) => Err(e),
+        Ok(Ok(buf)) => Ok(Bytes::from(buf)),
     }
 }
 
@@ -387,7 +451,13 @@ async fn post_package(
     if app.registry.is_draining() {
         return Err(RegistryError::Draining.into());
     }
-    check_length(&headers, app.config.package_body_limit)?;
+    let body = check_length(
+        &headers,
+        body,
+        app.config.package_body_limit,
+        app.config.body_timeout,
+    )
+    .await?;
     // Bundles are large: only a few are held in memory at once.
     let permit = tokio::time::timeout(app.config.body_timeout, app.uploads.clone().acquire_owned())
         .await
@@ -466,14 +536,82 @@ fn wants_ndjson(headers: &HeaderMap) -> bool {
         .any(|v| v.contains("application/x-ndjson"))
 }
 
+/// Query parameters of a route, refusing those it does not know.
+pub(super) fn params(
+    q: Result<Query<BTreeMap<String, String>>, QueryRejection>,
+    known: &[&str],
+) -> Result<BTreeMap<String, String>, ApiError> {
+    let Query(map) = q.map_err(|e| {
+        ApiError::BadQuery(format!(
+            "bad query parameters: {}",
+            crate::result::single_line(&e.body_text())
+        ))
+    })?;
+    if let Some(k) = map.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(ApiError::BadQuery(format!(
+            "unknown query parameter {:?}; this route takes {}",
+            crate::result::single_line(k),
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        )));
+    }
+    Ok(map)
+}
+
+/// The digest of a job document after parsing: key order and whitespace
+/// do not change it.
+fn job_digest(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    // serde_json's maps are sorted, so this is a canonical form.
+    let canonical = serde_json::from_slice::<serde_json::Value>(bytes)
+        .and_then(|v| serde_json::to_vec(&v))
+        .unwrap_or_else(|_| bytes.to_vec());
+    let digest = Sha256::digest(&canonical);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// 202 with the `Location` of an execution and its status.
+fn accepted(id: &str, running: bool) -> Response {
+    let mut resp = (
+        StatusCode::ACCEPTED,
+        Json(json!({"execution_id": id, "status": if running { "running" } else { "queued" }})),
+    )
+        .into_response();
+    if let Ok(v) = HeaderValue::from_str(&format!("/v1/executions/{id}")) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    resp
+}
+
 async fn post_execution(
     State(app): State<App>,
+    q: Result<Query<BTreeMap<String, String>>, QueryRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let stream = wants_ndjson(&headers);
+    let q = params(q, &["wait"])?;
+    let detached = match q.get("wait").map(String::as_str) {
+        None | Some("true") => false,
+        Some("false") => true,
+        Some(other) => {
+            return Err(ApiError::BadQuery(format!(
+                "wait={:?} is not true or false; use wait=false for a detached run",
+                crate::result::single_line(other)
+            )))
+        }
+    };
+    let stream = wants_ndjson(&headers) && !detached;
     let slot = app.registry.slot().inspect_err(|e| refused(&app, e))?;
-    check_length(&headers, app.config.job_body_limit)?;
+    let body = check_length(
+        &headers,
+        body,
+        app.config.job_body_limit,
+        app.config.body_timeout,
+    )
+    .await?;
     let bytes = read_body(body, app.config.job_body_limit, app.config.body_timeout).await?;
     let mut job = parse_job(&bytes)?;
     if job.limits.output_bytes > app.config.max_output_bytes {
@@ -486,11 +624,67 @@ async fn post_execution(
         return Err(ApiError::NetworkPrivate);
     }
     app.roots.confine(&mut job)?;
-    let ticket = slot
-        .admit(&job.execution_id)
-        .inspect_err(|e| refused(&app, e))?;
+    let digest = job_digest(&bytes);
+    let ticket = match slot
+        .admit(&job.execution_id, &digest)
+        .inspect_err(|e| refused(&app, e))?
+    {
+        Admitted::New(t) => t,
+        Admitted::Existing(found) => {
+            tracing::info!(id = %job.execution_id, "a retry of the same job: answering with its execution");
+            return existing(&app, found, stream, detached).await;
+        }
+    };
     let span = tracing::info_span!("execution", id = %job.execution_id);
-    execute(app, job, ticket, stream).instrument(span).await
+    if detached {
+        let live = ticket.live();
+        let id = job.execution_id.clone();
+        tokio::spawn(execute(app, job, ticket, false, true).instrument(span));
+        return Ok(accepted(&id, live.is_running()));
+    }
+    execute(app, job, ticket, stream, false)
+        .instrument(span)
+        .await
+}
+
+/// Answers a retry with the execution it names: its result, its events
+/// or its status. Never cancels it.
+async fn existing(
+    app: &App,
+    found: Lookup,
+    stream: bool,
+    detached: bool,
+) -> Result<Response, ApiError> {
+    let live = match found {
+        Lookup::Done(d) if stream => {
+            return Ok(ndjson_response(Body::new(attach(
+                d.log.clone(),
+                0,
+                app.config.heartbeat,
+            ))))
+        }
+        Lookup::Done(d) => return Ok(result_response(&d.result)),
+        Lookup::Live(l) => l,
+        Lookup::Unknown => return Err(ApiError::Internal("a retry found no execution".into())),
+    };
+    if detached {
+        return Ok(accepted(&live.id, live.is_running()));
+    }
+    if stream {
+        return Ok(ndjson_response(Body::new(attach(
+            live.log.clone(),
+            0,
+            app.config.heartbeat,
+        ))));
+    }
+    live.log.closed().await;
+    match app.registry.lookup(&live.id) {
+        Lookup::Done(d) => Ok(result_response(&d.result)),
+        _ => Err(ApiError::NotFound {
+            what: "execution",
+            id: live.id.clone(),
+        }),
+    }
 }
 
 fn refused(app: &App, e: &RegistryError) {
@@ -502,9 +696,19 @@ fn refused(app: &App, e: &RegistryError) {
 }
 
 /// Queues, runs and answers one admitted execution.
-async fn execute(app: App, job: Job, ticket: Ticket, stream: bool) -> Result<Response, ApiError> {
+async fn execute(
+    app: App,
+    job: Job,
+    ticket: Ticket,
+    stream: bool,
+    detached: bool,
+) -> Result<Response, ApiError> {
     let live = ticket.live();
     let mut guard = CancelOnDrop::new(live.clone());
+    if detached {
+        // Nobody waits on this future: a disconnect cannot cancel it.
+        guard.disarm();
+    }
     let admitted = Instant::now();
     tracing::info!(
         // Escaped: a newline or escape code in job text forges no log line.
@@ -525,10 +729,11 @@ async fn execute(app: App, job: Job, ticket: Ticket, stream: bool) -> Result<Res
         result.status = Status::Cancelled;
         app.metrics.execution(Status::Cancelled, Duration::ZERO);
         let result = ticket.finish(result);
+        live.log.exit(result.clone());
         guard.disarm();
         tracing::info!("cancelled while queued");
         return Ok(if stream {
-            ndjson_exit_only(&result)
+            ndjson_exit_only(&result, live.log.last_seq())
         } else {
             result_response(&result)
         });
@@ -582,18 +787,19 @@ async fn execute(app: App, job: Job, ticket: Ticket, stream: bool) -> Result<Res
         return Ok(result_response(&result));
     };
     match rx.recv().await {
-        Some(Event::Exit(result)) => {
+        Some(Event::Exit { seq, result }) => {
             guard.disarm();
             Ok(if result.status == Status::Rejected {
                 result_response(&result)
             } else {
-                ndjson_exit_only(&result)
+                ndjson_response(Body::from(Event::Exit { seq, result }.to_line()))
             })
         }
         Some(first) => Ok(ndjson_response(Body::new(NdjsonBody::new(
-            first.to_line(),
+            first,
             rx,
             guard,
+            app.config.heartbeat,
         )))),
         None => Err(ApiError::Internal(
             "the execution ended without a result".into(),
@@ -625,33 +831,222 @@ fn ndjson_response(body: Body) -> Response {
         .into_response()
 }
 
-fn ndjson_exit_only(result: &Arc<ExecResult>) -> Response {
-    ndjson_response(Body::from(Event::Exit(result.clone()).to_line()))
+fn ndjson_exit_only(result: &Arc<ExecResult>, seq: u64) -> Response {
+    ndjson_response(Body::from(
+        Event::Exit {
+            seq,
+            result: result.clone(),
+        }
+        .to_line(),
+    ))
+}
+
+/// The longest `?wait=` of a long-poll; longer ones wait this long.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// `?wait=`: `500ms`, `30s`, `1m`, or a plain number of seconds.
+fn parse_wait(text: &str) -> Result<Duration, ApiError> {
+    let t = text.trim();
+    let parsed = match t.parse::<u64>() {
+        Ok(secs) => Ok(Duration::from_secs(secs)),
+        Err(_) => humantime::parse_duration(t),
+    };
+    parsed.map(|d| d.min(MAX_WAIT)).map_err(|_| {
+        ApiError::BadQuery(format!(
+            "wait={:?} is not a duration; write e.g. wait=30s or wait=500ms (at most 60s)",
+            crate::result::single_line(text)
+        ))
+    })
 }
 
 async fn get_execution(
     State(app): State<App>,
     UrlPath(id): UrlPath<String>,
+    q: Result<Query<BTreeMap<String, String>>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    match app.registry.lookup(&id) {
-        Lookup::Live(live) => {
-            let status = if live.is_running() {
-                "running"
-            } else {
-                "queued"
-            };
-            Ok((
-                StatusCode::ACCEPTED,
-                Json(json!({"execution_id": id, "status": status})),
-            )
-                .into_response())
+    let q = params(q, &["wait"])?;
+    let wait = q.get("wait").map(|w| parse_wait(w)).transpose()?;
+    let mut found = app.registry.lookup(&id);
+    if let (Lookup::Live(live), Some(wait)) = (&found, wait) {
+        if tokio::time::timeout(wait, live.log.closed()).await.is_ok() {
+            found = app.registry.lookup(&id);
         }
-        Lookup::Done(result) => Ok(Json(&*result).into_response()),
+    }
+    match found {
+        Lookup::Live(live) => Ok(accepted(&id, live.is_running())),
+        Lookup::Done(done) => Ok(Json(&*done.result).into_response()),
         Lookup::Unknown => Err(ApiError::NotFound {
             what: "execution",
             id,
         }),
     }
+}
+
+/// `GET /v1/executions/{id}/events[?after=SEQ]`: re-attach.
+async fn execution_events(
+    State(app): State<App>,
+    UrlPath(id): UrlPath<String>,
+    q: Result<Query<BTreeMap<String, String>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let q = params(q, &["after"])?;
+    let after = match q.get("after") {
+        None => 0,
+        Some(a) => a.trim().parse::<u64>().map_err(|_| {
+            ApiError::BadQuery(format!(
+                "after={:?} is not a number; give the seq of the last event you have (0 for all)",
+                crate::result::single_line(a)
+            ))
+        })?,
+    };
+    match app.registry.lookup(&id).log() {
+        Some(log) => Ok(ndjson_response(Body::new(attach(
+            log,
+            after,
+            app.config.heartbeat,
+        )))),
+        None => Err(ApiError::NotFound {
+            what: "execution",
+            id,
+        }),
+    }
+}
+
+/// `GET /v1/executions?status=&limit=&cursor=`.
+async fn list_executions(
+    State(app): State<App>,
+    q: Result<Query<BTreeMap<String, String>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let q = params(q, &["status", "limit", "cursor"])?;
+    let filter = match q.get("status").map(String::as_str) {
+        None => StatusFilter::Any,
+        Some("queued") => StatusFilter::Queued,
+        Some("running") => StatusFilter::Running,
+        Some("finished") => StatusFilter::Finished,
+        Some(other) => [
+            Status::Exited,
+            Status::Signaled,
+            Status::TimedOut,
+            Status::LimitExceeded,
+            Status::Cancelled,
+            Status::Rejected,
+            Status::Failed,
+        ]
+        .into_iter()
+        .find(|st| super::registry::status_name(*st) == other)
+        .map(StatusFilter::Result)
+            .ok_or_else(|| {
+                ApiError::BadQuery(format!(
+                    "status={:?} is not a state; use queued, running, finished, or a result status (exited, signaled, timed_out, limit_exceeded, cancelled, rejected, failed)",
+                    crate::result::single_line(other)
+                ))
+            })?,
+    };
+    let limit = match q.get("limit") {
+        None => 100,
+        Some(l) => l
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=1000).contains(n))
+            .ok_or_else(|| {
+                ApiError::BadQuery(format!(
+                    "limit={:?} is not a number from 1 to 1000",
+                    crate::result::single_line(l)
+                ))
+            })?,
+    };
+    let cursor = match q.get("cursor") {
+        None => None,
+        Some(c) => Some(c.trim().parse::<u64>().map_err(|_| {
+            ApiError::BadQuery(format!(
+                "cursor={:?} is not a cursor; pass next_cursor of the previous page as it is",
+                crate::result::single_line(c)
+            ))
+        })?),
+    };
+    Ok(Json(app.registry.list(filter, limit, cursor)).into_response())
+}
+
+/// `GET /v1/skill-packages`: every published binding.
+async fn list_packages(State(app): State<App>) -> Result<Response, ApiError> {
+    let worker = app.clone();
+    let skills = tokio::task::spawn_blocking(move || worker.runner.store.bindings())
+        .await
+        .map_err(|e| ApiError::Internal(format!("the store thread failed: {e}")))??;
+    Ok(Json(json!({ "skills": skills })).into_response())
+}
+
+/// The OpenAPI document of every route.
+pub const OPENAPI: &str = include_str!("../../../docs/openapi.json");
+
+async fn openapi() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        OPENAPI,
+    )
+        .into_response()
+}
+
+/// The version of the HTTP API; additions keep it.
+pub const API_VERSION: &str = "1";
+
+/// `GET /v1/version`: what this daemon is and can do here.
+async fn version(State(app): State<App>) -> Response {
+    use crate::cgroup::Support;
+    let host = &app.runner.host;
+    let (memory, pids) = match &host.cgroups {
+        Support::V2 { .. } => ("cgroup v2", "cgroup v2"),
+        Support::V1 { memory, pids } => (
+            if memory.is_some() {
+                "cgroup v1"
+            } else {
+                "rlimit"
+            },
+            if pids.is_some() {
+                "cgroup v1"
+            } else {
+                "rlimit"
+            },
+        ),
+        Support::None { .. } => ("rlimit", "rlimit"),
+    };
+    let sandbox_kinds: Vec<&str> = if host.bwrap.is_ok() && host.userns.is_ok() {
+        vec!["bubblewrap"]
+    } else {
+        Vec::new()
+    };
+    Json(json!({
+        "name": "skill-runner",
+        "version": env!("CARGO_PKG_VERSION"),
+        "api_version": API_VERSION,
+        "capabilities": {
+            "sandbox_kinds": sandbox_kinds,
+            "network_modes": ["none", "allowlist"],
+            "network_private": app.config.network.private,
+            "limit_mechanisms": {
+                "timeout_ms": "supervisor",
+                "output_bytes": "supervisor",
+                "memory_bytes": memory,
+                "pids": pids,
+                "cpu_ms": "rlimit",
+                "file_size_bytes": "rlimit",
+                "tmp_bytes": "tmpfs",
+                "disk_bytes": "tmpfs_or_watcher",
+                "open_files": "rlimit",
+            },
+            "stream_formats": ["application/x-ndjson"],
+            "detached_runs": true,
+            "max_wait_ms": MAX_WAIT.as_millis() as u64,
+            "heartbeat_ms": app.config.heartbeat.as_millis() as u64,
+            "max_output_bytes": app.config.max_output_bytes,
+            "job_body_limit": app.config.job_body_limit,
+            "session_tools": ["list_skills", "Skill", "find_skills", "load_skill", "load_skill_section", "read_skill_resource"],
+        },
+    }))
+    .into_response()
 }
 
 async fn delete_execution(

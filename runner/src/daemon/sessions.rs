@@ -3,7 +3,10 @@
 //! | route | `SessionHost` method |
 //! |---|---|
 //! | `POST /v1/sessions` | `create_json` |
+//! | `GET /v1/sessions` | `Sessions::list` |
 //! | `GET /v1/sessions/{id}` | `show` |
+//! | `DELETE /v1/sessions/{id}` | `Sessions::delete` |
+//! | `POST /v1/sessions/{id}/tools/{tool}` | `session::tools::call` |
 //! | `GET /v1/sessions/{id}/skills?query=&limit=&category=` | `skills` |
 //! | `GET /v1/sessions/{id}/skills/{name}` | `load` |
 //! | `GET /v1/sessions/{id}/skills/{name}/sections/{*section}` | `section` |
@@ -15,24 +18,33 @@
 //! JSON; a [`SessionError`] keeps its own status and kind (422
 //! `composition_rejected`, 404, 415 for binary files, …). A caller names
 //! skills only by catalog name or binding, never by host path.
+//!
+//! Expiry: every route that names a session first checks that it was used
+//! within `session_idle` (else deletes it and answers 404) and records the
+//! use; [`sweep`] deletes the expired ones every minute.
 
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
+use serde_json::json;
+
+use std::time::{Duration, SystemTime};
 
 use super::routes::{check_length, read_body, ApiError, App, UrlPath};
+use crate::session::tools::{self, ToolError};
 use crate::session::{ReadRange, ResourceQuery, SessionError, SessionHost, SkillsQuery};
 
 /// The session routes, to be merged into the main router.
 pub fn routes() -> Router<App> {
     Router::new()
-        .route("/v1/sessions", axum::routing::post(create))
-        .route("/v1/sessions/{id}", get(show))
+        .route("/v1/sessions", get(list).post(create))
+        .route("/v1/sessions/{id}", get(show).delete(delete))
+        .route("/v1/sessions/{id}/tools/{tool}", post(tool))
         .route("/v1/sessions/{id}/skills", get(skills))
         .route("/v1/sessions/{id}/skills/{name}", get(load))
         .route(
@@ -43,15 +55,66 @@ pub fn routes() -> Router<App> {
         .route("/v1/sessions/{id}/events", get(events))
 }
 
-/// Runs `work` against the session host on a blocking thread.
+/// Whether a session last used at `used` has expired.
+fn expired(used: SystemTime, idle: Duration) -> bool {
+    SystemTime::now()
+        .duration_since(used)
+        .is_ok_and(|age| age > idle)
+}
+
+/// Checks that session `id` has not expired (else deletes it: 404) and
+/// records this use of it. An id that names no session is left to the
+/// handler's own error.
+pub(super) fn use_session(
+    host: &SessionHost,
+    id: &str,
+    idle: Duration,
+) -> Result<(), SessionError> {
+    let sessions = host.sessions();
+    let Some(used) = sessions.last_used(id) else {
+        return Ok(());
+    };
+    if expired(used, idle) {
+        tracing::info!(session = %id, "session expired (idle); deleting it");
+        let _ = sessions.delete(id);
+        return Err(SessionError::NotFound(id.to_owned()));
+    }
+    // A record that went away meanwhile is the handler's 404.
+    match sessions.touch(id) {
+        Err(SessionError::NotFound(_)) | Ok(()) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes every session idle for longer than `idle`; returns how many.
+pub fn sweep(host: &SessionHost, idle: Duration) -> usize {
+    let Ok(all) = host.sessions().list() else {
+        return 0;
+    };
+    all.iter()
+        .filter(|(_, used)| expired(*used, idle))
+        .filter(|(r, _)| host.sessions().delete(&r.id).is_ok())
+        .count()
+}
+
+/// Runs `work` against the session host on a blocking thread, after
+/// [`use_session`] of `id`.
 async fn blocking<T: Serialize + Send + 'static>(
     app: &App,
+    id: Option<&str>,
     work: impl FnOnce(&SessionHost) -> Result<T, SessionError> + Send + 'static,
 ) -> Result<Response, ApiError> {
     let host = app.sessions.clone();
-    let value = tokio::task::spawn_blocking(move || work(&host))
-        .await
-        .map_err(|e| ApiError::Internal(format!("the session thread failed: {e}")))??;
+    let id = id.map(str::to_owned);
+    let idle = app.config.session_idle;
+    let value = tokio::task::spawn_blocking(move || {
+        if let Some(id) = &id {
+            use_session(&host, id, idle)?;
+        }
+        work(&host)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("the session thread failed: {e}")))??;
     Ok(Json(value).into_response())
 }
 
@@ -67,13 +130,92 @@ async fn create(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    check_length(&headers, app.config.job_body_limit)?;
+    let body = check_length(
+        &headers,
+        body,
+        app.config.job_body_limit,
+        app.config.body_timeout,
+    )
+    .await?;
     let bytes = read_body(body, app.config.job_body_limit, app.config.body_timeout).await?;
-    blocking(&app, move |host| host.create_json(&bytes)).await
+    blocking(&app, None, move |host| host.create_json(&bytes)).await
 }
 
 async fn show(State(app): State<App>, UrlPath(id): UrlPath<String>) -> Result<Response, ApiError> {
-    blocking(&app, move |host| host.show(&id)).await
+    blocking(&app, Some(&id.clone()), move |host| host.show(&id)).await
+}
+
+/// `GET /v1/sessions`: newest first, expired ones left out.
+async fn list(State(app): State<App>) -> Result<Response, ApiError> {
+    let idle = app.config.session_idle;
+    blocking(&app, None, move |host| {
+        let sessions: Vec<serde_json::Value> = host
+            .sessions()
+            .list()?
+            .into_iter()
+            .filter(|(_, used)| !expired(*used, idle))
+            .map(|(r, used)| {
+                json!({
+                    "id": r.id,
+                    "delivery": r.delivery,
+                    "created_at": r.created_at,
+                    "last_used_at": crate::result::rfc3339(used),
+                    "skills": r.skills.iter().map(|s| s.binding.id.as_str()).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        Ok(json!({ "sessions": sessions }))
+    })
+    .await
+}
+
+/// `DELETE /v1/sessions/{id}`.
+async fn delete(
+    State(app): State<App>,
+    UrlPath(id): UrlPath<String>,
+) -> Result<Response, ApiError> {
+    blocking(&app, None, move |host| {
+        host.sessions().delete(&id)?;
+        tracing::info!(session = %id, "session deleted");
+        Ok(json!({"id": id, "deleted": true}))
+    })
+    .await
+}
+
+/// `POST /v1/sessions/{id}/tools/{tool}`: the model's tool input, as is.
+async fn tool(
+    State(app): State<App>,
+    UrlPath((id, name)): UrlPath<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let body = check_length(
+        &headers,
+        body,
+        app.config.job_body_limit,
+        app.config.body_timeout,
+    )
+    .await?;
+    let bytes = read_body(body, app.config.job_body_limit, app.config.body_timeout).await?;
+    let input: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::BadBody(format!(
+            "the tool input is not JSON: {}; send the model's tool input object as the body",
+            crate::result::single_line(&e.to_string())
+        ))
+    })?;
+    let host = app.sessions.clone();
+    let idle = app.config.session_idle;
+    let answer = tokio::task::spawn_blocking(move || {
+        use_session(&host, &id, idle).map_err(ToolError::Session)?;
+        tools::call(&host, &id, &name, &input)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("the session thread failed: {e}")))?;
+    match answer {
+        Ok(a) => Ok(Json(a).into_response()),
+        Err(ToolError::Session(e)) => Err(e.into()),
+        Err(e @ ToolError::UnknownTool { .. }) => Err(ApiError::UnknownTool(e.to_string())),
+    }
 }
 
 async fn skills(
@@ -82,14 +224,14 @@ async fn skills(
     q: Result<Query<SkillsQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
-    blocking(&app, move |host| host.skills(&id, &q)).await
+    blocking(&app, Some(&id.clone()), move |host| host.skills(&id, &q)).await
 }
 
 async fn load(
     State(app): State<App>,
     UrlPath((id, name)): UrlPath<(String, String)>,
 ) -> Result<Response, ApiError> {
-    blocking(&app, move |host| host.load(&id, &name)).await
+    blocking(&app, Some(&id.clone()), move |host| host.load(&id, &name)).await
 }
 
 async fn section(
@@ -98,7 +240,10 @@ async fn section(
     q: Result<Query<ReadRange>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let range = query(q)?;
-    blocking(&app, move |host| host.section(&id, &name, &section, range)).await
+    blocking(&app, Some(&id.clone()), move |host| {
+        host.section(&id, &name, &section, range)
+    })
+    .await
 }
 
 async fn resource(
@@ -107,12 +252,12 @@ async fn resource(
     q: Result<Query<ResourceQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
-    blocking(&app, move |host| host.resource(&id, &q)).await
+    blocking(&app, Some(&id.clone()), move |host| host.resource(&id, &q)).await
 }
 
 async fn events(
     State(app): State<App>,
     UrlPath(id): UrlPath<String>,
 ) -> Result<Response, ApiError> {
-    blocking(&app, move |host| host.events(&id)).await
+    blocking(&app, Some(&id.clone()), move |host| host.events(&id)).await
 }

@@ -1,16 +1,27 @@
-//! The sink an execution writes to, and its NDJSON event stream.
+//! The sink an execution writes to, its event log, and its NDJSON event
+//! streams.
 //!
-//! [`DaemonSink`] runs on the runner's threads: it records staging metrics
-//! and, for a streaming client, turns output into events on a bounded
-//! channel that [`NdjsonBody`] drains into the HTTP response:
+//! [`DaemonSink`] runs on the runner's threads: it records staging metrics,
+//! appends every event to the execution's [`EventLog`] (numbered by `seq`)
+//! and, for a streaming client, also sends it on a bounded channel that
+//! [`NdjsonBody`] drains into the HTTP response:
 //!
 //! ```text
-//! {"event":"started","execution_id":"…"}
-//! {"event":"stdout","data":"…"}      (and "stderr"), in the order produced
-//! {"event":"exit","result":{…}}      the result document, as GET returns it
+//! {"event":"started","seq":1,"execution_id":"…"}
+//! {"event":"stdout","seq":2,"data":"…"}  (and "stderr"), in the order produced
+//! {"event":"heartbeat","seq":2}          after each quiet interval (not logged)
+//! {"event":"exit","seq":3,"result":{…}}  the result document, as GET returns it
 //! ```
 //!
+//! A re-attached reader ([`attach`]) reads the log from any `seq` on.
+//!
 //! Invariants:
+//! - `seq` numbers an execution's logged events 1, 2, 3, … in the order they
+//!   were produced; every stream of it (the POST's, any re-attach) sends the
+//!   same event with the same `seq`; a heartbeat repeats the last `seq`;
+//! - the log holds at most the captured output (the supervisor hands the
+//!   sink no byte past `output_bytes`) plus one `started` and one `exit`,
+//!   whose result is shared with the registry, not copied;
 //! - memory is bounded: at most [`CHANNEL_EVENTS`] events wait in the
 //!   channel; a full channel blocks the runner's output thread, which stops
 //!   reading the command's pipes (back-pressure), never buffers more;
@@ -26,8 +37,9 @@
 //!   that finds the channel full is skipped (the result still holds it).
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -35,7 +47,7 @@ use axum::body::Bytes;
 use http_body::Frame;
 use serde::Serialize;
 use tokio::runtime::Handle;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 use super::metrics::Metrics;
 use super::registry::Live;
@@ -45,33 +57,42 @@ use crate::supervise::{Sink, Stream};
 /// Events that may wait between the runner and a slow client.
 pub const CHANNEL_EVENTS: usize = 16;
 
-/// One message from the runner to the response body.
-#[derive(Debug)]
+/// One event of an execution.
+#[derive(Debug, Clone)]
 pub enum Event {
     /// The sandbox is being launched (its line, serialized).
-    Started(Bytes),
+    Started { seq: u64, line: Bytes },
     /// A serialized `stdout` or `stderr` line.
-    Output(Bytes),
+    Output { seq: u64, line: Bytes },
     /// The execution ended.
-    Exit(Arc<ExecResult>),
+    Exit { seq: u64, result: Arc<ExecResult> },
 }
 
 #[derive(Serialize)]
 struct StartedLine<'a> {
     event: &'static str,
+    seq: u64,
     execution_id: &'a str,
 }
 
 #[derive(Serialize)]
 struct OutputLine<'a> {
     event: &'static str,
+    seq: u64,
     data: &'a str,
 }
 
 #[derive(Serialize)]
 struct ExitLine<'a> {
     event: &'static str,
+    seq: u64,
     result: &'a ExecResult,
+}
+
+#[derive(Serialize)]
+struct HeartbeatLine {
+    event: &'static str,
+    seq: u64,
 }
 
 fn line<T: Serialize>(value: &T) -> Bytes {
@@ -81,15 +102,143 @@ fn line<T: Serialize>(value: &T) -> Bytes {
     Bytes::from(v)
 }
 
+/// The line of a heartbeat after the event `seq`.
+pub fn heartbeat_line(seq: u64) -> Bytes {
+    line(&HeartbeatLine {
+        event: "heartbeat",
+        seq,
+    })
+}
+
 impl Event {
     /// The NDJSON line of this event.
     pub fn to_line(&self) -> Bytes {
         match self {
-            Event::Started(b) | Event::Output(b) => b.clone(),
-            Event::Exit(result) => line(&ExitLine {
+            Event::Started { line: b, .. } | Event::Output { line: b, .. } => b.clone(),
+            Event::Exit { seq, result } => line(&ExitLine {
                 event: "exit",
+                seq: *seq,
                 result,
             }),
+        }
+    }
+
+    pub fn seq(&self) -> u64 {
+        match self {
+            Event::Started { seq, .. } | Event::Output { seq, .. } | Event::Exit { seq, .. } => {
+                *seq
+            }
+        }
+    }
+
+    /// Bytes this event holds in a log (an exit shares its result).
+    fn weight(&self) -> u64 {
+        match self {
+            Event::Started { line, .. } | Event::Output { line, .. } => line.len() as u64,
+            Event::Exit { .. } => 64,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct LogInner {
+    events: Vec<Event>,
+    bytes: u64,
+    closed: bool,
+}
+
+/// The events of one execution, numbered from 1, for re-attaching
+/// readers; closed once the `exit` event is in (or the execution was
+/// dropped without a result).
+#[derive(Debug, Default)]
+pub struct EventLog {
+    inner: Mutex<LogInner>,
+    changed: Notify,
+}
+
+impl EventLog {
+    fn lock(&self) -> MutexGuard<'_, LogInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends the event `make(seq)` makes with the next `seq`; nothing
+    /// once closed.
+    pub fn push(&self, make: impl FnOnce(u64) -> Event) -> Option<Event> {
+        let mut inner = self.lock();
+        if inner.closed {
+            return None;
+        }
+        let event = make(inner.events.len() as u64 + 1);
+        inner.bytes += event.weight();
+        if matches!(event, Event::Exit { .. }) {
+            inner.closed = true;
+        }
+        inner.events.push(event.clone());
+        drop(inner);
+        self.changed.notify_waiters();
+        Some(event)
+    }
+
+    /// Appends the `exit` event (which closes the log).
+    pub fn exit(&self, result: Arc<ExecResult>) -> Option<Event> {
+        self.push(|seq| Event::Exit { seq, result })
+    }
+
+    /// Closes the log without an `exit` (the execution left no result).
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.changed.notify_waiters();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// Bytes held (counted in the retention budget).
+    pub fn bytes(&self) -> u64 {
+        self.lock().bytes
+    }
+
+    /// Events with a `seq` over `after`, and whether the log is closed.
+    pub fn after(&self, after: u64) -> (Vec<Event>, bool) {
+        let inner = self.lock();
+        let from = usize::try_from(after)
+            .unwrap_or(usize::MAX)
+            .min(inner.events.len());
+        (inner.events[from..].to_vec(), inner.closed)
+    }
+
+    /// The last `seq` logged (0 before the first).
+    pub fn last_seq(&self) -> u64 {
+        self.lock().events.len() as u64
+    }
+
+    /// Resolves once the log has more than `after` events or is closed.
+    pub async fn changed_after(&self, after: u64) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let inner = self.lock();
+                if inner.closed || inner.events.len() as u64 > after {
+                    return;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Resolves once the log is closed.
+    pub async fn closed(&self) {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.is_closed() {
+                return;
+            }
+            notified.await;
         }
     }
 }
@@ -99,8 +248,6 @@ struct Events {
     tx: mpsc::Sender<Event>,
     rt: Handle,
     stall: Duration,
-    /// Bytes of an incomplete UTF-8 character, per stream.
-    carry: [Vec<u8>; 2],
     gone: bool,
 }
 
@@ -113,7 +260,7 @@ impl Events {
         if self.gone {
             return;
         }
-        let is_output = matches!(event, Event::Output(_));
+        let is_output = matches!(event, Event::Output { .. });
         let sent = self.rt.block_on(async {
             let send = tokio::time::timeout(self.stall, self.tx.send(event));
             if is_output {
@@ -147,25 +294,6 @@ impl Events {
             }
         }
     }
-
-    fn output(&mut self, stream: Stream, bytes: &[u8], live: &Live) {
-        let (i, name) = match stream {
-            Stream::Stdout => (0, "stdout"),
-            Stream::Stderr => (1, "stderr"),
-        };
-        let carry = &mut self.carry[i];
-        carry.extend_from_slice(bytes);
-        let keep = incomplete_tail(carry);
-        let text = String::from_utf8_lossy(&carry[..carry.len() - keep]).into_owned();
-        carry.drain(..carry.len() - keep);
-        if !text.is_empty() {
-            let ev = Event::Output(line(&OutputLine {
-                event: name,
-                data: &text,
-            }));
-            self.send(ev, live);
-        }
-    }
 }
 
 /// Length of an incomplete UTF-8 sequence at the end of `b` (0 to 3).
@@ -191,15 +319,18 @@ fn incomplete_tail(b: &[u8]) -> usize {
 pub struct DaemonSink {
     metrics: Arc<Metrics>,
     live: Arc<Live>,
+    /// Bytes of an incomplete UTF-8 character, per stream.
+    carry: [Vec<u8>; 2],
     events: Option<Events>,
 }
 
 impl DaemonSink {
-    /// A sink that records metrics only.
+    /// A sink that records metrics and the event log only.
     pub fn quiet(metrics: Arc<Metrics>, live: Arc<Live>) -> DaemonSink {
         DaemonSink {
             metrics,
             live,
+            carry: [Vec::new(), Vec::new()],
             events: None,
         }
     }
@@ -215,54 +346,79 @@ impl DaemonSink {
         DaemonSink {
             metrics,
             live,
+            carry: [Vec::new(), Vec::new()],
             events: Some(Events {
                 tx,
                 rt,
                 stall,
-                carry: [Vec::new(), Vec::new()],
                 gone: false,
             }),
         }
     }
 
-    /// Flushes held-back bytes and sends the `exit` event.
-    pub fn finish(mut self, result: Arc<ExecResult>) {
+    /// Logs an event and sends it to the streaming client, if any.
+    fn emit(&mut self, make: impl FnOnce(u64) -> Event) {
+        let Some(event) = self.live.log.push(make) else {
+            return;
+        };
         let live = self.live.clone();
         if let Some(ev) = self.events.as_mut() {
-            for (i, name) in [(0, "stdout"), (1, "stderr")] {
-                if !ev.carry[i].is_empty() {
-                    let text = String::from_utf8_lossy(&ev.carry[i]).into_owned();
-                    ev.carry[i].clear();
-                    let out = Event::Output(line(&OutputLine {
-                        event: name,
-                        data: &text,
-                    }));
-                    ev.send(out, &live);
-                }
-            }
-            ev.send(Event::Exit(result), &live);
+            ev.send(event, &live);
         }
+    }
+
+    fn output_text(&mut self, i: usize, text: &str) {
+        let name = if i == 0 { "stdout" } else { "stderr" };
+        self.emit(|seq| Event::Output {
+            seq,
+            line: line(&OutputLine {
+                event: name,
+                seq,
+                data: text,
+            }),
+        });
+    }
+
+    /// Flushes held-back bytes and logs and sends the `exit` event.
+    pub fn finish(mut self, result: Arc<ExecResult>) {
+        for i in 0..2 {
+            if !self.carry[i].is_empty() {
+                let text = String::from_utf8_lossy(&self.carry[i]).into_owned();
+                self.carry[i].clear();
+                self.output_text(i, &text);
+            }
+        }
+        self.emit(|seq| Event::Exit { seq, result });
     }
 }
 
 impl Sink for DaemonSink {
     fn chunk(&mut self, stream: Stream, bytes: &[u8]) {
-        let live = self.live.clone();
-        if let Some(ev) = self.events.as_mut() {
-            ev.output(stream, bytes, &live);
+        let i = match stream {
+            Stream::Stdout => 0,
+            Stream::Stderr => 1,
+        };
+        let carry = &mut self.carry[i];
+        carry.extend_from_slice(bytes);
+        let keep = incomplete_tail(carry);
+        let text = String::from_utf8_lossy(&carry[..carry.len() - keep]).into_owned();
+        carry.drain(..carry.len() - keep);
+        if !text.is_empty() {
+            self.output_text(i, &text);
         }
     }
 
     fn launching(&mut self, staged_bytes: u64, staging: Duration) {
         self.metrics.staged(staged_bytes, staging);
         let live = self.live.clone();
-        if let Some(ev) = self.events.as_mut() {
-            let started = Event::Started(line(&StartedLine {
+        self.emit(|seq| Event::Started {
+            seq,
+            line: line(&StartedLine {
                 event: "started",
+                seq,
                 execution_id: &live.id,
-            }));
-            ev.send(started, &live);
-        }
+            }),
+        });
     }
 }
 
@@ -293,20 +449,64 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// The streaming response body: the first event, then the channel.
+/// A `heartbeat` timer: fires after each quiet `every`.
+#[derive(Debug)]
+struct Heartbeat {
+    every: Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Heartbeat {
+    fn new(every: Duration) -> Heartbeat {
+        Heartbeat {
+            every,
+            sleep: Box::pin(tokio::time::sleep(every)),
+        }
+    }
+
+    fn reset(&mut self) {
+        let at = tokio::time::Instant::now() + self.every;
+        self.sleep.as_mut().reset(at);
+    }
+
+    /// Ready when the interval passed; re-arms itself.
+    fn poll_due(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        match self.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                self.reset();
+                Poll::Ready(())
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// The streaming response body of a POST: the first event, then the
+/// channel, with heartbeats when it is quiet.
 #[derive(Debug)]
 pub struct NdjsonBody {
     first: Option<Bytes>,
     rx: mpsc::Receiver<Event>,
     guard: CancelOnDrop,
+    last_seq: u64,
+    heartbeat: Heartbeat,
+    done: bool,
 }
 
 impl NdjsonBody {
-    pub fn new(first: Bytes, rx: mpsc::Receiver<Event>, guard: CancelOnDrop) -> NdjsonBody {
+    pub fn new(
+        first: Event,
+        rx: mpsc::Receiver<Event>,
+        guard: CancelOnDrop,
+        heartbeat: Duration,
+    ) -> NdjsonBody {
         NdjsonBody {
-            first: Some(first),
+            last_seq: first.seq(),
+            first: Some(first.to_line()),
             rx,
             guard,
+            heartbeat: Heartbeat::new(heartbeat),
+            done: false,
         }
     }
 }
@@ -321,20 +521,112 @@ impl http_body::Body for NdjsonBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = self.get_mut();
         if let Some(first) = this.first.take() {
+            this.heartbeat.reset();
             return Poll::Ready(Some(Ok(Frame::data(first))));
+        }
+        if this.done {
+            return Poll::Ready(None);
         }
         match this.rx.poll_recv(cx) {
             Poll::Ready(Some(event)) => {
-                if matches!(event, Event::Exit(_)) {
+                if matches!(event, Event::Exit { .. }) {
                     this.guard.disarm();
+                    this.done = true;
                 }
+                this.last_seq = event.seq();
+                this.heartbeat.reset();
                 Poll::Ready(Some(Ok(Frame::data(event.to_line()))))
             }
             Poll::Ready(None) => {
                 this.guard.disarm();
+                this.done = true;
                 Poll::Ready(None)
             }
-            Poll::Pending => Poll::Pending,
+            Poll::Pending => match this.heartbeat.poll_due(cx) {
+                Poll::Ready(()) => {
+                    Poll::Ready(Some(Ok(Frame::data(heartbeat_line(this.last_seq)))))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+/// The body of a re-attached reader: the log's events after `after`, live
+/// ones as they come, heartbeats when quiet, `exit` last. It never cancels
+/// the execution and is never waited for: a slow reader only falls behind
+/// in the log.
+#[allow(missing_debug_implementations)]
+pub struct AttachBody {
+    log: Arc<EventLog>,
+    next: u64,
+    ready: std::collections::VecDeque<Event>,
+    wait: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    heartbeat: Heartbeat,
+    done: bool,
+}
+
+/// A re-attached reader of `log` from the event after `after`.
+pub fn attach(log: Arc<EventLog>, after: u64, heartbeat: Duration) -> AttachBody {
+    AttachBody {
+        log,
+        next: after,
+        ready: std::collections::VecDeque::new(),
+        wait: None,
+        heartbeat: Heartbeat::new(heartbeat),
+        done: false,
+    }
+}
+
+impl http_body::Body for AttachBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(event) = this.ready.pop_front() {
+                if matches!(event, Event::Exit { .. }) {
+                    this.done = true;
+                    this.ready.clear();
+                }
+                this.heartbeat.reset();
+                return Poll::Ready(Some(Ok(Frame::data(event.to_line()))));
+            }
+            if this.done {
+                return Poll::Ready(None);
+            }
+            let (events, closed) = this.log.after(this.next);
+            if let Some(last) = events.last() {
+                this.next = last.seq();
+                this.ready.extend(events);
+                this.wait = None;
+                continue;
+            }
+            if closed {
+                // Closed without an exit: the execution left no result.
+                this.done = true;
+                return Poll::Ready(None);
+            }
+            let wait = this.wait.get_or_insert_with(|| {
+                let log = this.log.clone();
+                let after = this.next;
+                Box::pin(async move { log.changed_after(after).await })
+            });
+            match wait.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    this.wait = None;
+                    continue;
+                }
+                Poll::Pending => {}
+            }
+            return match this.heartbeat.poll_due(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Ok(Frame::data(heartbeat_line(this.next))))),
+                Poll::Pending => Poll::Pending,
+            };
         }
     }
 }
