@@ -89,7 +89,7 @@ pub struct Bwrap {
 /// Options bwrap must support for our argv.
 pub const REQUIRED_BWRAP_OPTIONS: &[&str] = &[
     "--add-seccomp-fd",
-    "--ro-bind-data",
+    "--file",
     "--size",
     "--perms",
     "--clearenv",
@@ -750,7 +750,8 @@ impl Runner {
         let filters =
             crate::seccomp::compile_for(&job.profile, job.network.mode(), p.identity.root_mapped)
                 .map_err(|e| ErrorInfo::new("sandbox_unavailable", e.to_string()))?;
-        let mut fds = sandbox_fds(&filters).map_err(|e| {
+        let network = job.network.allowlist().is_some();
+        let mut fds = sandbox_fds(&filters, network).map_err(|e| {
             ErrorInfo::new(
                 "sandbox_unavailable",
                 format!("cannot prepare the sandbox's descriptors: {e}"),
@@ -1352,7 +1353,10 @@ struct Launcher {
 /// The descriptors the sandbox reads at start: seccomp programs and the
 /// account files, each in its own sealed memfd (nothing shared).
 #[cfg(not(target_os = "macos"))]
-fn sandbox_fds(filters: &crate::seccomp::Filters) -> io::Result<Vec<(std::os::fd::OwnedFd, i32)>> {
+fn sandbox_fds(
+    filters: &crate::seccomp::Filters,
+    network: bool,
+) -> io::Result<Vec<(std::os::fd::OwnedFd, i32)>> {
     let memfd = |name: &str, bytes: &[u8]| {
         let name = std::ffi::CString::new(name).map_err(io::Error::other)?;
         crate::sys::sealed_memfd(&name, bytes)
@@ -1371,8 +1375,9 @@ fn sandbox_fds(filters: &crate::seccomp::Filters) -> io::Result<Vec<(std::os::fd
             launch::FD_PASSWD,
         ),
         (memfd("group", launch::GROUP.as_bytes())?, launch::FD_GROUP),
-        // The runner's own binary, which bwrap executes as the exec shim.
-        (crate::shim::executable()?, launch::FD_SHIM),
+        // What bwrap executes as the exec shim: the small shim, or with a
+        // network allowlist the runner's own binary (crate::shim).
+        (crate::shim::executable(network)?, launch::FD_SHIM),
     ])
 }
 

@@ -177,8 +177,14 @@ pub fn bwrap_args(plan: &Plan<'_>) -> Vec<OsString> {
             Mount::Symlink { target, dest } => a.pair("--symlink", target, dest),
         }
     }
-    a.pair("--ro-bind-data", FD_PASSWD.to_string(), "/etc/passwd");
-    a.pair("--ro-bind-data", FD_GROUP.to_string(), "/etc/group");
+    // The account files are copied into the sandbox's root tmpfs, which
+    // `--remount-ro /` below makes read-only with everything else in it:
+    // no bind and no remount of their own (a `--ro-bind-data` costs bwrap
+    // a temporary file, a bind, a read of the mount table and a remount).
+    a.opt("--perms", "0444");
+    a.pair("--file", FD_PASSWD.to_string(), "/etc/passwd");
+    a.opt("--perms", "0444");
+    a.pair("--file", FD_GROUP.to_string(), "/etc/group");
     // A fresh /proc, read-only as a whole: /proc/sys, /proc/sysrq-trigger
     // and the other host-global files must not be writable whatever uid
     // the sandbox has (one remount; bwrap's own cover skips /proc/sys
@@ -396,10 +402,14 @@ mod tests {
             "--ro-bind-try",
             "/etc/ssl/certs",
             "/etc/ssl/certs",
-            "--ro-bind-data",
+            "--perms",
+            "0444",
+            "--file",
             "5",
             "/etc/passwd",
-            "--ro-bind-data",
+            "--perms",
+            "0444",
+            "--file",
             "6",
             "/etc/group",
             "--proc",
@@ -507,10 +517,14 @@ mod tests {
             "--ro-bind-try",
             "/etc/ssl/certs",
             "/etc/ssl/certs",
-            "--ro-bind-data",
+            "--perms",
+            "0444",
+            "--file",
             "5",
             "/etc/passwd",
-            "--ro-bind-data",
+            "--perms",
+            "0444",
+            "--file",
             "6",
             "/etc/group",
             "--proc",

@@ -550,14 +550,15 @@ fn explain(
         "linux" => {
             let (program, args, folders) =
                 Runner::explain(&job).map_err(|e| anyhow::anyhow!(e.message))?;
-            if let Some(dir) = fds_dir {
-                write_sandbox_fds(&job, dir)?;
-            }
+            let shim = match fds_dir {
+                Some(dir) => Some(write_sandbox_fds(&job, dir)?),
+                None => explained_shim(&job),
+            };
             if json {
                 let doc = serde_json::json!({
                     "sandbox": "bubblewrap",
                     "program": program,
-                    "shim": std::env::current_exe().ok(),
+                    "shim": shim,
                     "argv": args.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
                     "folders": folders.iter().map(|(fd, path)| (fd.to_string(), serde_json::Value::from(path.clone()))).collect::<serde_json::Map<_, _>>(),
                     "fds": {
@@ -566,7 +567,7 @@ fn explain(
                         "5": "/etc/passwd",
                         "6": "/etc/group",
                         "7": "exec shim report (written by the shim: one byte, then an errno if the command cannot be executed)",
-                        "8": "the skill-runner binary (\"shim\"), which bwrap executes as /proc/self/fd/8",
+                        "8": "the exec shim (\"shim\"; --fds-dir writes it as 8-shim), which bwrap executes as /proc/self/fd/8",
                         "9": "the command's stderr (bwrap's own stays on 2)",
                     },
                     "network": job.network.allowlist().map(|a| serde_json::json!({
@@ -579,8 +580,12 @@ fn explain(
                 println!("{}", serde_json::to_string_pretty(&doc)?);
             } else {
                 println!(
-                    "# bubblewrap; fds: 3,4 seccomp BPF, 5 /etc/passwd, 6 /etc/group, 7 shim report, 8 skill-runner (the exec shim), 9 stderr"
+                    "# bubblewrap; fds: 3,4 seccomp BPF, 5 /etc/passwd, 6 /etc/group, 7 shim report, 8 the exec shim, 9 stderr"
                 );
+                match &shim {
+                    Some(path) => println!("# fd 8: the exec shim {}", path.display()),
+                    None => println!("# fd 8: the small exec shim the runner carries (--fds-dir DIR writes it as DIR/8-shim)"),
+                }
                 for (fd, path) in &folders {
                     println!("# fd {fd}: the folder {path}, opened by the runner at launch");
                 }
@@ -624,9 +629,21 @@ fn explain(
     }
 }
 
-/// Writes the contents of fds 3-6 of the explained command into `dir`.
+/// The exec shim of an explained job, as a file: the runner's own binary
+/// for a job with a network allowlist or where there is no small shim;
+/// `None` for the small shim, which is no file until `--fds-dir` writes it.
+fn explained_shim(job: &skill_runner::job::Job) -> Option<PathBuf> {
+    match skill_runner::shim::small_shim() {
+        Some(_) if job.network.allowlist().is_none() => None,
+        _ => std::env::current_exe().ok(),
+    }
+}
+
+/// Writes the contents of fds 3-6 of the explained command into `dir`,
+/// and the small exec shim as `8-shim` where the job uses it; returns the
+/// shim's path.
 #[cfg(target_os = "linux")]
-fn write_sandbox_fds(job: &skill_runner::job::Job, dir: &Path) -> anyhow::Result<()> {
+fn write_sandbox_fds(job: &skill_runner::job::Job, dir: &Path) -> anyhow::Result<PathBuf> {
     let filters = skill_runner::seccomp::compile(&job.profile, job.network.mode())?;
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
@@ -641,11 +658,23 @@ fn write_sandbox_fds(job: &skill_runner::job::Job, dir: &Path) -> anyhow::Result
         std::fs::write(&path, bytes)
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
     }
-    Ok(())
+    if let Some(shim) = explained_shim(job) {
+        return Ok(shim);
+    }
+    let bytes = skill_runner::shim::small_shim().unwrap_or_default();
+    let path = dir.join("8-shim");
+    // A fresh file each time: never rewrite one a running sandbox executes.
+    let _ = std::fs::remove_file(&path);
+    std::fs::write(&path, bytes)
+        .and_then(|()| {
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        })
+        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    Ok(path)
 }
 
 #[cfg(not(target_os = "linux"))]
-fn write_sandbox_fds(_job: &skill_runner::job::Job, _dir: &Path) -> anyhow::Result<()> {
+fn write_sandbox_fds(_job: &skill_runner::job::Job, _dir: &Path) -> anyhow::Result<PathBuf> {
     anyhow::bail!("--fds-dir needs a Linux build (the seccomp programs are compiled for it)")
 }
 

@@ -255,12 +255,32 @@ impl Profile {
 
     /// Turns mount rules into concrete mounts, asking `host` what each
     /// `mirror` source is. Order is kept.
+    ///
+    /// Two kinds of bind are left out, since each costs bubblewrap a mount,
+    /// a read of the mount table and a read-only remount, and neither shows
+    /// the sandbox anything it would not see anyway:
+    /// - a `ro-bind-try` whose source is missing now (bubblewrap would skip
+    ///   it, so the argv would name a mount that is not made);
+    /// - a bind of a path onto itself inside an earlier read-only bind of
+    ///   an ancestor onto itself (`/usr/share/zoneinfo` within `/usr`),
+    ///   when no component in between is a symlink and no mount in between
+    ///   covers it: bubblewrap binds recursively and remounts every
+    ///   submount read-only, so the path is already there, read-only, with
+    ///   whatever is mounted below it on the host.
     pub fn resolve_mounts(&self, host: impl Fn(&Path) -> HostEntry) -> Vec<Mount> {
         let mut out = Vec::with_capacity(self.linux.mounts.len());
         for rule in &self.linux.mounts {
             match rule.clone() {
-                MountRule::RoBind { src, dest } => out.push(Mount::RoBind { src, dest }),
-                MountRule::RoBindTry { src, dest } => out.push(Mount::RoBindTry { src, dest }),
+                MountRule::RoBind { src, dest } => {
+                    if !covered(&out, &src, &dest, &host) {
+                        out.push(Mount::RoBind { src, dest });
+                    }
+                }
+                MountRule::RoBindTry { src, dest } => {
+                    if host(&src) != HostEntry::Missing && !covered(&out, &src, &dest, &host) {
+                        out.push(Mount::RoBindTry { src, dest });
+                    }
+                }
                 MountRule::Mirror { src, dest } => match host(&src) {
                     HostEntry::Missing => {}
                     HostEntry::Symlink(target) => out.push(Mount::Symlink { target, dest }),
@@ -270,6 +290,50 @@ impl Profile {
         }
         out
     }
+}
+
+/// Whether a bind of `src` onto `dest` adds nothing to `earlier`: `src`
+/// is `dest`, lies below the source of an earlier read-only bind of a
+/// folder onto itself, every component between them is a real entry (no
+/// symlink, nothing missing), and no later mount lands on or above it.
+fn covered(earlier: &[Mount], src: &Path, dest: &Path, host: &impl Fn(&Path) -> HostEntry) -> bool {
+    if src != dest {
+        return false;
+    }
+    let Some(outer) = earlier.iter().rposition(|m| match m {
+        Mount::RoBind { src: s, dest: d } | Mount::RoBindTry { src: s, dest: d } => {
+            s == d && src != s.as_path() && src.starts_with(s)
+        }
+        Mount::Symlink { .. } => false,
+    }) else {
+        return false;
+    };
+    let base = match &earlier[outer] {
+        Mount::RoBind { src, .. } | Mount::RoBindTry { src, .. } => src,
+        Mount::Symlink { .. } => return false,
+    };
+    let later_covers = earlier[outer + 1..].iter().any(|m| {
+        let d = match m {
+            Mount::RoBind { dest, .. } | Mount::RoBindTry { dest, .. } => dest,
+            Mount::Symlink { dest, .. } => dest,
+        };
+        dest.starts_with(d) || d.starts_with(dest)
+    });
+    if later_covers {
+        return false;
+    }
+    let mut path = base.clone();
+    for part in src
+        .strip_prefix(base)
+        .into_iter()
+        .flat_map(Path::components)
+    {
+        path.push(part);
+        if host(&path) != HostEntry::Other {
+            return false;
+        }
+    }
+    true
 }
 
 /// Looks at the real host for [`Profile::resolve_mounts`].
@@ -364,6 +428,60 @@ mod tests {
                 },
             ]
         );
+    }
+
+    /// Binds that add nothing are left out (issue 16): a `ro-bind-try`
+    /// of a missing path, and a path bound onto itself inside an earlier
+    /// read-only bind of its ancestor, unless a symlink lies between them
+    /// or a mount in between covers it.
+    #[test]
+    fn binds_that_add_nothing_are_left_out() {
+        let p = Profile::parse(
+            &with_mounts(
+                r#"{ op = "ro-bind", src = "/usr", dest = "/usr" },
+                   { op = "ro-bind-try", src = "/etc/gone", dest = "/etc/gone" },
+                   { op = "ro-bind-try", src = "/etc/ssl/certs", dest = "/etc/ssl/certs" },
+                   { op = "ro-bind-try", src = "/usr/share/zoneinfo", dest = "/usr/share/zoneinfo" },
+                   { op = "ro-bind", src = "/usr/lib/locale", dest = "/usr/lib/locale" },
+                   { op = "ro-bind-try", src = "/usr/linked/x", dest = "/usr/linked/x" },
+                   { op = "ro-bind-try", src = "/usr/share/zoneinfo", dest = "/usr/tz" }"#,
+            ),
+            "t",
+        )
+        .unwrap();
+        let host = |path: &Path| match path.to_str().unwrap() {
+            "/etc/gone" => HostEntry::Missing,
+            "/usr/linked" => HostEntry::Symlink("/opt/elsewhere".into()),
+            _ => HostEntry::Other,
+        };
+        let bind = |s: &str, d: &str| Mount::RoBind {
+            src: s.into(),
+            dest: d.into(),
+        };
+        let bind_try = |s: &str, d: &str| Mount::RoBindTry {
+            src: s.into(),
+            dest: d.into(),
+        };
+        assert_eq!(
+            p.resolve_mounts(host),
+            vec![
+                bind("/usr", "/usr"),
+                bind_try("/etc/ssl/certs", "/etc/ssl/certs"),
+                bind_try("/usr/linked/x", "/usr/linked/x"),
+                bind_try("/usr/share/zoneinfo", "/usr/tz"),
+            ]
+        );
+        // A mount onto /usr/share after /usr: the nested bind is needed.
+        let p = Profile::parse(
+            &with_mounts(
+                r#"{ op = "ro-bind", src = "/usr", dest = "/usr" },
+                   { op = "ro-bind", src = "/opt/share", dest = "/usr/share" },
+                   { op = "ro-bind-try", src = "/usr/share/zoneinfo", dest = "/usr/share/zoneinfo" }"#,
+            ),
+            "t",
+        )
+        .unwrap();
+        assert_eq!(p.resolve_mounts(host).len(), 3);
     }
 
     /// Issue 11 (fuzzing, target `profile`): TOML messages span lines, and
