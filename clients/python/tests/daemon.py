@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 REPO = Path(__file__).resolve().parents[3]
 PATIENCE = 60.0  # hang protection only; nothing asserts on time
@@ -34,7 +34,7 @@ def runner_bin() -> str:
 class Daemon:
     """One daemon process and its temp folder; :meth:`stop` ends it."""
 
-    def __init__(self, tcp: bool = False, token: Optional[str] = None) -> None:
+    def __init__(self, tcp: bool = False, token: Optional[str] = None, extra: Sequence[str] = ()) -> None:
         self.dir = tempfile.TemporaryDirectory(prefix="sr-client-")
         base = Path(self.dir.name)
         # A root runner's sandbox user must pass through the folders above the data dir.
@@ -53,6 +53,7 @@ class Daemon:
             token_file.write_text(token + "\n")
             token_file.chmod(0o600)
             args += ["--token-file", str(token_file)]
+        args += list(extra)
         env = {k: v for k, v in os.environ.items() if k not in _SETTINGS}
         env["SKILL_RUNNER_LOG"] = "info"
         self.log_path = base / "daemon.log"

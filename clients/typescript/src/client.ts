@@ -11,6 +11,9 @@ import { type Answer, type EventStream, Transport, type TransportOptions, errorO
 import type { Binding, Bundle, Job, JsonObject, Progress, Result } from "./types.js";
 
 type Body = object | Buffer;
+
+/** The daemon holds a long-poll at most this long (ms); `wait` polls again. */
+export const LONG_POLL_MAX_MS = 60_000;
 type Query = Record<string, string | number | undefined>;
 
 function encode(body: Body): Buffer {
@@ -65,6 +68,16 @@ export class Client {
     return this.json("GET", "/v1/health", undefined, [200, 503]);
   }
 
+  /** `GET /v1/version`: `{name, version, api_version, capabilities}`. */
+  version(): Promise<JsonObject> {
+    return this.json("GET", "/v1/version");
+  }
+
+  /** `GET /v1/openapi.json`: the OpenAPI 3.1 document of every route. */
+  openapi(): Promise<JsonObject> {
+    return this.json("GET", "/v1/openapi.json");
+  }
+
   /** `GET /metrics`: Prometheus text. */
   async metrics(): Promise<string> {
     return (await this.call("GET", "/metrics")).body.toString("utf8");
@@ -80,6 +93,11 @@ export class Client {
   /** Builds the bundle of one skill folder (`bundleFolder`) and publishes it. */
   publishFolder(folder: string, id: string, revision: number, version: string): Promise<JsonObject> {
     return this.publish(bundleFolder(folder, id, revision, version));
+  }
+
+  /** `GET /v1/skill-packages`: `{skills: [bindings]}`, every published binding. */
+  skillPackages(): Promise<JsonObject> {
+    return this.json("GET", "/v1/skill-packages");
   }
 
   /** `GET /v1/skill-packages/{identity}`: `{identity, skills}` of a published selection. */
@@ -107,9 +125,60 @@ export class Client {
     return this.transport.stream("POST", "/v1/executions", encode(job));
   }
 
-  /** `GET /v1/executions/{id}`: the result, or `{execution_id, status: queued|running}`. */
-  execution(executionId: string): Promise<Result | Progress> {
-    return this.json<Result | Progress>("GET", `/v1/executions/${seg(executionId)}`, undefined, [200, 202]);
+  /**
+   * `POST /v1/executions?wait=false`: admits the job and resolves at once to
+   * `{execution_id, status: queued|running}` (202); a retry of a finished
+   * execution with the same job resolves to its result (200). A detached
+   * execution is never cancelled by a disconnect.
+   */
+  runDetached(job: Job | Buffer): Promise<Progress | Result> {
+    return this.json<Progress | Result>("POST", "/v1/executions?wait=false", job, [200, 202]);
+  }
+
+  /**
+   * `GET /v1/executions/{id}[?wait=]`: the result, or `{execution_id, status:
+   * queued|running}`. With `waitMs` (the daemon caps it at 60 s) the daemon
+   * holds the answer until the execution finishes or the time passes.
+   */
+  async execution(executionId: string, waitMs?: number): Promise<Result | Progress> {
+    let path = `/v1/executions/${seg(executionId)}`;
+    let timeoutMs: number | undefined;
+    if (waitMs !== undefined) {
+      path += `?wait=${Math.max(0, Math.round(waitMs))}ms`;
+      if (this.transport.timeoutMs !== undefined) timeoutMs = this.transport.timeoutMs + waitMs;
+    }
+    const answer = await this.call("GET", path, undefined, [200, 202], timeoutMs);
+    return JSON.parse(answer.body.toString("utf8")) as Result | Progress;
+  }
+
+  /**
+   * Long-polls until the execution has a result and resolves to it; rejects
+   * with an `Error` when `timeoutMs` passes first (default: as long as it runs).
+   */
+  async wait(executionId: string, timeoutMs?: number): Promise<Result> {
+    const deadline = timeoutMs === undefined ? undefined : Date.now() + timeoutMs;
+    for (;;) {
+      const step = deadline === undefined ? LONG_POLL_MAX_MS : Math.min(LONG_POLL_MAX_MS, Math.max(0, deadline - Date.now()));
+      const doc = await this.execution(executionId, step);
+      if (doc.status !== "queued" && doc.status !== "running") return doc as Result;
+      if (deadline !== undefined && Date.now() >= deadline) {
+        throw new Error(`execution ${JSON.stringify(executionId)} did not finish within ${timeoutMs} ms; it is ${doc.status}`);
+      }
+    }
+  }
+
+  /**
+   * `GET /v1/executions/{id}/events[?after=SEQ]`: re-attaches to an
+   * execution's events: those recorded (after `after`), then live ones,
+   * `heartbeat` events when quiet, `exit` last. Leaving it never cancels.
+   */
+  events(executionId: string, after?: number): Promise<EventStream> {
+    return this.transport.stream("GET", `/v1/executions/${seg(executionId)}/events${query({ after })}`);
+  }
+
+  /** `GET /v1/executions`: `{executions, next_cursor}`, newest admitted first. */
+  executions(options: { status?: string; limit?: number; cursor?: string } = {}): Promise<JsonObject> {
+    return this.json("GET", `/v1/executions${query(options)}`);
   }
 
   /** `DELETE /v1/executions/{id}`: `{status: "cancelling"}`; 409 `not_running` once finished. */
@@ -124,9 +193,28 @@ export class Client {
     return this.json("POST", "/v1/sessions", { skills, tools });
   }
 
+  /** `GET /v1/sessions`: `{sessions: [{id, delivery, created_at, last_used_at, skills}]}`, newest first. */
+  sessions(): Promise<JsonObject> {
+    return this.json("GET", "/v1/sessions");
+  }
+
   /** `GET /v1/sessions/{id}`. */
   session(sessionId: string): Promise<JsonObject> {
     return this.json("GET", `/v1/sessions/${seg(sessionId)}`);
+  }
+
+  /** `DELETE /v1/sessions/{id}`: `{id, deleted: true}`. */
+  deleteSession(sessionId: string): Promise<JsonObject> {
+    return this.json("DELETE", `/v1/sessions/${seg(sessionId)}`);
+  }
+
+  /**
+   * `POST /v1/sessions/{id}/tools/{tool}`: the model's tool input, unchanged.
+   * Resolves to `{content, is_error}`, ready to hand back to the model; a
+   * fault the model can fix is `is_error: true`, not a rejection.
+   */
+  callTool(sessionId: string, tool: string, input: object): Promise<{ content: string; is_error: boolean }> {
+    return this.json("POST", `/v1/sessions/${seg(sessionId)}/tools/${seg(tool)}`, input);
   }
 
   /** `GET /v1/sessions/{id}/skills`: list, or find with `query` (tools `list_skills`, `find_skills`). */

@@ -42,7 +42,7 @@ export class Daemon {
   ) {}
 
   /** Starts a daemon on a temp socket, or on 127.0.0.1 with `token`. */
-  static async start(options: { tcp?: boolean; token?: string } = {}): Promise<Daemon> {
+  static async start(options: { tcp?: boolean; token?: string; extra?: string[] } = {}): Promise<Daemon> {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sr-client-ts-"));
     // A root runner's sandbox user must pass through the folders above the data dir.
     fs.chmodSync(dir, 0o755);
@@ -53,6 +53,7 @@ export class Daemon {
       fs.writeFileSync(tokenFile, options.token + "\n", { mode: 0o600 });
       args.push("--token-file", tokenFile);
     }
+    args.push(...(options.extra ?? []));
     const env: NodeJS.ProcessEnv = { ...process.env, SKILL_RUNNER_LOG: "info" };
     for (const k of SETTINGS) delete env[k];
     const logPath = path.join(dir, "daemon.log");

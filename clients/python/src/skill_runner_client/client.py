@@ -6,6 +6,7 @@ stay ``OSError``. Nothing is cached or retried: a method is one request.
 """
 
 import json
+import time
 from typing import Any, Dict, Mapping, Optional, Sequence, Union
 from urllib.parse import quote, urlencode
 
@@ -15,6 +16,9 @@ from .transport import Answer, NdjsonStream, Transport, error_of
 from .types import Bundle, Document, Job
 
 JsonBody = Union[Mapping[str, Any], bytes]
+
+LONG_POLL_MAX = 60.0
+"""The daemon holds a long-poll at most this long (seconds); :meth:`Client.wait` polls again."""
 
 
 def _body(doc: JsonBody) -> bytes:
@@ -80,6 +84,14 @@ class Client:
         """``GET /v1/health``: the health document, also when it is 503 (``status`` says why)."""
         return self._call("GET", "/v1/health", ok=(200, 503)).json()  # type: ignore[no-any-return]
 
+    def version(self) -> Document:
+        """``GET /v1/version``: ``{name, version, api_version, capabilities}``."""
+        return self._json("GET", "/v1/version")
+
+    def openapi(self) -> Document:
+        """``GET /v1/openapi.json``: the OpenAPI 3.1 document of every route."""
+        return self._json("GET", "/v1/openapi.json")
+
     def metrics(self) -> str:
         """``GET /metrics``: Prometheus text."""
         return self._call("GET", "/metrics").body.decode("utf-8")
@@ -94,6 +106,10 @@ class Client:
     def publish_folder(self, folder: str, skill_id: str, revision: int, version: str) -> Document:
         """Builds the bundle of one skill folder (:func:`bundle_folder`) and publishes it."""
         return self.publish(bundle_folder(folder, skill_id, revision, version))
+
+    def skill_packages(self) -> Document:
+        """``GET /v1/skill-packages``: ``{skills: [bindings]}``, every published binding."""
+        return self._json("GET", "/v1/skill-packages")
 
     def skill_package(self, identity: str) -> Document:
         """``GET /v1/skill-packages/{identity}``: ``{identity, skills}`` of a published selection."""
@@ -118,9 +134,58 @@ class Client:
         """
         return self.transport.stream("POST", "/v1/executions", _body(job))
 
-    def execution(self, execution_id: str) -> Document:
-        """``GET /v1/executions/{id}``: the result (``status`` final), or ``{execution_id, status: queued|running}``."""
-        return self._call("GET", f"/v1/executions/{_seg(execution_id)}", ok=(200, 202)).json()  # type: ignore[no-any-return]
+    def run_detached(self, job: JsonBody) -> Document:
+        """``POST /v1/executions?wait=false``: admits the job and answers at once.
+
+        ``{execution_id, status: queued|running}`` (202); a retry of a finished
+        execution with the same job answers with its result (200). A detached
+        execution is never cancelled by a disconnect.
+        """
+        return self._call("POST", "/v1/executions?wait=false", job, ok=(200, 202)).json()  # type: ignore[no-any-return]
+
+    def execution(self, execution_id: str, wait: Optional[float] = None) -> Document:
+        """``GET /v1/executions/{id}[?wait=]``: the result (``status`` final), or ``{execution_id, status: queued|running}``.
+
+        With ``wait`` (seconds; the daemon caps it at 60) the daemon holds the
+        answer until the execution finishes or the time passes.
+        """
+        path = f"/v1/executions/{_seg(execution_id)}"
+        timeout = None
+        if wait is not None:
+            path += f"?wait={max(0, round(wait * 1000))}ms"
+            if self.transport.timeout is not None:
+                timeout = self.transport.timeout + wait
+        return self._call("GET", path, ok=(200, 202), timeout=timeout).json()  # type: ignore[no-any-return]
+
+    def wait(self, execution_id: str, timeout: Optional[float] = None) -> Document:
+        """Long-polls until the execution has a result and returns it.
+
+        Raises ``TimeoutError`` when ``timeout`` seconds pass first (``None``:
+        wait as long as it runs).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = LONG_POLL_MAX if deadline is None else min(LONG_POLL_MAX, max(0.0, deadline - time.monotonic()))
+            doc = self.execution(execution_id, wait=step)
+            if doc.get("status") not in ("queued", "running"):
+                return doc
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"execution {execution_id!r} did not finish within {timeout} s; it is {doc.get('status')}")
+
+    def events(self, execution_id: str, after: Optional[int] = None) -> NdjsonStream:
+        """``GET /v1/executions/{id}/events[?after=SEQ]``: re-attaches to an execution's events.
+
+        Those recorded (after ``seq`` ``after``), then live ones, ``heartbeat``
+        events when quiet, ``exit`` last. Leaving this stream never cancels.
+        """
+        q = _query({"after": after})
+        return self.transport.stream("GET", f"/v1/executions/{_seg(execution_id)}/events{q}")
+
+    def executions(
+        self, status: Optional[str] = None, limit: Optional[int] = None, cursor: Optional[str] = None
+    ) -> Document:
+        """``GET /v1/executions``: ``{executions, next_cursor}``, newest admitted first."""
+        return self._json("GET", "/v1/executions" + _query({"status": status, "limit": limit, "cursor": cursor}))
 
     def cancel(self, execution_id: str) -> Document:
         """``DELETE /v1/executions/{id}``: ``{status: "cancelling"}``; 409 ``not_running`` once finished."""
@@ -132,9 +197,25 @@ class Client:
         """``POST /v1/sessions``: skills as ``{"name"}`` or bindings, the agent's enabled tools."""
         return self._json("POST", "/v1/sessions", {"skills": list(skills), "tools": list(tools)})
 
+    def sessions(self) -> Document:
+        """``GET /v1/sessions``: ``{sessions: [{id, delivery, created_at, last_used_at, skills}]}``, newest first."""
+        return self._json("GET", "/v1/sessions")
+
     def session(self, session_id: str) -> Document:
         """``GET /v1/sessions/{id}``."""
         return self._json("GET", f"/v1/sessions/{_seg(session_id)}")
+
+    def delete_session(self, session_id: str) -> Document:
+        """``DELETE /v1/sessions/{id}``: ``{id, deleted: true}``."""
+        return self._json("DELETE", f"/v1/sessions/{_seg(session_id)}")
+
+    def call_tool(self, session_id: str, tool: str, tool_input: Mapping[str, Any]) -> Document:
+        """``POST /v1/sessions/{id}/tools/{tool}``: the model's tool input, unchanged.
+
+        Answers ``{content, is_error}``, ready to hand back to the model; a
+        fault the model can fix is ``is_error: true``, not an exception.
+        """
+        return self._json("POST", f"/v1/sessions/{_seg(session_id)}/tools/{_seg(tool)}", tool_input)
 
     def session_skills(
         self,
