@@ -2308,6 +2308,24 @@ fn sessions_are_listed_deleted_and_expire_when_idle() {
         .assert_error(404, "not_found");
     d.delete("/v1/sessions/not-a-session")
         .assert_error(400, "bad_request");
+    // A job naming a session is a use of it.
+    let before = d.get("/v1/sessions").json()["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == b.as_str())
+        .unwrap()["last_used_at"]
+        .clone();
+    wait_until("the clock to move on", || {
+        d.post("/v1/executions", &json!({"argv": ["true"], "session": b}));
+        let after = d.get("/v1/sessions").json()["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == b.as_str())
+            .map(|s| s["last_used_at"].clone());
+        after.is_some_and(|a| a != before)
+    });
     // Left alone (listing does not count as a use), b expires.
     wait_until("the idle session to expire", || {
         !d.get("/v1/sessions").json().to_string().contains(&b)

@@ -624,6 +624,16 @@ async fn post_execution(
         return Err(ApiError::NetworkPrivate);
     }
     app.roots.confine(&mut job)?;
+    if let Some(session) = job.session.clone() {
+        // A job naming a session is a use of it (idle expiry); an
+        // expired one is deleted here, and the run then finds no session.
+        let host = app.sessions.clone();
+        let idle = app.config.session_idle;
+        let _ = tokio::task::spawn_blocking(move || {
+            super::sessions::use_session(&host, &session, idle)
+        })
+        .await;
+    }
     let digest = job_digest(&bytes);
     let ticket = match slot
         .admit(&job.execution_id, &digest)
