@@ -91,7 +91,7 @@ fn job_with(world: &World, extra: Value) -> PathBuf {
 
 #[test]
 fn example_job_prints_the_greeting() {
-    if !require_sandbox("example_job_prints_the_greeting") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -107,7 +107,7 @@ fn example_job_prints_the_greeting() {
 
 #[test]
 fn example_job_json_reports_the_manifest() {
-    if !require_sandbox("example_job_json_reports_the_manifest") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -141,7 +141,7 @@ fn example_job_json_reports_the_manifest() {
 
 #[test]
 fn plain_mode_streams_stdout_and_stderr_separately() {
-    if !require_sandbox("plain_mode_streams_stdout_and_stderr_separately") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -197,7 +197,7 @@ fn cwd_outside_the_workspace_is_refused() {
 
 #[test]
 fn lying_hash_is_refused() {
-    if !require_sandbox("lying_hash_is_refused") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -211,7 +211,7 @@ fn lying_hash_is_refused() {
 
 #[test]
 fn missing_skill_folder_is_refused() {
-    if !require_sandbox("missing_skill_folder_is_refused") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -243,7 +243,7 @@ fn upper_case_hash_is_refused() {
 
 #[test]
 fn skill_folder_with_a_symlink_is_refused() {
-    if !require_sandbox("skill_folder_with_a_symlink_is_refused") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -301,7 +301,7 @@ fn the_explained_command_runs_by_hand_like_run() {
     // `explain --fds-dir` gives everything needed to run the printed argv
     // without the runner: the same output as `run` proves the explanation
     // is the whole truth (once `run` has published the snapshot root).
-    if !require_sandbox("the_explained_command_runs_by_hand_like_run") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -511,7 +511,7 @@ fn pack_prints_a_bundle_of_the_folder() {
 
 #[test]
 fn stored_skill_runs_without_a_path() {
-    if !require_sandbox("stored_skill_runs_without_a_path") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -555,7 +555,7 @@ fn stored_skill_runs_without_a_path() {
 
 #[test]
 fn binding_not_in_the_store_is_refused() {
-    if !require_sandbox("binding_not_in_the_store_is_refused") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -572,7 +572,7 @@ fn binding_not_in_the_store_is_refused() {
 
 #[test]
 fn doctor_reports_bubblewrap() {
-    if !require_sandbox("doctor_reports_bubblewrap") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -665,7 +665,7 @@ fn run_nested(world: &World, job: &Path, current_dir: &Path, bwrap_works: bool) 
 
 #[test]
 fn nested_user_namespace_runs_the_example_or_refuses_clearly() {
-    if !require_sandbox("nested_user_namespace_runs_the_example_or_refuses_clearly") {
+    if !require_sandbox() {
         return;
     }
     let Some(bwrap_works) = nested_bwrap_works() else {
@@ -686,7 +686,7 @@ fn nested_user_namespace_runs_the_example_or_refuses_clearly() {
 
 #[test]
 fn nested_user_namespace_keeps_the_escape_probes_denied() {
-    if !require_sandbox("nested_user_namespace_keeps_the_escape_probes_denied") {
+    if !require_sandbox() {
         return;
     }
     let Some(bwrap_works) = nested_bwrap_works() else {
@@ -741,7 +741,7 @@ fn nested_user_namespace_keeps_the_escape_probes_denied() {
 /// the current folder.
 #[test]
 fn run_dash_reads_the_job_from_stdin() {
-    if !require_sandbox("run_dash_reads_the_job_from_stdin") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -922,7 +922,7 @@ fn session_create_freezes_the_stored_binding_of_the_same_bytes() {
 
 #[test]
 fn a_cli_job_can_name_no_piece_of_the_runner_state() {
-    if !require_sandbox("a_cli_job_can_name_no_piece_of_the_runner_state") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -1012,7 +1012,7 @@ fn confine_keeps_a_job_files_paths_in_one_folder() {
             "{name}: {msg}"
         );
     }
-    if require_sandbox("confine_keeps_a_job_files_paths_in_one_folder") {
+    if require_sandbox() {
         let out = run(&job_in, &[]);
         assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     }
@@ -1021,7 +1021,7 @@ fn confine_keeps_a_job_files_paths_in_one_folder() {
 /// A profile file may bind host folders, but never the runner's state.
 #[test]
 fn a_profile_cannot_bind_the_runners_state() {
-    if !require_sandbox("a_profile_cannot_bind_the_runners_state") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();

@@ -498,7 +498,7 @@ fn world_with_roots() -> (World, String) {
 
 #[test]
 fn socket_is_private_health_answers_and_shutdown_removes_it() {
-    if !require_sandbox("socket_is_private_health_answers_and_shutdown_removes_it") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -538,7 +538,7 @@ fn socket_is_private_health_answers_and_shutdown_removes_it() {
 
 #[test]
 fn a_published_bundle_runs_by_binding_alone() {
-    if !require_sandbox("a_published_bundle_runs_by_binding_alone") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -589,7 +589,7 @@ fn a_published_bundle_runs_by_binding_alone() {
 
 #[test]
 fn fifty_parallel_executions_are_correct_and_isolated() {
-    if !require_sandbox("fifty_parallel_executions_are_correct_and_isolated") {
+    if !require_sandbox() {
         return;
     }
     let (w, roots) = world_with_roots();
@@ -651,7 +651,7 @@ fn reused_cgroups_start_every_execution_afresh() {
     // time, each of these gets the cgroup the previous one used: a limit
     // hit must not be blamed on the next execution, limits must be the
     // job's own, and the reported peak must be the execution's own.
-    if !require_sandbox("reused_cgroups_start_every_execution_afresh") {
+    if !require_sandbox() {
         return;
     }
     let (w, roots) = world_with_roots();
@@ -717,7 +717,7 @@ fn reused_cgroups_start_every_execution_afresh() {
 
 #[test]
 fn streamed_events_arrive_in_order() {
-    if !require_sandbox("streamed_events_arrive_in_order") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -777,7 +777,7 @@ fn streamed_events_arrive_in_order() {
 
 #[test]
 fn a_client_that_disconnects_cancels_its_execution() {
-    if !require_sandbox("a_client_that_disconnects_cancels_its_execution") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -815,7 +815,7 @@ fn a_client_that_disconnects_cancels_its_execution() {
 
 #[test]
 fn delete_cancels_by_id_and_leaves_no_process() {
-    if !require_sandbox("delete_cancels_by_id_and_leaves_no_process") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -858,7 +858,7 @@ fn delete_cancels_by_id_and_leaves_no_process() {
 
 #[test]
 fn a_reused_execution_id_with_another_job_is_refused() {
-    if !require_sandbox("a_reused_execution_id_with_another_job_is_refused") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -903,7 +903,7 @@ fn a_reused_execution_id_with_another_job_is_refused() {
 
 #[test]
 fn sigkill_of_the_daemon_leaves_no_sandbox_and_a_restart_sweeps() {
-    if !require_sandbox("sigkill_of_the_daemon_leaves_no_sandbox_and_a_restart_sweeps") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -946,7 +946,7 @@ fn sigkill_of_the_daemon_leaves_no_sandbox_and_a_restart_sweeps() {
 
 #[test]
 fn sigterm_lets_executions_finish_then_cancels_after_the_grace_period() {
-    if !require_sandbox("sigterm_lets_executions_finish_then_cancels_after_the_grace_period") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -1135,7 +1135,7 @@ fn tcp_needs_a_valid_bearer_token() {
 
 #[test]
 fn host_paths_outside_the_roots_are_refused() {
-    if !require_sandbox("host_paths_outside_the_roots_are_refused") {
+    if !require_sandbox() {
         return;
     }
     let (w, roots) = world_with_roots();
@@ -1200,7 +1200,7 @@ fn host_paths_outside_the_roots_are_refused() {
 
 #[test]
 fn a_full_daemon_answers_429_with_retry_after() {
-    if !require_sandbox("a_full_daemon_answers_429_with_retry_after") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -1250,7 +1250,7 @@ fn a_full_daemon_answers_429_with_retry_after() {
 
 #[test]
 fn a_job_with_a_lying_hash_is_422_and_names_the_skill() {
-    if !require_sandbox("a_job_with_a_lying_hash_is_422_and_names_the_skill") {
+    if !require_sandbox() {
         return;
     }
     let (w, roots) = world_with_roots();
@@ -1285,7 +1285,7 @@ fn a_job_with_a_lying_hash_is_422_and_names_the_skill() {
 
 #[test]
 fn metrics_use_the_prometheus_text_format() {
-    if !require_sandbox("metrics_use_the_prometheus_text_format") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -1370,7 +1370,7 @@ fn bad_settings_stop_the_start_with_a_clear_message() {
 
 #[test]
 fn a_stream_reader_that_stalls_has_its_execution_cancelled() {
-    if !require_sandbox("a_stream_reader_that_stalls_has_its_execution_cancelled") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -1407,7 +1407,7 @@ fn a_stream_reader_that_stalls_has_its_execution_cancelled() {
 /// bounded resource reads, and an execution naming the session.
 #[test]
 fn session_routes_serve_the_skill_host() {
-    if !require_sandbox("session_routes_serve_the_skill_host") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -1541,7 +1541,7 @@ fn publish_one(d: &Daemon, w: &World) -> (Value, PathBuf) {
 
 #[test]
 fn a_daemon_job_can_name_no_piece_of_the_runner_state() {
-    if !require_sandbox("a_daemon_job_can_name_no_piece_of_the_runner_state") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -1596,7 +1596,7 @@ fn a_daemon_job_can_name_no_piece_of_the_runner_state() {
 
 #[test]
 fn a_root_forged_under_the_job_root_is_never_used() {
-    if !require_sandbox("a_root_forged_under_the_job_root_is_never_used") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -1630,7 +1630,7 @@ fn a_root_forged_under_the_job_root_is_never_used() {
 
 #[test]
 fn a_folder_swapped_while_its_job_is_queued_is_not_mounted() {
-    if !require_sandbox("a_folder_swapped_while_its_job_is_queued_is_not_mounted") {
+    if !require_sandbox() {
         return;
     }
     let (w, roots) = world_with_roots();
@@ -1810,7 +1810,7 @@ fn seqs(events: &[Value]) -> Vec<u64> {
 
 #[test]
 fn a_detached_run_survives_its_client_and_is_long_polled() {
-    if !require_sandbox("a_detached_run_survives_its_client_and_is_long_polled") {
+    if !require_sandbox() {
         return;
     }
     let (w, roots) = world_with_roots();
@@ -1858,7 +1858,7 @@ fn a_detached_run_survives_its_client_and_is_long_polled() {
 
 #[test]
 fn reattached_readers_get_the_same_numbered_events_with_heartbeats() {
-    if !require_sandbox("reattached_readers_get_the_same_numbered_events_with_heartbeats") {
+    if !require_sandbox() {
         return;
     }
     let (w, roots) = world_with_roots();
@@ -1930,7 +1930,7 @@ fn reattached_readers_get_the_same_numbered_events_with_heartbeats() {
 
 #[test]
 fn a_retry_with_the_same_job_gets_the_same_execution() {
-    if !require_sandbox("a_retry_with_the_same_job_gets_the_same_execution") {
+    if !require_sandbox() {
         return;
     }
     let (w, roots) = world_with_roots();
@@ -1998,7 +1998,7 @@ fn a_retry_with_the_same_job_gets_the_same_execution() {
 
 #[test]
 fn executions_are_listed_newest_first_filtered_and_paged() {
-    if !require_sandbox("executions_are_listed_newest_first_filtered_and_paged") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -2517,7 +2517,7 @@ fn conforms(doc: &Value, method: &str, template: &str, r: &Resp) {
 
 #[test]
 fn the_openapi_document_matches_the_router_and_real_responses() {
-    if !require_sandbox("the_openapi_document_matches_the_router_and_real_responses") {
+    if !require_sandbox() {
         return;
     }
     let doc = openapi_doc();

@@ -295,7 +295,7 @@ fn assert_skills_unchanged_after(fx: &Fixture, attempts: &[&[&str]]) {
 
 #[test]
 fn skills_are_read_only_write() {
-    if !require_sandbox("skills_are_read_only_write") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -319,7 +319,7 @@ fn skills_are_read_only_write() {
 
 #[test]
 fn skills_are_read_only_rename() {
-    if !require_sandbox("skills_are_read_only_rename") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -360,7 +360,7 @@ fn skills_are_read_only_rename() {
 
 #[test]
 fn skills_are_read_only_chmod() {
-    if !require_sandbox("skills_are_read_only_chmod") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -393,7 +393,7 @@ fn skills_are_read_only_chmod() {
 
 #[test]
 fn skills_are_read_only_unlink() {
-    if !require_sandbox("skills_are_read_only_unlink") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -417,7 +417,7 @@ fn skills_are_read_only_unlink() {
 
 #[test]
 fn skills_are_read_only_mkdir() {
-    if !require_sandbox("skills_are_read_only_mkdir") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -436,7 +436,7 @@ fn skills_are_read_only_mkdir() {
 
 #[test]
 fn skills_are_read_only_symlink() {
-    if !require_sandbox("skills_are_read_only_symlink") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -460,7 +460,7 @@ fn skills_are_read_only_symlink() {
 
 #[test]
 fn host_file_outside_the_binds_is_not_readable() {
-    if !require_sandbox("host_file_outside_the_binds_is_not_readable") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -478,7 +478,7 @@ fn host_file_outside_the_binds_is_not_readable() {
 
 #[test]
 fn etc_shadow_is_not_visible() {
-    if !require_sandbox("etc_shadow_is_not_visible") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -499,7 +499,7 @@ fn etc_shadow_is_not_visible() {
 
 #[test]
 fn host_loopback_listener_is_unreachable() {
-    if !require_sandbox("host_loopback_listener_is_unreachable") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -516,7 +516,7 @@ fn host_loopback_listener_is_unreachable() {
 
 #[test]
 fn inet_sockets_are_refused() {
-    if !require_sandbox("inet_sockets_are_refused") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -526,7 +526,7 @@ fn inet_sockets_are_refused() {
 
 #[test]
 fn unix_sockets_still_work() {
-    if !require_sandbox("unix_sockets_still_work") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -547,7 +547,7 @@ macro_rules! refused {
         $(#[$doc])*
         #[test]
         fn $name() {
-            if !require_sandbox(stringify!($name)) {
+            if !require_sandbox() {
                 return;
             }
             let fx = Fixture::new();
@@ -593,7 +593,7 @@ fn assert_foreign_abi_refused(subcommand: &str) {
 
 #[test]
 fn x32_syscalls_are_refused() {
-    if !require_sandbox("x32_syscalls_are_refused") {
+    if !require_sandbox() {
         return;
     }
     assert_foreign_abi_refused("x32-syscall");
@@ -601,7 +601,7 @@ fn x32_syscalls_are_refused() {
 
 #[test]
 fn i386_syscalls_are_refused() {
-    if !require_sandbox("i386_syscalls_are_refused") {
+    if !require_sandbox() {
         return;
     }
     assert_foreign_abi_refused("i386-syscall");
@@ -613,7 +613,7 @@ fn i386_syscalls_are_refused() {
 
 #[test]
 fn no_host_process_is_visible() {
-    if !require_sandbox("no_host_process_is_visible") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -641,7 +641,7 @@ fn no_host_process_is_visible() {
 
 #[test]
 fn no_capabilities_and_a_seccomp_filter() {
-    if !require_sandbox("no_capabilities_and_a_seccomp_filter") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -664,7 +664,7 @@ fn no_capabilities_and_a_seccomp_filter() {
 
 #[test]
 fn environment_is_the_baseline_and_the_jobs() {
-    if !require_sandbox("environment_is_the_baseline_and_the_jobs") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -701,7 +701,7 @@ fn environment_is_the_baseline_and_the_jobs() {
 
 #[test]
 fn only_stdio_descriptors_reach_the_command() {
-    if !require_sandbox("only_stdio_descriptors_reach_the_command") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -730,7 +730,7 @@ fn only_stdio_descriptors_reach_the_command() {
 
 #[test]
 fn command_runs_as_an_unprivileged_user() {
-    if !require_sandbox("command_runs_as_an_unprivileged_user") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -744,7 +744,7 @@ fn command_runs_as_an_unprivileged_user() {
 
 #[test]
 fn fork_bomb_is_contained_by_the_pids_limit() {
-    if !require_sandbox("fork_bomb_is_contained_by_the_pids_limit") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -772,7 +772,7 @@ fn fork_bomb_is_contained_by_the_pids_limit() {
 
 #[test]
 fn memory_bomb_is_killed() {
-    if !require_sandbox("memory_bomb_is_killed") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -795,7 +795,7 @@ fn memory_bomb_is_killed() {
 
 #[test]
 fn tmp_is_limited_by_tmp_bytes() {
-    if !require_sandbox("tmp_is_limited_by_tmp_bytes") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -808,7 +808,7 @@ fn tmp_is_limited_by_tmp_bytes() {
 
 #[test]
 fn file_size_is_limited_by_file_size_bytes() {
-    if !require_sandbox("file_size_is_limited_by_file_size_bytes") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -836,7 +836,7 @@ fn assert_times_out(fx: &Fixture, args: &[&str]) -> Run {
 
 #[test]
 fn timeout_kills_a_sleeping_command() {
-    if !require_sandbox("timeout_kills_a_sleeping_command") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -846,7 +846,7 @@ fn timeout_kills_a_sleeping_command() {
 
 #[test]
 fn timeout_kills_a_command_that_ignores_sigterm() {
-    if !require_sandbox("timeout_kills_a_command_that_ignores_sigterm") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -856,7 +856,7 @@ fn timeout_kills_a_command_that_ignores_sigterm() {
 
 #[test]
 fn timeout_kills_a_double_forked_daemon() {
-    if !require_sandbox("timeout_kills_a_double_forked_daemon") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -875,7 +875,7 @@ fn timeout_kills_a_double_forked_daemon() {
 
 #[test]
 fn killing_the_runner_kills_the_sandbox() {
-    if !require_sandbox("killing_the_runner_kills_the_sandbox") {
+    if !require_sandbox() {
         return;
     }
     use std::io::BufRead;
@@ -947,7 +947,7 @@ fn killing_the_runner_kills_the_sandbox() {
 /// (`cgroup::sweep` looked for lock files in its own data dir only).
 #[test]
 fn a_runner_with_another_data_dir_leaves_running_sandboxes_alone() {
-    if !require_sandbox("a_runner_with_another_data_dir_leaves_running_sandboxes_alone") {
+    if !require_sandbox() {
         return;
     }
     let long = Fixture::new();
@@ -980,7 +980,7 @@ fn a_runner_with_another_data_dir_leaves_running_sandboxes_alone() {
 
 #[test]
 fn stdin_reaches_the_command() {
-    if !require_sandbox("stdin_reaches_the_command") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -993,7 +993,7 @@ fn stdin_reaches_the_command() {
 
 #[test]
 fn output_is_capped_at_output_bytes() {
-    if !require_sandbox("output_is_capped_at_output_bytes") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -1008,7 +1008,7 @@ fn output_is_capped_at_output_bytes() {
 
 #[test]
 fn exit_code_is_passed_through() {
-    if !require_sandbox("exit_code_is_passed_through") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -1030,7 +1030,7 @@ fn assert_killed_by(signal: i32) {
 
 #[test]
 fn death_by_sigterm_is_reported() {
-    if !require_sandbox("death_by_sigterm_is_reported") {
+    if !require_sandbox() {
         return;
     }
     assert_killed_by(libc::SIGTERM);
@@ -1038,7 +1038,7 @@ fn death_by_sigterm_is_reported() {
 
 #[test]
 fn death_by_sigkill_is_reported() {
-    if !require_sandbox("death_by_sigkill_is_reported") {
+    if !require_sandbox() {
         return;
     }
     assert_killed_by(libc::SIGKILL);
@@ -1046,7 +1046,7 @@ fn death_by_sigkill_is_reported() {
 
 #[test]
 fn missing_command_exits_127() {
-    if !require_sandbox("missing_command_exits_127") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -1059,7 +1059,7 @@ fn missing_command_exits_127() {
 
 #[test]
 fn non_executable_command_exits_126() {
-    if !require_sandbox("non_executable_command_exits_126") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();

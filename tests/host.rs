@@ -34,7 +34,7 @@ const TRY_OPEN: &str = r#"for f in "$@"; do if [ -e "$f" ]; then if (: >> "$f") 
 
 #[test]
 fn host_global_proc_files_cannot_be_opened_for_writing() {
-    if !require_sandbox("host_global_proc_files_cannot_be_opened_for_writing") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -72,7 +72,7 @@ fn host_global_proc_files_cannot_be_opened_for_writing() {
 
 #[test]
 fn host_device_nodes_cannot_be_changed_or_added() {
-    if !require_sandbox("host_device_nodes_cannot_be_changed_or_added") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -110,7 +110,7 @@ fn host_device_nodes_cannot_be_changed_or_added() {
 
 #[test]
 fn no_setuid_or_setgid_file_can_be_left_in_a_workspace() {
-    if !require_sandbox("no_setuid_or_setgid_file_can_be_left_in_a_workspace") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -150,7 +150,7 @@ fn no_setuid_or_setgid_file_can_be_left_in_a_workspace() {
 
 #[test]
 fn the_command_is_never_host_root() {
-    if !require_sandbox("the_command_is_never_host_root") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -186,7 +186,7 @@ fn the_command_is_never_host_root() {
 
 #[test]
 fn a_workspace_the_sandbox_user_cannot_write_is_refused_with_the_fix() {
-    if !require_sandbox("a_workspace_the_sandbox_user_cannot_write_is_refused_with_the_fix") {
+    if !require_sandbox() {
         return;
     }
     let Some(uid) = sandbox_uid() else {
@@ -213,7 +213,7 @@ fn a_workspace_the_sandbox_user_cannot_write_is_refused_with_the_fix() {
 
 #[test]
 fn a_fresh_workspace_is_bounded_by_disk_bytes() {
-    if !require_sandbox("a_fresh_workspace_is_bounded_by_disk_bytes") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -240,7 +240,7 @@ fn a_fresh_workspace_is_bounded_by_disk_bytes() {
 
 #[test]
 fn a_host_workspace_filled_past_disk_bytes_ends_the_run() {
-    if !require_sandbox("a_host_workspace_filled_past_disk_bytes_ends_the_run") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -278,7 +278,7 @@ fn a_host_workspace_filled_past_disk_bytes_ends_the_run() {
 
 #[test]
 fn a_host_extensions_dir_beside_a_fresh_workspace_is_watched_too() {
-    if !require_sandbox("a_host_extensions_dir_beside_a_fresh_workspace_is_watched_too") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -300,7 +300,7 @@ fn a_host_extensions_dir_beside_a_fresh_workspace_is_watched_too() {
 
 #[test]
 fn space_allocated_past_the_file_size_is_refused() {
-    if !require_sandbox("space_allocated_past_the_file_size_is_refused") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -320,7 +320,7 @@ fn space_allocated_past_the_file_size_is_refused() {
 
 #[test]
 fn dev_shm_is_bounded() {
-    if !require_sandbox("dev_shm_is_bounded") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -365,7 +365,7 @@ impl Drop for Squatters {
 
 #[test]
 fn the_pids_rlimit_counts_only_the_executions_own_processes() {
-    if !require_sandbox("the_pids_rlimit_counts_only_the_executions_own_processes") {
+    if !require_sandbox() {
         return;
     }
     let Some(uid) = sandbox_uid() else {
@@ -446,7 +446,7 @@ fn can_unshare_mounts() -> bool {
 
 #[test]
 fn without_writable_cgroups_a_fork_bomb_is_bounded_or_the_job_refused() {
-    if !require_sandbox("without_writable_cgroups_a_fork_bomb_is_bounded_or_the_job_refused") {
+    if !require_sandbox() {
         return;
     }
     if !can_unshare_mounts() {

@@ -28,7 +28,7 @@ fn listing_inside(world: &World, skills: Vec<serde_json::Value>) -> Vec<String> 
 /// unselected skill, no extra file, no symlink.
 #[test]
 fn sandbox_sees_exactly_the_selection() {
-    if !require_sandbox("sandbox_sees_exactly_the_selection") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -57,7 +57,7 @@ fn sandbox_sees_exactly_the_selection() {
 /// execution could use; the next start sweeps it.
 #[test]
 fn killed_runner_leaves_nothing_usable_and_is_swept() {
-    if !require_sandbox("killed_runner_leaves_nothing_usable_and_is_swept") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -91,7 +91,7 @@ fn killed_runner_leaves_nothing_usable_and_is_swept() {
 /// each other's extensions dir, workspace or /tmp.
 #[test]
 fn concurrent_executions_are_private() {
-    if !require_sandbox("concurrent_executions_are_private") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -149,7 +149,7 @@ fn concurrent_executions_are_private() {
 /// accepted; the sandbox sees the pinned bytes or the job is refused.
 #[test]
 fn source_edits_after_acceptance_are_not_observed() {
-    if !require_sandbox("source_edits_after_acceptance_are_not_observed") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -176,7 +176,7 @@ fn source_edits_after_acceptance_are_not_observed() {
 /// workspace and get that host folder mounted writable by the next run.
 #[test]
 fn planted_extensions_symlink_is_refused() {
-    if !require_sandbox("planted_extensions_symlink_is_refused") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -225,7 +225,7 @@ fn planted_extensions_symlink_is_refused() {
 /// rlimits, whose signals kill the command).
 #[test]
 fn rlimit_limits_are_reported_by_name() {
-    if !require_sandbox("rlimit_limits_are_reported_by_name") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();
@@ -265,7 +265,7 @@ fn rlimit_limits_are_reported_by_name() {
 /// before anything runs.
 #[test]
 fn cwd_through_a_symlink_out_of_the_workspace_is_refused() {
-    if !require_sandbox("cwd_through_a_symlink_out_of_the_workspace_is_refused") {
+    if !require_sandbox() {
         return;
     }
     let w = World::new();

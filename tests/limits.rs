@@ -85,7 +85,7 @@ fn refused_for_want_of_a_cgroup(run: &Run) -> bool {
 
 #[test]
 fn a_300_mib_allocation_under_64_mib_is_stopped() {
-    if !require_sandbox("a_300_mib_allocation_under_64_mib_is_stopped") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -114,7 +114,7 @@ fn a_300_mib_allocation_under_64_mib_is_stopped() {
 
 #[test]
 fn two_hundred_sleeps_under_pids_32_are_refused_forks() {
-    if !require_sandbox("two_hundred_sleeps_under_pids_32_are_refused_forks") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();

@@ -140,7 +140,7 @@ fn req(
 
 #[test]
 fn an_allowed_name_works_plain_and_through_a_tunnel() {
-    if !require_sandbox("an_allowed_name_works_plain_and_through_a_tunnel") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -177,7 +177,7 @@ fn an_allowed_name_works_plain_and_through_a_tunnel() {
 
 #[test]
 fn tools_that_honour_the_proxy_variables_work() {
-    if !require_sandbox("tools_that_honour_the_proxy_variables_work") {
+    if !require_sandbox() {
         return;
     }
     let tools: Vec<&str> = ["/usr/bin/curl", "/usr/bin/python3"]
@@ -216,7 +216,7 @@ fn tools_that_honour_the_proxy_variables_work() {
 
 #[test]
 fn refusals_name_their_reason() {
-    if !require_sandbox("refusals_name_their_reason") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -291,7 +291,7 @@ fn refusals_name_their_reason() {
 
 #[test]
 fn direct_connections_that_bypass_the_proxy_fail() {
-    if !require_sandbox("direct_connections_that_bypass_the_proxy_fail") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -331,7 +331,7 @@ fn direct_connections_that_bypass_the_proxy_fail() {
 
 #[test]
 fn network_none_adds_no_proxy_variables() {
-    if !require_sandbox("network_none_adds_no_proxy_variables") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -375,7 +375,7 @@ fn network_none_adds_no_proxy_variables() {
 
 #[test]
 fn the_result_lists_every_request() {
-    if !require_sandbox("the_result_lists_every_request") {
+    if !require_sandbox() {
         return;
     }
     let fx = Fixture::new();
@@ -513,7 +513,7 @@ fn daemon_fixture() -> (Fixture, PathBuf) {
 
 #[test]
 fn concurrent_executions_keep_their_own_allowlists() {
-    if !require_sandbox("concurrent_executions_keep_their_own_allowlists") {
+    if !require_sandbox() {
         return;
     }
     let (fx, root) = daemon_fixture();
@@ -593,7 +593,7 @@ fn concurrent_executions_keep_their_own_allowlists() {
 
 #[test]
 fn a_daemon_can_forbid_private_addresses_and_cap_allowlists() {
-    if !require_sandbox("a_daemon_can_forbid_private_addresses_and_cap_allowlists") {
+    if !require_sandbox() {
         return;
     }
     let (fx, root) = daemon_fixture();

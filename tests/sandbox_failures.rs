@@ -30,10 +30,12 @@ fn root() -> bool {
 
 /// Skips (or fails under `SKILL_RUNNER_MUST_WORK`) a test that needs root
 /// and a working sandbox.
-fn require_root_sandbox(test: &str) -> bool {
-    if !require_sandbox(test) {
+fn require_root_sandbox() -> bool {
+    if !require_sandbox() {
         return false;
     }
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("this test");
     if root() {
         return true;
     }
@@ -156,7 +158,7 @@ fn under_namespace_denial(cmd: &mut Command) {
 
 #[test]
 fn refused_namespaces_are_a_sandbox_failure_and_doctor_says_so() {
-    if !require_sandbox("refused_namespaces_are_a_sandbox_failure_and_doctor_says_so") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -192,7 +194,7 @@ const MAKE_PROC_SYS_READ_ONLY: &str =
 
 #[test]
 fn a_masked_proc_is_a_sandbox_failure_and_doctor_says_so() {
-    if !require_root_sandbox("a_masked_proc_is_a_sandbox_failure_and_doctor_says_so") {
+    if !require_root_sandbox() {
         return;
     }
     let world = World::new();
@@ -207,7 +209,7 @@ fn a_masked_proc_is_a_sandbox_failure_and_doctor_says_so() {
 
 #[test]
 fn no_user_namespaces_left_is_refused_with_the_sysctl_to_change() {
-    if !require_root_sandbox("no_user_namespaces_left_is_refused_with_the_sysctl_to_change") {
+    if !require_root_sandbox() {
         return;
     }
     let world = World::new();
@@ -242,7 +244,7 @@ fn no_user_namespaces_left_is_refused_with_the_sysctl_to_change() {
 fn the_commands_own_bwrap_lines_and_exit_1_are_its_own() {
     // Text never decides: a command that prints what bubblewrap would and
     // exits 1 exited 1.
-    if !require_sandbox("the_commands_own_bwrap_lines_and_exit_1_are_its_own") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -261,7 +263,7 @@ fn the_commands_own_bwrap_lines_and_exit_1_are_its_own() {
 
 #[test]
 fn a_missing_or_unexecutable_command_is_known_from_the_shim() {
-    if !require_sandbox("a_missing_or_unexecutable_command_is_known_from_the_shim") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();
@@ -342,7 +344,7 @@ fn the_daemon_says_so_at_start_and_health_answers_503() {
     // The daemon runs a real job's sandbox before it listens: where
     // namespaces are refused, it warns at start and health is 503
     // sandbox_failed with bubblewrap's reason, not "ok".
-    if !require_sandbox("the_daemon_says_so_at_start_and_health_answers_503") {
+    if !require_sandbox() {
         return;
     }
     let world = World::new();

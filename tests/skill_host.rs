@@ -280,7 +280,7 @@ fn sessions_from_the_command_line() {
 /// edited after the session was created is not what runs.
 #[test]
 fn a_job_naming_a_session_runs_its_frozen_skills() {
-    if !require_sandbox("a_job_naming_a_session_runs_its_frozen_skills") {
+    if !require_sandbox() {
         return;
     }
     let h = Host::new();

@@ -95,8 +95,11 @@ pub fn assert_cgroup_mechanism(enforced_by: &str, result: &dyn std::fmt::Display
 /// True when sandboxes can run here; otherwise prints SKIPPED (or panics
 /// under `SKILL_RUNNER_MUST_WORK`). The verdict is `skill-runner doctor`'s
 /// (the real binary, which runs a real job in a throwaway data dir), asked
-/// once per test binary.
-pub fn require_sandbox(test: &str) -> bool {
+/// once per test binary. The test is named by its thread, which the test
+/// harness names after it.
+pub fn require_sandbox() -> bool {
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("this test");
     static VERDICT: std::sync::OnceLock<(bool, String)> = std::sync::OnceLock::new();
     let (ok, report) = VERDICT.get_or_init(|| {
         let world = World::new();
