@@ -171,6 +171,11 @@ pub const MIN_PIDS: u64 = 8;
 /// The smallest `file_size_bytes`: bubblewrap writes the sandbox's
 /// `/etc/passwd` and `/etc/group` under it.
 pub const MIN_FILE_SIZE_BYTES: u64 = 4096;
+/// The largest `pids`: Linux's `PID_MAX_LIMIT` (no `pid_max` is higher).
+pub const MAX_PIDS: u64 = 4 << 20;
+/// The largest `tmp_bytes` and `disk_bytes`: bubblewrap's `--size` is a
+/// signed 64-bit number.
+pub const MAX_TMPFS_BYTES: u64 = i64::MAX as u64;
 
 /// Bytes `execve` may take for argv and the environment here
 /// (`sysconf(_SC_ARG_MAX)`, 2 MiB when unknown).
@@ -275,6 +280,13 @@ pub enum JobError {
         name: &'static str,
         value: u64,
         min: u64,
+        why: &'static str,
+    },
+    #[error("limit {name} {value} is above its maximum of {max}: {why}; ask for at most {max}")]
+    LimitTooLarge {
+        name: &'static str,
+        value: u64,
+        max: u64,
         why: &'static str,
     },
     #[error("argv has {count} elements; bubblewrap takes at most {max} (9000 arguments with the runner's own); pass long lists in a file or through stdin")]
@@ -497,6 +509,35 @@ impl Job {
                 });
             }
         }
+        for (name, value, max, why) in [
+            (
+                "pids",
+                l.pids,
+                MAX_PIDS,
+                "no kernel has more process ids (PID_MAX_LIMIT)",
+            ),
+            (
+                "tmp_bytes",
+                l.tmp_bytes,
+                MAX_TMPFS_BYTES,
+                "bubblewrap sizes a tmpfs with a signed 64-bit number",
+            ),
+            (
+                "disk_bytes",
+                l.disk_bytes,
+                MAX_TMPFS_BYTES,
+                "a fresh workspace is a tmpfs, which bubblewrap sizes with a signed 64-bit number",
+            ),
+        ] {
+            if let Some(value) = value.filter(|&v| v > max) {
+                return Err(JobError::LimitTooLarge {
+                    name,
+                    value,
+                    max,
+                    why,
+                });
+            }
+        }
         let positive = |v: Option<u64>, default: u64, name| match v {
             None => Ok(default),
             Some(0) => Err(JobError::Limit { name }),
@@ -704,6 +745,18 @@ mod tests {
             (
                 r#"{"argv":["true"],"limits":{"file_size_bytes":10}}"#,
                 "below its minimum of 4096",
+            ),
+            (
+                r#"{"argv":["true"],"limits":{"pids":18446744073709551615}}"#,
+                "pids 18446744073709551615 is above its maximum of 4194304",
+            ),
+            (
+                r#"{"argv":["true"],"limits":{"tmp_bytes":9223372036854775808}}"#,
+                "tmp_bytes 9223372036854775808 is above its maximum",
+            ),
+            (
+                r#"{"argv":["true"],"limits":{"disk_bytes":18446744073709551615}}"#,
+                "disk_bytes 18446744073709551615 is above its maximum",
             ),
             (
                 r#"{"argv":["true"],"limits":{"timeout_ms":0}}"#,
