@@ -241,8 +241,7 @@ mod tests {
         assert!(used >= 1 << 20, "{used}");
         // A folder the walker cannot read is not "empty": no answer.
         // (Root reads it anyway: the check needs an ordinary user.)
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if !nix::unistd::geteuid().is_root() {
             let hidden = d.path().join("hidden");
             fs::create_dir(&hidden).unwrap();
             fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o0))

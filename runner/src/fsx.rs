@@ -355,22 +355,16 @@ mod tests {
             let racer = {
                 let (stop, tree) = (stop.clone(), tree.clone());
                 std::thread::spawn(move || {
-                    let a = std::ffi::CString::new(tree.join("a").as_os_str().as_bytes()).unwrap();
-                    let l =
-                        std::ffi::CString::new(tree.join("link").as_os_str().as_bytes()).unwrap();
+                    let (a, l) = (tree.join("a"), tree.join("link"));
                     while !stop.load(Ordering::Relaxed) {
-                        // SAFETY: two NUL-terminated paths; renameat2
-                        // reads them and touches no other memory.
-                        let r = unsafe {
-                            libc::renameat2(
-                                libc::AT_FDCWD,
-                                a.as_ptr(),
-                                libc::AT_FDCWD,
-                                l.as_ptr(),
-                                libc::RENAME_EXCHANGE,
-                            )
-                        };
-                        if r != 0 {
+                        let swapped = nix::fcntl::renameat2(
+                            nix::fcntl::AT_FDCWD,
+                            &a,
+                            nix::fcntl::AT_FDCWD,
+                            &l,
+                            nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+                        );
+                        if swapped.is_err() {
                             break; // one side is gone
                         }
                     }

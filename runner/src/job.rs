@@ -180,12 +180,7 @@ pub const MAX_TMPFS_BYTES: u64 = i64::MAX as u64;
 /// Bytes `execve` may take for argv and the environment here
 /// (`sysconf(_SC_ARG_MAX)`, 2 MiB when unknown).
 pub fn arg_max() -> usize {
-    // SAFETY: sysconf reads a system constant; no memory is involved.
-    let n = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
-    usize::try_from(n)
-        .ok()
-        .filter(|&n| n > 0)
-        .unwrap_or(2 << 20)
+    crate::sys::arg_max().unwrap_or(2 << 20)
 }
 
 /// Checks argv and env against bubblewrap's and the kernel's limits, so

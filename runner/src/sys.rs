@@ -13,7 +13,9 @@
 //! - [`wait_exit_nowait`] / [`reap`]: wait for a child without reaping it,
 //!   then reap it with its resource usage. Splitting the two keeps the pid
 //!   reserved until the supervisor is done signalling it, so a kill can
-//!   never hit a recycled pid.
+//!   never hit a recycled pid;
+//! - [`arg_max`] and [`limit_malloc_arenas`]: a system constant and an
+//!   allocator setting, which libc offers only as `unsafe` functions.
 
 use std::ffi::{CString, OsString};
 use std::io;
@@ -762,4 +764,25 @@ pub fn fork_detached(keep: RawFd) -> io::Result<bool> {
     close_range(3, keep - 1);
     close_range(keep + 1, RawFd::MAX);
     Ok(true)
+}
+
+/// `sysconf(_SC_ARG_MAX)`: the bytes `execve` takes for argv and the
+/// environment together; `None` when the system does not say.
+pub fn arg_max() -> Option<usize> {
+    // SAFETY: sysconf reads a system constant; no memory is involved.
+    let n = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
+    usize::try_from(n).ok().filter(|&n| n > 0)
+}
+
+/// Caps glibc's malloc at `arenas` arenas (`M_ARENA_MAX`); nothing
+/// elsewhere. Call it before the process starts a thread.
+pub fn limit_malloc_arenas(arenas: i32) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets an allocator parameter, and no other
+    // thread exists yet to allocate concurrently.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, arenas);
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = arenas;
 }

@@ -215,10 +215,5 @@ fn init_logging(format: LogFormat) {
 /// executions. The allocation rate here is low, so contention on two arenas
 /// costs nothing measurable.
 fn limit_malloc_arenas() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets an allocator parameter; it is called
-    // before the daemon starts any thread.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
-    }
+    crate::sys::limit_malloc_arenas(2);
 }
