@@ -910,13 +910,18 @@ fn sigkill_of_the_daemon_leaves_no_sandbox_and_a_restart_sweeps() {
     let mut d = Daemon::start(&w, &[]);
     let m = marker(5);
     let mut conn = d.connect();
+    // A network allowlist gives the execution a folder of its own (its
+    // proxy socket's); one without needs none (docs/sandbox.md).
     send(
         &mut conn,
         "POST",
         "/v1/executions",
         &[],
-        &serde_json::to_vec(&json!({"argv": ["sh", "-c", format!("sleep {m} & sleep {m}; wait")]}))
-            .unwrap(),
+        &serde_json::to_vec(&json!({
+            "argv": ["sh", "-c", format!("sleep {m} & sleep {m}; wait")],
+            "network": {"allow": ["example.com"]},
+        }))
+        .unwrap(),
         None,
     );
     // bwrap, its init, sh and two sleeps.

@@ -541,7 +541,20 @@ impl Runner {
                 }
             }
         }
-        let dir = PrivateDir::create_named(&self.executions, &format!("{}.", job.execution_id))
+        // The execution's own folder, for what only some executions need:
+        // a network allowlist's socket folder, Seatbelt's folders and,
+        // without a cgroup pool (`run`), the name of the execution's cgroup,
+        // which its lock keeps sweeps off. A daemon's execution without an
+        // allowlist needs none: making and removing a folder and its lock
+        // file was ~40% of the daemon's own CPU per execution (ext4's inode
+        // allocator, traced with perf; docs/sandbox.md).
+        let needs_dir = cfg!(target_os = "macos")
+            || job.network.allowlist().is_some()
+            || self.cgroups.is_none()
+            || self.config.keep;
+        let dir = needs_dir
+            .then(|| PrivateDir::create_named(&self.executions, &format!("{}.", job.execution_id)))
+            .transpose()
             .map_err(|e| {
                 ErrorInfo::new(
                     "staging_failed",
@@ -549,12 +562,15 @@ impl Runner {
                 )
             })?;
         let mut dir = dir;
-        dir.keep = self.config.keep;
+        if let Some(dir) = dir.as_mut() {
+            dir.keep = self.config.keep;
+        }
         // A network allowlist: where the command reaches the proxy.
         let net = job
             .network
             .allowlist()
-            .map(|_| crate::net::Endpoint::create(&dir.path, owner))
+            .zip(dir.as_ref())
+            .map(|(_, dir)| crate::net::Endpoint::create(&dir.path, owner))
             .transpose()
             .map_err(|e| {
                 ErrorInfo::new(
@@ -571,7 +587,7 @@ impl Runner {
         #[cfg(target_os = "macos")]
         let lease = crate::roots::stage_private(
             &selected,
-            &dir.path.join("skills"),
+            &execution_folder(&dir)?.join("skills"),
             &self.config.package_limits,
         );
         let lease = lease.map_err(|e| ErrorInfo::new(e.kind(), e.to_string()))?;
@@ -582,7 +598,7 @@ impl Runner {
         let workspace = match named_workspace {
             Some(w) => Some(w),
             None if cfg!(target_os = "macos") => {
-                let w = dir.path.join("workspace");
+                let w = execution_folder(&dir)?.join("workspace");
                 fs::create_dir(&w).map_err(|e| bad_path("workspace", &w, e))?;
                 Some(w)
             }
@@ -691,8 +707,10 @@ impl Runner {
     }
 
     /// Builds the bwrap argv for a prepared execution.
-    /// `named_workspace`/`named_extensions`: whether those are host
-    /// folders (handed over on descriptors) or the fresh defaults.
+    /// `named_workspace`: whether the workspace is a host folder (handed
+    /// over on a descriptor) or a fresh tmpfs; `named_extensions`: whether
+    /// the job names an extensions dir (else the default inside the
+    /// workspace, linked).
     pub fn plan_args(
         job: &Job,
         bwrap: &Bwrap,
@@ -717,7 +735,8 @@ impl Runner {
         };
         let extensions = match (named_extensions, named_workspace) {
             (false, false) => launch::Extensions::InFreshWorkspace,
-            _ => launch::Extensions::Host,
+            (false, true) => launch::Extensions::InHostWorkspace,
+            (true, _) => launch::Extensions::Host,
         };
         Ok(launch::bwrap_args(&Plan {
             mounts: &mounts,
@@ -744,7 +763,7 @@ impl Runner {
             job,
             bwrap,
             p.workspace.is_some(),
-            p.extensions.is_some(),
+            job.extensions_dir.is_some(),
             nproc,
         )?;
         let filters =
@@ -777,9 +796,12 @@ impl Runner {
         let folders = [
             ("skills", Some(&p.lease.snapshot.root), launch::FD_SKILLS),
             ("workspace", p.workspace.as_ref(), launch::FD_WORKSPACE),
+            // Only one the job names: the default is inside the workspace.
             (
                 "extensions_dir",
-                p.extensions.as_ref(),
+                p.extensions
+                    .as_ref()
+                    .filter(|_| job.extensions_dir.is_some()),
                 launch::FD_EXTENSIONS,
             ),
         ];
@@ -822,7 +844,7 @@ impl Runner {
     #[cfg(target_os = "macos")]
     fn launcher(&self, job: &Job, p: &Prepared, nproc: Option<u64>) -> Result<Launcher, ErrorInfo> {
         debug_assert!(nproc.is_none(), "macOS applies no pids rlimit");
-        let tmp = p.dir.path.join("tmp");
+        let tmp = execution_folder(&p.dir)?.join("tmp");
         fs::create_dir_all(&tmp).map_err(|e| bad_path("tmp", &tmp, e))?;
         let folders = crate::macos::Folders {
             snapshot_root: p.lease.snapshot.root.clone(),
@@ -856,10 +878,11 @@ impl Runner {
     fn launch(&self, job: &Job, mut p: Prepared, opts: RunOptions<'_>) -> ExecResult {
         let rejected = |e: ErrorInfo| ExecResult::rejected(&job.execution_id, SANDBOX, e);
         let l = job.limits;
+        // Named after the execution's folder, which exists without a pool.
         let cg_name = p
             .dir
-            .path
-            .file_name()
+            .as_ref()
+            .and_then(|d| d.path.file_name())
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         let (cgroup, cg_note) = match &self.host.cgroups {
@@ -1082,13 +1105,9 @@ impl Runner {
         if let Some(w) = &job.workspace {
             folders.push((launch::FD_WORKSPACE, w.display().to_string()));
         }
-        match (&job.extensions_dir, &job.workspace) {
-            (Some(e), _) => folders.push((launch::FD_EXTENSIONS, e.display().to_string())),
-            (None, Some(w)) => folders.push((
-                launch::FD_EXTENSIONS,
-                w.join(launch::DEFAULT_EXTENSIONS).display().to_string(),
-            )),
-            (None, None) => {}
+        // The default extensions dir is inside the workspace (no fd).
+        if let Some(e) = &job.extensions_dir {
+            folders.push((launch::FD_EXTENSIONS, e.display().to_string()));
         }
         if job.network.allowlist().is_some() {
             folders.push((
@@ -1108,7 +1127,8 @@ impl Runner {
 }
 
 struct Prepared {
-    dir: PrivateDir,
+    /// The execution's folder, where it needs one (see `prepare`).
+    dir: Option<PrivateDir>,
     /// The published snapshot root, locked for this execution.
     lease: Lease,
     /// Time spent finding, or staging and publishing, the snapshot root.
@@ -1123,6 +1143,17 @@ struct Prepared {
     bwrap: Option<Bwrap>,
     /// Where the command reaches the proxy (a job with an allowlist).
     net: Option<crate::net::Endpoint>,
+}
+
+/// The execution's folder, which every execution that uses it has.
+#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+fn execution_folder(dir: &Option<PrivateDir>) -> Result<&Path, ErrorInfo> {
+    dir.as_ref().map(|d| d.path.as_path()).ok_or_else(|| {
+        ErrorInfo::new(
+            "sandbox_unavailable",
+            "the execution has no folder of its own",
+        )
+    })
 }
 
 /// `<workspace>/.sciencediscovery/skill-extensions`, made one component at
