@@ -2697,3 +2697,225 @@ fn the_openapi_document_matches_the_router_and_real_responses() {
     conforms(&doc, "DELETE", "/v1/sessions/{id}", &d.delete(&base));
     conforms(&doc, "DELETE", "/v1/sessions/{id}", &d.delete(&base));
 }
+
+// ---------------------------------------------------------------------------
+// Findings of the security review of issue 14 (memory, retention, bodies)
+
+/// `VmRSS` and `VmHWM` of a process, in KiB.
+fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// A job that writes `size` bytes of `\x01` to stdout and to stderr,
+/// `piece` bytes per write, alternating.
+fn flood_job(id: &str, piece: usize, size: usize, output_bytes: usize) -> Value {
+    json!({
+        "execution_id": id,
+        "argv": ["python3", "-c", format!(
+            "import os\nb=b'\\x01'*{piece}\nfor i in range({}):\n  os.write(1,b)\n  os.write(2,b)",
+            size / piece
+        )],
+        "limits": {"timeout_ms": 120000, "output_bytes": output_bytes},
+    })
+}
+
+#[test]
+fn a_flood_of_tiny_writes_keeps_the_daemon_memory_bounded() {
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let d = Daemon::start(&w, &[]);
+    let pid = d.child.as_ref().unwrap().id();
+    assert_eq!(d.get("/v1/health").status, 200);
+    let (base, _) = memory_kib(pid);
+    // 1 MiB per stream, one byte per write: once an event each.
+    let r = d.post(
+        "/v1/executions?wait=false",
+        &flood_job("flood-1", 1, 1 << 20, 1 << 20),
+    );
+    assert_eq!(r.status, 202, "{:#}", r.json());
+    // Readers that re-attach and then read nothing.
+    let stalled: Vec<Conn> = (0..20)
+        .map(|_| {
+            let mut c = d.connect();
+            send(
+                &mut c,
+                "GET",
+                "/v1/executions/flood-1/events",
+                &[],
+                b"",
+                None,
+            );
+            c
+        })
+        .collect();
+    let r = d.get("/v1/executions/flood-1?wait=60s");
+    let doc = r.json();
+    assert_eq!(r.status, 200, "{doc:#}");
+    assert_eq!(doc["status"], "exited", "{doc:#}");
+    assert_eq!(doc["stdout"].as_str().unwrap().len(), 1 << 20);
+    // The whole log, read back: every byte once, seq numbers contiguous.
+    let mut all = Lines::open(&d, "GET", "/v1/executions/flood-1/events", &[], b"");
+    let events = all.rest();
+    let seq = seqs(&events);
+    assert_eq!(seq, (1..=seq.len() as u64).collect::<Vec<_>>());
+    for stream in ["stdout", "stderr"] {
+        let text: usize = events
+            .iter()
+            .filter(|e| e["event"] == stream)
+            .map(|e| e["data"].as_str().unwrap().len())
+            .sum();
+        assert_eq!(text, 1 << 20, "{stream}");
+    }
+    let (rss, hwm) = memory_kib(pid);
+    drop(stalled);
+    // Before the fix: 587,626 events and +134 MB for 2 MiB of output.
+    let bound = 64 * 1024;
+    assert!(
+        hwm < base + bound,
+        "daemon peak memory {hwm} KiB, {} KiB over its {base} KiB start (now {rss} KiB); events {}",
+        hwm - base,
+        events.len()
+    );
+    eprintln!(
+        "flood-1: base {base} KiB, peak {hwm} KiB, now {rss} KiB, {} events",
+        events.len()
+    );
+}
+
+#[test]
+fn one_execution_cannot_empty_retention() {
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let d = Daemon::start(
+        &w,
+        &["--retain-bytes", "32MiB", "--max-output-bytes", "8MiB"],
+    );
+    let victim = json!({"execution_id": "victim-1", "argv": ["echo", "important result"]});
+    assert_eq!(d.post("/v1/executions?wait=false", &victim).status, 202);
+    let r = d.get("/v1/executions/victim-1?wait=60s");
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    for id in ["flood-1", "flood-2"] {
+        let job = flood_job(id, 65536, 8 << 20, 8 << 20);
+        assert_eq!(d.post("/v1/executions?wait=false", &job).status, 202);
+        let r = d.get(&format!("/v1/executions/{id}?wait=60s"));
+        let doc = r.json();
+        // The newest result is kept whole, however large.
+        assert_eq!(r.status, 200, "{id}: {}", doc["error"]);
+        assert_eq!(doc["stdout"].as_str().unwrap().len(), 8 << 20);
+    }
+    // The small result stays with its record.
+    let r = d.get("/v1/executions/victim-1");
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    assert_eq!(r.json()["stdout"], "important result\n");
+    // The older flood lost its bulk but not its id: 410, never a rerun.
+    let msg = d
+        .get("/v1/executions/flood-1")
+        .assert_error(410, "result_dropped");
+    assert!(msg.contains("exited"), "{msg}");
+    d.post(
+        "/v1/executions",
+        &flood_job("flood-1", 65536, 8 << 20, 8 << 20),
+    )
+    .assert_error(410, "result_dropped");
+    d.post(
+        "/v1/executions",
+        &json!({"execution_id": "flood-1", "argv": ["true"]}),
+    )
+    .assert_error(409, "execution_id_in_use");
+    d.get("/v1/executions/flood-1/events")
+        .assert_error(410, "result_dropped");
+    let listed = d.get("/v1/executions").json();
+    let ids: Vec<&str> = listed["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["execution_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["flood-2", "flood-1", "victim-1"], "{listed:#}");
+    // A budget that could not hold one execution's output is refused.
+    let err = Daemon::try_start(
+        &w,
+        &["--retain-bytes", "16MiB", "--max-output-bytes", "16MiB"],
+    )
+    .err()
+    .expect("a too small retain_bytes started");
+    assert!(err.contains("retain_bytes"), "{err}");
+    let err = Daemon::try_start(&w, &["--retain", "0"])
+        .err()
+        .expect("--retain 0 started");
+    assert!(err.contains("retain"), "{err}");
+}
+
+#[test]
+fn session_bodies_are_read_only_under_a_bounded_number_of_places() {
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let d = Daemon::start(&w, &[]);
+    // Clients that announce a body and send only its start.
+    let holders: Vec<Conn> = (0..4)
+        .map(|_| {
+            let mut c = d.connect();
+            write!(
+                c,
+                "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{{\"skills\": ["
+            )
+            .unwrap();
+            c.flush().unwrap();
+            c
+        })
+        .collect();
+    // Once they hold every place, another body is refused at once.
+    wait_until("a session body is refused while others are read", || {
+        d.request("POST", "/v1/sessions", &[], b"not json").status == 429
+    });
+    let r = d.request("POST", "/v1/sessions/nope/tools/read", &[], b"{}");
+    r.assert_error(429, "busy");
+    assert!(r.header("retry-after").is_some());
+    drop(holders);
+    wait_until("places come back", || {
+        d.request("POST", "/v1/sessions", &[], b"not json").status == 400
+    });
+}
+
+#[test]
+fn reattaching_past_the_end_and_unknown_session_queries_are_refused() {
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let d = Daemon::start(&w, &[]);
+    let r = d.post(
+        "/v1/executions",
+        &json!({"execution_id": "short-1", "argv": ["echo", "hi"]}),
+    );
+    assert_eq!(r.status, 200);
+    let mut all = Lines::open(&d, "GET", "/v1/executions/short-1/events", &[], b"");
+    let events = all.rest();
+    let last = *seqs(&events).last().unwrap();
+    assert_eq!(events.last().unwrap()["event"], "exit");
+    // From the last event: nothing more, the stream just ends.
+    let r = d.get(&format!("/v1/executions/short-1/events?after={last}"));
+    assert_eq!(r.status, 200);
+    assert!(r.body.is_empty(), "{}", String::from_utf8_lossy(&r.body));
+    let msg = d
+        .get(&format!("/v1/executions/short-1/events?after={}", last + 1))
+        .assert_error(400, "bad_request");
+    assert!(msg.contains(&format!("seq {last}")), "{msg}");
+    d.get("/v1/sessions?x=1").assert_error(400, "bad_request");
+    assert_eq!(d.get("/v1/sessions").status, 200);
+}

@@ -506,7 +506,7 @@ impl Config {
             }
         };
 
-        Ok(Config {
+        let config = Config {
             listen,
             token,
             roots,
@@ -583,7 +583,7 @@ impl Config {
                 Duration::from_secs(10),
             )?,
             retention: Retention {
-                count: count("retain", args.retain.or(file.retain), 1000, 0, 1_000_000)?,
+                count: count("retain", args.retain.or(file.retain), 1000, 1, 1_000_000)?,
                 bytes: args
                     .retain_bytes
                     .or(size("retain_bytes", file.retain_bytes)?)
@@ -609,7 +609,19 @@ impl Config {
             network,
             data_dir,
             warnings,
-        })
+        };
+        // One execution's captured output (both streams) must fit in the
+        // retention budget, or its detached result could never be fetched.
+        if config.retention.bytes < 2 * config.max_output_bytes {
+            return Err(invalid(
+                "retain_bytes",
+                format!(
+                    "{} bytes is less than twice max_output_bytes ({} bytes), so one execution's output could not be retained; raise retain_bytes or lower max_output_bytes",
+                    config.retention.bytes, config.max_output_bytes
+                ),
+            ));
+        }
+        Ok(config)
     }
 }
 

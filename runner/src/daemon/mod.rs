@@ -41,6 +41,10 @@ use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
+/// Session requests (creation, tool calls) whose bodies, each up to the
+/// job body limit, are read at once; more wait, then get 429.
+pub const SESSION_BODIES: usize = 4;
+
 pub use config::{Config, ConfigError, LogFormat, ServeArgs};
 
 use crate::exec::{self, Runner};
@@ -175,6 +179,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
             metrics: Arc::new(metrics::Metrics::default()),
             roots: roots::Roots::new(config.roots.clone()),
             uploads: Arc::new(Semaphore::new(config.max_uploads)),
+            session_bodies: Arc::new(Semaphore::new(SESSION_BODIES)),
             sessions,
             config,
         });

@@ -19,8 +19,15 @@
 //!   retention, its bytes counted in the retention budget, and is closed
 //!   when the execution ends, with or without a result;
 //! - a ticket dropped before it finished (its client left while queued)
-//!   removes its live entry; a finished one moves to the retained results,
-//!   which are bounded by count, total bytes and age, oldest evicted first;
+//!   removes its live entry; a finished one moves to the retained results;
+//! - a retained execution is a small record (id, job digest, status, exit
+//!   code, times, and the result document when it is at most
+//!   [`SMALL_RESULT`] of output) plus its bulk (its event log's output and
+//!   a larger result document). Over `retain_bytes`, the bulk of the
+//!   oldest is dropped first, never that of the newest result; a record
+//!   stays for `retain_for`, bounded by `retain` (count), so its id can not
+//!   be reused while it is retained; memory is thus bounded by
+//!   `retain_bytes` plus one execution's output plus `retain` records;
 //! - once draining, no new id is admitted.
 
 use std::collections::{HashMap, VecDeque};
@@ -33,6 +40,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use super::config::Retention;
 use super::stream::EventLog;
 use crate::result::ExecResult;
+use crate::result::Status;
 use crate::supervise::Cancel;
 
 /// Why an execution was not admitted.
@@ -106,14 +114,48 @@ impl Live {
     }
 }
 
+/// Output (stdout plus stderr) of a result document kept with its record.
+pub const SMALL_RESULT: usize = 16 * 1024;
+/// Bytes counted for a record without its result document.
+const RECORD_BYTES: u64 = 1024;
+
 /// A finished execution, retained.
 #[derive(Debug)]
 pub struct Done {
-    pub result: Arc<ExecResult>,
+    pub id: String,
+    /// The result document; `None` once dropped to bound memory.
+    pub result: Option<Arc<ExecResult>>,
     pub log: Arc<EventLog>,
     pub digest: String,
+    pub status: Status,
+    pub exit_code: Option<i32>,
+    finished_at: String,
     order: u64,
     submitted_at: SystemTime,
+}
+
+impl Done {
+    /// The same record without its bulk.
+    fn shed(&self) -> (Done, u64) {
+        let small = self
+            .result
+            .as_ref()
+            .filter(|r| r.stdout.len() + r.stderr.len() <= SMALL_RESULT);
+        self.log.shed(small.is_some());
+        let weight = RECORD_BYTES + small.map_or(0, |r| (r.stdout.len() + r.stderr.len()) as u64);
+        let done = Done {
+            id: self.id.clone(),
+            result: small.cloned(),
+            log: self.log.clone(),
+            digest: self.digest.clone(),
+            status: self.status,
+            exit_code: self.exit_code,
+            finished_at: self.finished_at.clone(),
+            order: self.order,
+            submitted_at: self.submitted_at,
+        };
+        (done, weight)
+    }
 }
 
 /// One line of `GET /v1/executions`.
@@ -151,6 +193,8 @@ struct Retained {
     id: String,
     at: Instant,
     bytes: u64,
+    /// Its bulk was dropped already.
+    shed: bool,
 }
 
 #[derive(Default)]
@@ -164,17 +208,33 @@ struct Inner {
 
 impl Inner {
     fn evict(&mut self, keep: &Retention) {
+        // Records go by count and age only.
         while let Some(front) = self.order.front() {
-            let over = self.order.len() > keep.count
-                || self.done_bytes > keep.bytes
-                || front.at.elapsed() > keep.age;
-            if !over {
+            if self.order.len() <= keep.count && front.at.elapsed() <= keep.age {
                 break;
             }
             if let Some(old) = self.order.pop_front() {
                 self.done_bytes -= old.bytes;
                 self.done.remove(&old.id);
             }
+        }
+        // Bulk goes oldest first, never the newest result's.
+        let newest = self.order.len().saturating_sub(1);
+        let mut i = 0;
+        while self.done_bytes > keep.bytes && i < newest {
+            let r = &mut self.order[i];
+            i += 1;
+            if r.shed {
+                continue;
+            }
+            let Some(done) = self.done.get(&r.id) else {
+                continue;
+            };
+            let (lean, weight) = done.shed();
+            self.done_bytes = self.done_bytes - r.bytes + weight;
+            r.bytes = weight;
+            r.shed = true;
+            self.done.insert(lean.id.clone(), Arc::new(lean));
         }
     }
 }
@@ -317,15 +377,15 @@ impl Registry {
                 .values()
                 .filter(|d| match filter {
                     StatusFilter::Any | StatusFilter::Finished => true,
-                    StatusFilter::Result(st) => d.result.status == st,
+                    StatusFilter::Result(st) => d.status == st,
                     _ => false,
                 })
                 .map(|d| Summary {
-                    execution_id: d.result.execution_id.clone(),
-                    status: status_name(d.result.status),
+                    execution_id: d.id.clone(),
+                    status: status_name(d.status),
                     submitted_at: time(d.submitted_at),
-                    finished_at: Some(d.result.finished_at.clone()),
-                    exit_code: d.result.exit_code,
+                    finished_at: Some(d.finished_at.clone()),
+                    exit_code: d.exit_code,
                     order: d.order,
                 }),
         );
@@ -434,7 +494,7 @@ impl Slot {
         inner.admitted += 1;
         let live = Arc::new(Live {
             id: id.to_owned(),
-            log: Arc::new(EventLog::default()),
+            log: Arc::new(EventLog::new(id)),
             digest: digest.to_owned(),
             order: inner.admitted,
             submitted_at: SystemTime::now(),
@@ -498,12 +558,17 @@ impl Ticket {
         inner.live.remove(&self.live.id);
         if registry.retention.count > 0 {
             // The log's output is counted once more: it is held twice.
-            let bytes =
-                (result.stdout.len() + result.stderr.len() + 2048) as u64 + self.live.log.bytes();
+            let bytes = (result.stdout.len() + result.stderr.len()) as u64
+                + RECORD_BYTES
+                + self.live.log.bytes();
             let done = Done {
-                result: result.clone(),
+                id: self.live.id.clone(),
+                result: Some(result.clone()),
                 log: self.live.log.clone(),
                 digest: self.live.digest.clone(),
+                status: result.status,
+                exit_code: result.exit_code,
+                finished_at: result.finished_at.clone(),
                 order: self.live.order,
                 submitted_at: self.live.submitted_at,
             };
@@ -512,6 +577,7 @@ impl Ticket {
                 id: self.live.id.clone(),
                 at: Instant::now(),
                 bytes,
+                shed: false,
             });
             inner.done_bytes += bytes;
             inner.evict(&registry.retention);

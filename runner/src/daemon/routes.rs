@@ -48,14 +48,16 @@ use axum::routing::get;
 use axum::{Json, Router};
 use http_body_util::BodyExt;
 use serde_json::json;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use super::config::Config;
 use super::metrics::{Metrics, Refusal};
-use super::registry::{Admitted, Lookup, Registry, RegistryError, StatusFilter, Ticket};
+use super::registry::{
+    status_name, Admitted, Done, Lookup, Registry, RegistryError, StatusFilter, Ticket,
+};
 use super::roots::{Roots, RootsError};
-use super::stream::{attach, CancelOnDrop, DaemonSink, Event, NdjsonBody, CHANNEL_EVENTS};
+use super::stream::{attach, exit_line, own_stream, CancelOnDrop, DaemonSink, Progress};
 use crate::bundle::{self, BundleError};
 use crate::exec::{OutputMode, RunOptions, Runner};
 use crate::hash::Binding;
@@ -77,6 +79,8 @@ pub struct AppInner {
     pub config: Config,
     pub roots: Roots,
     pub uploads: Arc<Semaphore>,
+    /// Session requests whose body is read at once (creation, tool calls).
+    pub session_bodies: Arc<Semaphore>,
     /// The skill host (sessions, catalog), docs/skill-host.md.
     pub sessions: Arc<crate::session::SessionHost>,
 }
@@ -117,6 +121,8 @@ pub enum ApiError {
     Admission(#[from] RegistryError),
     #[error("too many package uploads at once; retry after a moment")]
     UploadsBusy,
+    #[error("too many session requests with a body at once; retry after a moment")]
+    SessionsBusy,
     #[error("the request body is larger than the limit of {limit} bytes; send less, or raise the daemon's body limit")]
     TooLarge { limit: u64 },
     #[error(
@@ -131,6 +137,14 @@ pub enum ApiError {
         "{what} {id:?} is not known here; it may never have existed or its result has expired"
     )]
     NotFound { what: &'static str, id: String },
+    #[error("the result of execution {id:?} ({status}, exit code {code}) was dropped from retention to bound the daemon's memory; its id stays taken until it expires")]
+    Dropped {
+        id: String,
+        status: String,
+        code: String,
+    },
+    #[error("after={after} is past the last event of execution {id:?} (seq {last}); give the seq of the last event you have (0 for all)")]
+    AfterTheEnd { id: String, after: u64, last: u64 },
     #[error("execution {0:?} has already finished; GET /v1/executions/{0} for its result")]
     NotRunning(String),
     #[error("no route {method} {path}; see docs/daemon.md for the routes")]
@@ -162,9 +176,9 @@ impl ApiError {
                 _ => (S::BAD_REQUEST, "bad_bundle"),
             },
             ApiError::Store(e) => (status_for_kind(e.kind()), e.kind()),
-            ApiError::Admission(RegistryError::Busy { .. }) | ApiError::UploadsBusy => {
-                (S::TOO_MANY_REQUESTS, "busy")
-            }
+            ApiError::Admission(RegistryError::Busy { .. })
+            | ApiError::UploadsBusy
+            | ApiError::SessionsBusy => (S::TOO_MANY_REQUESTS, "busy"),
             ApiError::Admission(RegistryError::Draining) => {
                 (S::SERVICE_UNAVAILABLE, "shutting_down")
             }
@@ -183,6 +197,8 @@ impl ApiError {
                 (S::NOT_FOUND, "not_found")
             }
             ApiError::NotRunning(_) => (S::CONFLICT, "not_running"),
+            ApiError::Dropped { .. } => (S::GONE, "result_dropped"),
+            ApiError::AfterTheEnd { .. } => (S::BAD_REQUEST, "bad_request"),
             ApiError::Method { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::Session(e) => (
                 S::from_u16(e.status()).unwrap_or(S::INTERNAL_SERVER_ERROR),
@@ -201,7 +217,9 @@ impl IntoResponse for ApiError {
         let body = json!({"error": {"kind": kind, "message": self.to_string()}});
         let mut resp = (status, Json(body)).into_response();
         let retry = match self {
-            ApiError::Admission(RegistryError::Busy { .. }) | ApiError::UploadsBusy => Some("1"),
+            ApiError::Admission(RegistryError::Busy { .. })
+            | ApiError::UploadsBusy
+            | ApiError::SessionsBusy => Some("1"),
             ApiError::Admission(RegistryError::Draining) => Some("5"),
             _ => None,
         };
@@ -666,14 +684,14 @@ async fn existing(
     detached: bool,
 ) -> Result<Response, ApiError> {
     let live = match found {
-        Lookup::Done(d) if stream => {
-            return Ok(ndjson_response(Body::new(attach(
-                d.log.clone(),
-                0,
-                app.config.heartbeat,
-            ))))
+        Lookup::Done(d) => {
+            let result = kept(&d)?;
+            return Ok(if stream {
+                ndjson_response(Body::new(attach(d.log.clone(), 0, app.config.heartbeat)))
+            } else {
+                result_response(&result)
+            });
         }
-        Lookup::Done(d) => return Ok(result_response(&d.result)),
         Lookup::Live(l) => l,
         Lookup::Unknown => return Err(ApiError::Internal("a retry found no execution".into())),
     };
@@ -689,12 +707,23 @@ async fn existing(
     }
     live.log.closed().await;
     match app.registry.lookup(&live.id) {
-        Lookup::Done(d) => Ok(result_response(&d.result)),
+        Lookup::Done(d) => Ok(result_response(&*kept(&d)?)),
         _ => Err(ApiError::NotFound {
             what: "execution",
             id: live.id.clone(),
         }),
     }
+}
+
+/// The result document of a retained execution, unless it was dropped.
+fn kept(done: &Done) -> Result<Arc<ExecResult>, ApiError> {
+    done.result.clone().ok_or_else(|| ApiError::Dropped {
+        id: done.id.clone(),
+        status: status_name(done.status),
+        code: done
+            .exit_code
+            .map_or_else(|| "none".to_owned(), |c| c.to_string()),
+    })
 }
 
 fn refused(app: &App, e: &RegistryError) {
@@ -750,21 +779,19 @@ async fn execute(
     };
     app.metrics.queue_wait.observe(admitted.elapsed());
 
-    let (tx, rx) = if stream {
-        let (tx, rx) = mpsc::channel(CHANNEL_EVENTS);
-        (Some(tx), Some(rx))
-    } else {
-        (None, None)
-    };
+    let progress = stream.then(|| Arc::new(Progress::default()));
     let rt = tokio::runtime::Handle::current();
     let worker = app.clone();
+    let sink_live = live.clone();
+    let sink_progress = progress.clone();
     let task = tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        let mut sink = match tx {
-            Some(tx) => DaemonSink::streaming(
+        let live = sink_live;
+        let mut sink = match sink_progress {
+            Some(progress) => DaemonSink::streaming(
                 worker.metrics.clone(),
                 live.clone(),
-                tx,
+                progress,
                 rt,
                 worker.config.stall_timeout,
             ),
@@ -789,32 +816,37 @@ async fn execute(
         result
     });
 
-    let Some(mut rx) = rx else {
+    let Some(progress) = progress else {
         let result = task
             .await
             .map_err(|e| ApiError::Internal(format!("the execution thread failed: {e}")))?;
         guard.disarm();
         return Ok(result_response(&result));
     };
-    match rx.recv().await {
-        Some(Event::Exit { seq, result }) => {
+    // The first event decides the answer: a job refused before its launch
+    // is answered with its result document alone.
+    live.log.changed_after(0).await;
+    if live.log.last_seq() == 0 {
+        return Err(ApiError::Internal(
+            "the execution ended without a result".into(),
+        ));
+    }
+    if live.log.last_seq() == 1 {
+        if let Some(result) = live.log.exit_result() {
             guard.disarm();
-            Ok(if result.status == Status::Rejected {
+            return Ok(if result.status == Status::Rejected {
                 result_response(&result)
             } else {
-                ndjson_response(Body::from(Event::Exit { seq, result }.to_line()))
-            })
+                ndjson_response(Body::from(exit_line(1, &result)))
+            });
         }
-        Some(first) => Ok(ndjson_response(Body::new(NdjsonBody::new(
-            first,
-            rx,
-            guard,
-            app.config.heartbeat,
-        )))),
-        None => Err(ApiError::Internal(
-            "the execution ended without a result".into(),
-        )),
     }
+    Ok(ndjson_response(Body::new(own_stream(
+        live.log.clone(),
+        guard,
+        progress,
+        app.config.heartbeat,
+    ))))
 }
 
 /// A result as JSON: 200, or the refusal's status for a rejected job.
@@ -842,13 +874,7 @@ fn ndjson_response(body: Body) -> Response {
 }
 
 fn ndjson_exit_only(result: &Arc<ExecResult>, seq: u64) -> Response {
-    ndjson_response(Body::from(
-        Event::Exit {
-            seq,
-            result: result.clone(),
-        }
-        .to_line(),
-    ))
+    ndjson_response(Body::from(exit_line(seq, result)))
 }
 
 /// The longest `?wait=` of a long-poll; longer ones wait this long.
@@ -884,7 +910,7 @@ async fn get_execution(
     }
     match found {
         Lookup::Live(live) => Ok(accepted(&id, live.is_running())),
-        Lookup::Done(done) => Ok(Json(&*done.result).into_response()),
+        Lookup::Done(done) => Ok(Json(&*kept(&done)?).into_response()),
         Lookup::Unknown => Err(ApiError::NotFound {
             what: "execution",
             id,
@@ -908,17 +934,25 @@ async fn execution_events(
             ))
         })?,
     };
-    match app.registry.lookup(&id).log() {
-        Some(log) => Ok(ndjson_response(Body::new(attach(
-            log,
-            after,
-            app.config.heartbeat,
-        )))),
-        None => Err(ApiError::NotFound {
+    let found = app.registry.lookup(&id);
+    if let Lookup::Done(d) = &found {
+        kept(d)?;
+    }
+    let Some(log) = found.log() else {
+        return Err(ApiError::NotFound {
             what: "execution",
             id,
-        }),
+        });
+    };
+    let last = log.last_seq();
+    if after > last {
+        return Err(ApiError::AfterTheEnd { id, after, last });
     }
+    Ok(ndjson_response(Body::new(attach(
+        log,
+        after,
+        app.config.heartbeat,
+    ))))
 }
 
 /// `GET /v1/executions?status=&limit=&cursor=`.

@@ -35,7 +35,7 @@ use serde_json::json;
 
 use std::time::{Duration, SystemTime};
 
-use super::routes::{check_length, read_body, ApiError, App, UrlPath};
+use super::routes::{check_length, params, read_body, ApiError, App, UrlPath};
 use crate::session::tools::{self, ToolError};
 use crate::session::{ReadRange, ResourceQuery, SessionError, SessionHost, SkillsQuery};
 
@@ -125,6 +125,16 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     })
 }
 
+/// A place to read a session request's body: a body is read only while
+/// one is held (at most [`super::SESSION_BODIES`] at once); past that the
+/// request is refused at once (429), like a full run queue.
+fn body_permit(app: &App) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    app.session_bodies
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::SessionsBusy)
+}
+
 async fn create(
     State(app): State<App>,
     headers: HeaderMap,
@@ -137,7 +147,9 @@ async fn create(
         app.config.body_timeout,
     )
     .await?;
+    let permit = body_permit(&app)?;
     let bytes = read_body(body, app.config.job_body_limit, app.config.body_timeout).await?;
+    drop(permit);
     blocking(&app, None, move |host| host.create_json(&bytes)).await
 }
 
@@ -146,7 +158,11 @@ async fn show(State(app): State<App>, UrlPath(id): UrlPath<String>) -> Result<Re
 }
 
 /// `GET /v1/sessions`: newest first, expired ones left out.
-async fn list(State(app): State<App>) -> Result<Response, ApiError> {
+async fn list(
+    State(app): State<App>,
+    q: Result<Query<std::collections::BTreeMap<String, String>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    params(q, &[])?;
     let idle = app.config.session_idle;
     blocking(&app, None, move |host| {
         let sessions: Vec<serde_json::Value> = host
@@ -196,7 +212,9 @@ async fn tool(
         app.config.body_timeout,
     )
     .await?;
+    let permit = body_permit(&app)?;
     let bytes = read_body(body, app.config.job_body_limit, app.config.body_timeout).await?;
+    drop(permit);
     let input: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::BadBody(format!(
             "the tool input is not JSON: {}; send the model's tool input object as the body",

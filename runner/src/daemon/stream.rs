@@ -1,10 +1,10 @@
 //! The sink an execution writes to, its event log, and its NDJSON event
 //! streams.
 //!
-//! [`DaemonSink`] runs on the runner's threads: it records staging metrics,
-//! appends every event to the execution's [`EventLog`] (numbered by `seq`)
-//! and, for a streaming client, also sends it on a bounded channel that
-//! [`NdjsonBody`] drains into the HTTP response:
+//! [`DaemonSink`] runs on the runner's threads: it records staging metrics
+//! and appends every event to the execution's [`EventLog`] (numbered by
+//! `seq`). Every NDJSON stream of an execution — the POST's own and any
+//! re-attached reader ([`attach`]) — reads that log:
 //!
 //! ```text
 //! {"event":"started","seq":1,"execution_id":"…"}
@@ -13,59 +13,91 @@
 //! {"event":"exit","seq":3,"result":{…}}  the result document, as GET returns it
 //! ```
 //!
-//! A re-attached reader ([`attach`]) reads the log from any `seq` on.
+//! The log stores no serialised line: it keeps the raw output bytes of each
+//! stream once, plus a compact index of 16 bytes per event (kind, offset,
+//! length); a line is built only when a reader sends it, a bounded page at
+//! a time.
 //!
 //! Invariants:
 //! - `seq` numbers an execution's logged events 1, 2, 3, … in the order they
-//!   were produced; every stream of it (the POST's, any re-attach) sends the
-//!   same event with the same `seq`; a heartbeat repeats the last `seq`;
-//! - the log holds at most the captured output (the supervisor hands the
-//!   sink no byte past `output_bytes`) plus one `started` and one `exit`,
-//!   whose result is shared with the registry, not copied;
-//! - memory is bounded: at most [`CHANNEL_EVENTS`] events wait in the
-//!   channel; a full channel blocks the runner's output thread, which stops
-//!   reading the command's pipes (back-pressure), never buffers more;
-//! - a client that reads nothing for `stall_timeout`, or has gone, gets its
-//!   execution cancelled, and the sink drops further events, so a stalled
-//!   client can never hold a sandbox past its limits;
+//!   were produced; every stream of it sends the same event with the same
+//!   `seq`; a heartbeat repeats the last `seq` sent;
+//! - an event, once any reader has been given it, never changes ("sealed");
+//!   output that arrives while the last event is an unsealed one of the
+//!   same stream is merged into it, so a command gains nothing by writing
+//!   in tiny pieces;
+//! - the index is bounded by the output: past [`FREE_EVENTS`] events, an
+//!   event must average [`MIN_AVERAGE`] bytes; a flood of tiny writes beyond
+//!   that is held per stream and logged as at most one event per stream
+//!   once [`HOLD_BYTES`] are held, a reader has waited [`HOLD_FOR`], or the
+//!   execution ends — interleaving of stdout and stderr is then kept at that
+//!   grain;
+//! - so the log holds at most the captured output (the supervisor hands the
+//!   sink no byte past `output_bytes`), its index, one `started` and one
+//!   `exit`, whose result is shared with the registry, not copied;
+//! - a reader copies at most [`PAGE_BYTES`] of output (plus one event) out
+//!   of the log at a time, however far behind it is;
+//! - the POST's stream pushes back: once the command's output is more than
+//!   [`BACKLOG_BYTES`] ahead of what its client has taken, the runner's
+//!   output thread waits (the command blocks on its pipe); a client that
+//!   takes nothing for `stall_timeout`, or has gone, gets its execution
+//!   cancelled, so a stalled client can never hold a sandbox past its
+//!   limits. A re-attached reader never holds anything back;
 //! - `data` is valid UTF-8: a multi-byte character split across two chunks
 //!   is held back until it is complete; invalid bytes become U+FFFD, as in
 //!   the result document;
-//! - `exit` is the last event and is sent only after the result is
-//!   retained, so a client that reads it can GET the same result;
-//! - once an execution is cancelled, output chunks wait for no one: a chunk
-//!   that finds the channel full is skipped (the result still holds it).
+//! - `exit` is the last event and is logged only after the result is
+//!   retained, so a client that reads it can GET the same result.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Bytes;
 use http_body::Frame;
 use serde::Serialize;
 use tokio::runtime::Handle;
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::Notify;
 
 use super::metrics::Metrics;
 use super::registry::Live;
 use crate::result::ExecResult;
 use crate::supervise::{Sink, Stream};
 
-/// Events that may wait between the runner and a slow client.
-pub const CHANNEL_EVENTS: usize = 16;
+/// Events logged freely before the average size is enforced.
+pub const FREE_EVENTS: usize = 1024;
+/// Output bytes an event must average past [`FREE_EVENTS`].
+pub const MIN_AVERAGE: u64 = 256;
+/// Held output that is logged at once, whatever the density.
+pub const HOLD_BYTES: u64 = 64 * 1024;
+/// How long held output may wait for a reader.
+pub const HOLD_FOR: Duration = Duration::from_millis(50);
+/// Output bytes one read copies out of the log at most (plus one event).
+pub const PAGE_BYTES: u64 = 64 * 1024;
+/// How far the command's output may run ahead of the POST's client.
+pub const BACKLOG_BYTES: u64 = 256 * 1024;
+/// Largest single event, in output bytes.
+const MAX_EVENT: u64 = 1 << 30;
 
-/// One event of an execution.
-#[derive(Debug, Clone)]
-pub enum Event {
-    /// The sandbox is being launched (its line, serialized).
-    Started { seq: u64, line: Bytes },
-    /// A serialized `stdout` or `stderr` line.
-    Output { seq: u64, line: Bytes },
-    /// The execution ended.
-    Exit { seq: u64, result: Arc<ExecResult> },
+/// What an event of the log is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Started,
+    Stdout,
+    Stderr,
+    Exit,
+}
+
+/// One event in the index: its output is `data[stream][start..start+len]`.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    start: u64,
+    len: u32,
+    kind: Kind,
 }
 
 #[derive(Serialize)]
@@ -95,10 +127,15 @@ struct HeartbeatLine {
     seq: u64,
 }
 
-fn line<T: Serialize>(value: &T) -> Bytes {
+fn push_line<T: Serialize>(out: &mut Vec<u8>, value: &T) {
     // Plain data always serializes.
-    let mut v = serde_json::to_vec(value).unwrap_or_default();
-    v.push(b'\n');
+    let _ = serde_json::to_writer(&mut *out, value);
+    out.push(b'\n');
+}
+
+fn line<T: Serialize>(value: &T) -> Bytes {
+    let mut v = Vec::new();
+    push_line(&mut v, value);
     Bytes::from(v)
 }
 
@@ -110,46 +147,175 @@ pub fn heartbeat_line(seq: u64) -> Bytes {
     })
 }
 
-impl Event {
-    /// The NDJSON line of this event.
-    pub fn to_line(&self) -> Bytes {
-        match self {
-            Event::Started { line: b, .. } | Event::Output { line: b, .. } => b.clone(),
-            Event::Exit { seq, result } => line(&ExitLine {
-                event: "exit",
-                seq: *seq,
-                result,
-            }),
-        }
-    }
-
-    pub fn seq(&self) -> u64 {
-        match self {
-            Event::Started { seq, .. } | Event::Output { seq, .. } | Event::Exit { seq, .. } => {
-                *seq
-            }
-        }
-    }
-
-    /// Bytes this event holds in a log (an exit shares its result).
-    fn weight(&self) -> u64 {
-        match self {
-            Event::Started { line, .. } | Event::Output { line, .. } => line.len() as u64,
-            Event::Exit { .. } => 64,
-        }
-    }
+/// The line of an `exit` event.
+pub fn exit_line(seq: u64, result: &ExecResult) -> Bytes {
+    line(&ExitLine {
+        event: "exit",
+        seq,
+        result,
+    })
 }
 
 #[derive(Debug, Default)]
 struct LogInner {
-    events: Vec<Event>,
-    bytes: u64,
+    id: String,
+    /// The output of each stream, as captured.
+    data: [Vec<u8>; 2],
+    index: Vec<Entry>,
+    /// Events up to this `seq` were given to a reader: they never change.
+    sealed: u64,
+    /// Per stream, where output not yet in the index starts (held back).
+    held_from: [u64; 2],
+    /// Which stream's held output came first, and when.
+    held_first: Option<(usize, Instant)>,
+    exit: Option<Arc<ExecResult>>,
     closed: bool,
+    /// Events dropped by [`EventLog::shed`] (0 while the log is whole).
+    shed_events: usize,
 }
 
-/// The events of one execution, numbered from 1, for re-attaching
-/// readers; closed once the `exit` event is in (or the execution was
-/// dropped without a result).
+impl LogInner {
+    fn output_bytes(&self) -> u64 {
+        (self.data[0].len() + self.data[1].len()) as u64
+    }
+
+    fn held_bytes(&self) -> u64 {
+        (0..2)
+            .map(|i| self.data[i].len() as u64 - self.held_from[i])
+            .sum()
+    }
+
+    /// Whether the index has as many events as its output allows freely.
+    fn dense(&self) -> bool {
+        self.index.len() >= FREE_EVENTS + (self.output_bytes() / MIN_AVERAGE) as usize
+    }
+
+    /// Indexes output `data[i][from..to]`: merged into the last event when
+    /// that is an unsealed one of the same stream, else a new event.
+    fn index_output(&mut self, i: usize, from: u64, to: u64) {
+        if from >= to {
+            return;
+        }
+        let kind = if i == 0 { Kind::Stdout } else { Kind::Stderr };
+        let sealed = self.sealed;
+        let n = self.index.len() as u64;
+        if let Some(last) = self.index.last_mut() {
+            if last.kind == kind
+                && n > sealed
+                && last.start + u64::from(last.len) == from
+                && u64::from(last.len) + (to - from) <= MAX_EVENT
+            {
+                last.len += (to - from) as u32;
+                return;
+            }
+        }
+        let mut start = from;
+        while start < to {
+            let len = (to - start).min(MAX_EVENT);
+            self.index.push(Entry {
+                start,
+                len: len as u32,
+                kind,
+            });
+            start += len;
+        }
+    }
+
+    /// Moves held output into the index: the stream that was held first,
+    /// then the other.
+    fn release(&mut self) {
+        let Some((first, _)) = self.held_first.take() else {
+            return;
+        };
+        for i in [first, 1 - first] {
+            let (from, to) = (self.held_from[i], self.data[i].len() as u64);
+            self.index_output(i, from, to);
+            self.held_from[i] = to;
+        }
+    }
+
+    /// Releases held output that a reader has waited for long enough.
+    fn release_ripe(&mut self) {
+        if self
+            .held_first
+            .is_some_and(|(_, since)| since.elapsed() >= HOLD_FOR)
+        {
+            self.release();
+        }
+    }
+
+    /// Appends one event of another kind (held output goes first).
+    fn push_event(&mut self, kind: Kind) -> u64 {
+        self.release();
+        self.index.push(Entry {
+            start: 0,
+            len: 0,
+            kind,
+        });
+        self.index.len() as u64
+    }
+
+    /// Renders the lines of events `after+1 ..= upto` into `out`.
+    fn render(&self, after: u64, upto: u64, out: &mut Vec<u8>) {
+        for seq in after + 1..=upto {
+            let e = self.index[(seq - 1) as usize];
+            match e.kind {
+                Kind::Started => push_line(
+                    out,
+                    &StartedLine {
+                        event: "started",
+                        seq,
+                        execution_id: &self.id,
+                    },
+                ),
+                Kind::Stdout | Kind::Stderr => {
+                    let i = usize::from(e.kind == Kind::Stderr);
+                    let bytes =
+                        &self.data[i][e.start as usize..(e.start + u64::from(e.len)) as usize];
+                    push_line(
+                        out,
+                        &OutputLine {
+                            event: if i == 0 { "stdout" } else { "stderr" },
+                            seq,
+                            data: &String::from_utf8_lossy(bytes),
+                        },
+                    );
+                }
+                Kind::Exit => {
+                    if let Some(result) = &self.exit {
+                        push_line(
+                            out,
+                            &ExitLine {
+                                event: "exit",
+                                seq,
+                                result,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One read of the log.
+#[derive(Debug)]
+pub struct Page {
+    /// NDJSON lines of the events read (empty when there was none).
+    pub lines: Bytes,
+    /// The `seq` of the last event read (`after` when none).
+    pub last: u64,
+    /// Output bytes of the events read.
+    pub output: u64,
+    /// The `exit` event was read.
+    pub exit: bool,
+    /// The log is closed and was read to its end.
+    pub ended: bool,
+}
+
+/// The events of one execution, numbered from 1, for its readers; closed
+/// once the `exit` event is in (or the execution was dropped without a
+/// result).
 #[derive(Debug, Default)]
 pub struct EventLog {
     inner: Mutex<LogInner>,
@@ -157,36 +323,80 @@ pub struct EventLog {
 }
 
 impl EventLog {
+    /// The log of the execution `id`.
+    pub fn new(id: &str) -> EventLog {
+        EventLog {
+            inner: Mutex::new(LogInner {
+                id: id.to_owned(),
+                ..LogInner::default()
+            }),
+            changed: Notify::new(),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, LogInner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Appends the event `make(seq)` makes with the next `seq`; nothing
-    /// once closed.
-    pub fn push(&self, make: impl FnOnce(u64) -> Event) -> Option<Event> {
+    /// Appends output of stream `i` (0 stdout, 1 stderr); nothing once
+    /// closed.
+    fn output(&self, i: usize, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let mut inner = self.lock();
+        if inner.closed {
+            return;
+        }
+        let from = inner.data[i].len() as u64;
+        inner.data[i].extend_from_slice(bytes);
+        let to = inner.data[i].len() as u64;
+        if inner.held_first.is_none() && !inner.dense() {
+            inner.index_output(i, from, to);
+            inner.held_from[i] = to;
+        } else {
+            // Too many small events already: hold this output back.
+            if inner.held_first.is_none() {
+                inner.held_first = Some((i, Instant::now()));
+            }
+            if inner.held_bytes() >= HOLD_BYTES {
+                inner.release();
+            }
+        }
+        drop(inner);
+        self.changed.notify_waiters();
+    }
+
+    fn started(&self) {
+        let mut inner = self.lock();
+        if inner.closed {
+            return;
+        }
+        inner.push_event(Kind::Started);
+        drop(inner);
+        self.changed.notify_waiters();
+    }
+
+    /// Appends the `exit` event (which closes the log); its `seq`.
+    pub fn exit(&self, result: Arc<ExecResult>) -> Option<u64> {
         let mut inner = self.lock();
         if inner.closed {
             return None;
         }
-        let event = make(inner.events.len() as u64 + 1);
-        inner.bytes += event.weight();
-        if matches!(event, Event::Exit { .. }) {
-            inner.closed = true;
-        }
-        inner.events.push(event.clone());
+        let seq = inner.push_event(Kind::Exit);
+        inner.exit = Some(result);
+        inner.closed = true;
         drop(inner);
         self.changed.notify_waiters();
-        Some(event)
-    }
-
-    /// Appends the `exit` event (which closes the log).
-    pub fn exit(&self, result: Arc<ExecResult>) -> Option<Event> {
-        self.push(|seq| Event::Exit { seq, result })
+        Some(seq)
     }
 
     /// Closes the log without an `exit` (the execution left no result).
     pub fn close(&self) {
-        self.lock().closed = true;
+        let mut inner = self.lock();
+        inner.release();
+        inner.closed = true;
+        drop(inner);
         self.changed.notify_waiters();
     }
 
@@ -194,23 +404,98 @@ impl EventLog {
         self.lock().closed
     }
 
-    /// Bytes held (counted in the retention budget).
+    /// Bytes held: the output, the index and a little for the rest.
     pub fn bytes(&self) -> u64 {
-        self.lock().bytes
-    }
-
-    /// Events with a `seq` over `after`, and whether the log is closed.
-    pub fn after(&self, after: u64) -> (Vec<Event>, bool) {
         let inner = self.lock();
-        let from = usize::try_from(after)
-            .unwrap_or(usize::MAX)
-            .min(inner.events.len());
-        (inner.events[from..].to_vec(), inner.closed)
+        inner.output_bytes() + (inner.index.capacity() * std::mem::size_of::<Entry>()) as u64 + 256
     }
 
-    /// The last `seq` logged (0 before the first).
+    /// Drops the output and index of a closed log, and its `exit` unless
+    /// `keep_exit`: readers then get the `exit` event only (retention under
+    /// pressure).
+    pub fn shed(&self, keep_exit: bool) {
+        let mut inner = self.lock();
+        if !inner.closed {
+            return;
+        }
+        if !keep_exit {
+            inner.exit = None;
+        }
+        let n = inner.index.len().max(1);
+        inner.data = [Vec::new(), Vec::new()];
+        inner.held_from = [0, 0];
+        inner.held_first = None;
+        // Every event but the last becomes an empty placeholder that is
+        // never sent; `seq` numbers stay as they were.
+        inner.index = Vec::new();
+        inner.index.shrink_to_fit();
+        inner.shed_events = n;
+    }
+
+    /// The last `seq` logged (0 before the first; held output has none).
     pub fn last_seq(&self) -> u64 {
-        self.lock().events.len() as u64
+        let inner = self.lock();
+        (inner.shed_events.max(inner.index.len())) as u64
+    }
+
+    /// Reads the events after `after`, at most [`PAGE_BYTES`] of output
+    /// (always at least one event when there is one), and seals them.
+    pub fn read(&self, after: u64) -> Page {
+        let mut inner = self.lock();
+        inner.release_ripe();
+        if inner.shed_events > 0 {
+            // Only the exit is left.
+            let last = inner.shed_events as u64;
+            let mut out = Vec::new();
+            if after < last {
+                if let Some(result) = &inner.exit {
+                    push_line(
+                        &mut out,
+                        &ExitLine {
+                            event: "exit",
+                            seq: last,
+                            result,
+                        },
+                    );
+                }
+            }
+            return Page {
+                exit: !out.is_empty(),
+                lines: Bytes::from(out),
+                last,
+                output: 0,
+                ended: true,
+            };
+        }
+        let n = inner.index.len() as u64;
+        let mut upto = after;
+        let mut output = 0u64;
+        while upto < n {
+            let e = inner.index[upto as usize];
+            if upto > after && output + u64::from(e.len) > PAGE_BYTES {
+                break;
+            }
+            output += u64::from(e.len);
+            upto += 1;
+        }
+        let mut out = Vec::new();
+        inner.render(after, upto, &mut out);
+        if upto > inner.sealed {
+            inner.sealed = upto;
+        }
+        let exit = upto > after && inner.index[(upto - 1) as usize].kind == Kind::Exit;
+        Page {
+            lines: Bytes::from(out),
+            last: upto,
+            output,
+            exit,
+            ended: inner.closed && upto >= n,
+        }
+    }
+
+    /// The result of the `exit` event, once logged.
+    pub fn exit_result(&self) -> Option<Arc<ExecResult>> {
+        self.lock().exit.clone()
     }
 
     /// Resolves once the log has more than `after` events or is closed.
@@ -219,13 +504,20 @@ impl EventLog {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            {
-                let inner = self.lock();
-                if inner.closed || inner.events.len() as u64 > after {
+            let held = {
+                let mut inner = self.lock();
+                inner.release_ripe();
+                if inner.closed || inner.index.len() as u64 > after {
                     return;
                 }
+                inner.held_first.map(|(_, since)| since + HOLD_FOR)
+            };
+            match held {
+                Some(at) => {
+                    let _ = tokio::time::timeout_at(at.into(), notified).await;
+                }
+                None => notified.await,
             }
-            notified.await;
         }
     }
 
@@ -243,54 +535,52 @@ impl EventLog {
     }
 }
 
-/// The streaming side of a sink.
-struct Events {
-    tx: mpsc::Sender<Event>,
+/// How much output the POST's client has taken (back-pressure).
+#[derive(Debug, Default)]
+pub struct Progress {
+    taken: AtomicU64,
+    moved: Notify,
+}
+
+/// The POST's stream, as its sink sees it.
+struct PushBack {
+    progress: Arc<Progress>,
     rt: Handle,
     stall: Duration,
     gone: bool,
 }
 
-impl Events {
-    /// Sends an event, waiting at most `stall` for room; an output event
-    /// also stops waiting when the execution is cancelled (its output is
-    /// still in the result). Called on the runner's threads, never on a
-    /// runtime worker.
-    fn send(&mut self, event: Event, live: &Live) {
-        if self.gone {
-            return;
-        }
-        let is_output = matches!(event, Event::Output { .. });
-        let sent = self.rt.block_on(async {
-            let send = tokio::time::timeout(self.stall, self.tx.send(event));
-            if is_output {
-                tokio::select! {
-                    sent = send => Some(sent),
-                    _ = live.cancelled() => None,
+impl PushBack {
+    /// Waits while the output is more than [`BACKLOG_BYTES`] ahead of the
+    /// client, at most `stall` without progress (then cancels). Called on
+    /// the runner's threads, never on a runtime worker.
+    fn wait(&mut self, written: u64, live: &Live) {
+        while !self.gone && !live.is_cancelled() {
+            let progress = self.progress.clone();
+            let moved = self.rt.block_on(async {
+                let notified = progress.moved.notified();
+                tokio::pin!(notified);
+                notified.as_mut().enable();
+                if written.saturating_sub(progress.taken.load(Ordering::SeqCst)) <= BACKLOG_BYTES {
+                    return None;
                 }
-            } else {
-                Some(send.await)
-            }
-        });
-        let Some(sent) = sent else {
-            return; // cancelled while the client was behind: skip this chunk
-        };
-        match sent {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => {
-                // The response body was dropped: the client left (its
-                // drop guard has cancelled the execution already).
-                self.gone = true;
-                live.cancel();
-            }
-            Err(_) => {
-                self.gone = true;
-                tracing::warn!(
-                    id = %live.id,
-                    stall_ms = self.stall.as_millis() as u64,
-                    "streaming client stopped reading; cancelling the execution"
-                );
-                live.cancel();
+                tokio::select! {
+                    r = tokio::time::timeout(self.stall, notified) => Some(r.is_ok()),
+                    _ = live.cancelled() => Some(true),
+                }
+            });
+            match moved {
+                None => return,
+                Some(true) => {}
+                Some(false) => {
+                    self.gone = true;
+                    tracing::warn!(
+                        id = %live.id,
+                        stall_ms = self.stall.as_millis() as u64,
+                        "streaming client stopped reading; cancelling the execution"
+                    );
+                    live.cancel();
+                }
             }
         }
     }
@@ -321,7 +611,9 @@ pub struct DaemonSink {
     live: Arc<Live>,
     /// Bytes of an incomplete UTF-8 character, per stream.
     carry: [Vec<u8>; 2],
-    events: Option<Events>,
+    /// Output bytes logged.
+    written: u64,
+    push_back: Option<PushBack>,
 }
 
 impl DaemonSink {
@@ -331,64 +623,37 @@ impl DaemonSink {
             metrics,
             live,
             carry: [Vec::new(), Vec::new()],
-            events: None,
+            written: 0,
+            push_back: None,
         }
     }
 
-    /// A sink that also streams events to `tx`.
+    /// A sink whose output waits for the POST's client (`progress`).
     pub fn streaming(
         metrics: Arc<Metrics>,
         live: Arc<Live>,
-        tx: mpsc::Sender<Event>,
+        progress: Arc<Progress>,
         rt: Handle,
         stall: Duration,
     ) -> DaemonSink {
         DaemonSink {
-            metrics,
-            live,
-            carry: [Vec::new(), Vec::new()],
-            events: Some(Events {
-                tx,
+            push_back: Some(PushBack {
+                progress,
                 rt,
                 stall,
                 gone: false,
             }),
+            ..DaemonSink::quiet(metrics, live)
         }
     }
 
-    /// Logs an event and sends it to the streaming client, if any.
-    fn emit(&mut self, make: impl FnOnce(u64) -> Event) {
-        let Some(event) = self.live.log.push(make) else {
-            return;
-        };
-        let live = self.live.clone();
-        if let Some(ev) = self.events.as_mut() {
-            ev.send(event, &live);
-        }
-    }
-
-    fn output_text(&mut self, i: usize, text: &str) {
-        let name = if i == 0 { "stdout" } else { "stderr" };
-        self.emit(|seq| Event::Output {
-            seq,
-            line: line(&OutputLine {
-                event: name,
-                seq,
-                data: text,
-            }),
-        });
-    }
-
-    /// Flushes held-back bytes and logs and sends the `exit` event.
+    /// Logs held-back bytes and the `exit` event.
     pub fn finish(mut self, result: Arc<ExecResult>) {
         for i in 0..2 {
-            if !self.carry[i].is_empty() {
-                let text = String::from_utf8_lossy(&self.carry[i]).into_owned();
-                self.carry[i].clear();
-                self.output_text(i, &text);
-            }
+            let held = std::mem::take(&mut self.carry[i]);
+            self.live.log.output(i, &held);
         }
-        self.emit(|seq| Event::Exit { seq, result });
+        self.live.log.exit(result);
     }
 }
 
@@ -401,24 +666,22 @@ impl Sink for DaemonSink {
         let carry = &mut self.carry[i];
         carry.extend_from_slice(bytes);
         let keep = incomplete_tail(carry);
-        let text = String::from_utf8_lossy(&carry[..carry.len() - keep]).into_owned();
-        carry.drain(..carry.len() - keep);
-        if !text.is_empty() {
-            self.output_text(i, &text);
+        let ready = carry.len() - keep;
+        if ready == 0 {
+            return;
+        }
+        self.live.log.output(i, &carry[..ready]);
+        carry.drain(..ready);
+        self.written += ready as u64;
+        let live = self.live.clone();
+        if let Some(p) = self.push_back.as_mut() {
+            p.wait(self.written, &live);
         }
     }
 
     fn launching(&mut self, staged_bytes: u64, staging: Duration) {
         self.metrics.staged(staged_bytes, staging);
-        let live = self.live.clone();
-        self.emit(|seq| Event::Started {
-            seq,
-            line: line(&StartedLine {
-                event: "started",
-                seq,
-                execution_id: &live.id,
-            }),
-        });
+        self.live.log.started();
     }
 }
 
@@ -481,104 +744,59 @@ impl Heartbeat {
     }
 }
 
-/// The streaming response body of a POST: the first event, then the
-/// channel, with heartbeats when it is quiet.
-#[derive(Debug)]
-pub struct NdjsonBody {
-    first: Option<Bytes>,
-    rx: mpsc::Receiver<Event>,
-    guard: CancelOnDrop,
-    last_seq: u64,
-    heartbeat: Heartbeat,
-    done: bool,
-}
-
-impl NdjsonBody {
-    pub fn new(
-        first: Event,
-        rx: mpsc::Receiver<Event>,
-        guard: CancelOnDrop,
-        heartbeat: Duration,
-    ) -> NdjsonBody {
-        NdjsonBody {
-            last_seq: first.seq(),
-            first: Some(first.to_line()),
-            rx,
-            guard,
-            heartbeat: Heartbeat::new(heartbeat),
-            done: false,
-        }
-    }
-}
-
-impl http_body::Body for NdjsonBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let this = self.get_mut();
-        if let Some(first) = this.first.take() {
-            this.heartbeat.reset();
-            return Poll::Ready(Some(Ok(Frame::data(first))));
-        }
-        if this.done {
-            return Poll::Ready(None);
-        }
-        match this.rx.poll_recv(cx) {
-            Poll::Ready(Some(event)) => {
-                if matches!(event, Event::Exit { .. }) {
-                    this.guard.disarm();
-                    this.done = true;
-                }
-                this.last_seq = event.seq();
-                this.heartbeat.reset();
-                Poll::Ready(Some(Ok(Frame::data(event.to_line()))))
-            }
-            Poll::Ready(None) => {
-                this.guard.disarm();
-                this.done = true;
-                Poll::Ready(None)
-            }
-            Poll::Pending => match this.heartbeat.poll_due(cx) {
-                Poll::Ready(()) => {
-                    Poll::Ready(Some(Ok(Frame::data(heartbeat_line(this.last_seq)))))
-                }
-                Poll::Pending => Poll::Pending,
-            },
-        }
-    }
-}
-
-/// The body of a re-attached reader: the log's events after `after`, live
-/// ones as they come, heartbeats when quiet, `exit` last. It never cancels
-/// the execution and is never waited for: a slow reader only falls behind
-/// in the log.
+/// An NDJSON body reading an execution's log: the events after `after`, a
+/// page at a time, live ones as they come, heartbeats when quiet, `exit`
+/// last. The POST's own stream also cancels the execution when dropped
+/// early and reports its progress to the sink (back-pressure); a
+/// re-attached reader does neither: a slow one only falls behind.
 #[allow(missing_debug_implementations)]
-pub struct AttachBody {
+pub struct LogBody {
     log: Arc<EventLog>,
     next: u64,
-    ready: std::collections::VecDeque<Event>,
+    guard: Option<CancelOnDrop>,
+    progress: Option<Arc<Progress>>,
     wait: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     heartbeat: Heartbeat,
     done: bool,
 }
 
 /// A re-attached reader of `log` from the event after `after`.
-pub fn attach(log: Arc<EventLog>, after: u64, heartbeat: Duration) -> AttachBody {
-    AttachBody {
+pub fn attach(log: Arc<EventLog>, after: u64, heartbeat: Duration) -> LogBody {
+    LogBody {
         log,
         next: after,
-        ready: std::collections::VecDeque::new(),
+        guard: None,
+        progress: None,
         wait: None,
         heartbeat: Heartbeat::new(heartbeat),
         done: false,
     }
 }
 
-impl http_body::Body for AttachBody {
+/// The POST's own stream of `log`, from its first event.
+pub fn own_stream(
+    log: Arc<EventLog>,
+    guard: CancelOnDrop,
+    progress: Arc<Progress>,
+    heartbeat: Duration,
+) -> LogBody {
+    LogBody {
+        guard: Some(guard),
+        progress: Some(progress),
+        ..attach(log, 0, heartbeat)
+    }
+}
+
+impl LogBody {
+    fn end(&mut self) {
+        self.done = true;
+        if let Some(g) = self.guard.as_mut() {
+            g.disarm();
+        }
+    }
+}
+
+impl http_body::Body for LogBody {
     type Data = Bytes;
     type Error = Infallible;
 
@@ -588,27 +806,26 @@ impl http_body::Body for AttachBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = self.get_mut();
         loop {
-            if let Some(event) = this.ready.pop_front() {
-                if matches!(event, Event::Exit { .. }) {
-                    this.done = true;
-                    this.ready.clear();
-                }
-                this.heartbeat.reset();
-                return Poll::Ready(Some(Ok(Frame::data(event.to_line()))));
-            }
             if this.done {
                 return Poll::Ready(None);
             }
-            let (events, closed) = this.log.after(this.next);
-            if let Some(last) = events.last() {
-                this.next = last.seq();
-                this.ready.extend(events);
+            let page = this.log.read(this.next);
+            if !page.lines.is_empty() {
+                this.next = page.last;
+                if let Some(p) = &this.progress {
+                    p.taken.fetch_add(page.output, Ordering::SeqCst);
+                    p.moved.notify_waiters();
+                }
+                if page.exit {
+                    this.end();
+                }
                 this.wait = None;
-                continue;
+                this.heartbeat.reset();
+                return Poll::Ready(Some(Ok(Frame::data(page.lines))));
             }
-            if closed {
+            if page.ended {
                 // Closed without an exit: the execution left no result.
-                this.done = true;
+                this.end();
                 return Poll::Ready(None);
             }
             let wait = this.wait.get_or_insert_with(|| {
@@ -648,5 +865,52 @@ mod tests {
         // Invalid bytes are not held (they become U+FFFD).
         assert_eq!(incomplete_tail(&[0xff]), 0);
         assert_eq!(incomplete_tail(&[0x80]), 0);
+    }
+
+    #[test]
+    fn tiny_writes_do_not_grow_the_index() {
+        let log = EventLog::new("x");
+        log.started();
+        // A reader seals after every byte, alternating streams: the worst
+        // case for merging.
+        let mut after = 0;
+        for n in 0..200_000u32 {
+            log.output((n % 2) as usize, b"\x01");
+            let page = log.read(after);
+            after = page.last;
+        }
+        let inner = log.lock();
+        let bound = FREE_EVENTS + (inner.output_bytes() / MIN_AVERAGE) as usize + 2;
+        assert!(inner.index.len() <= bound, "{} events", inner.index.len());
+        drop(inner);
+        // Nothing is lost: held output is logged at the end.
+        log.close();
+        let mut total = 0;
+        let mut after = 0;
+        loop {
+            let page = log.read(after);
+            if page.last == after {
+                break;
+            }
+            total += page.output;
+            after = page.last;
+        }
+        assert_eq!(total, 200_000);
+    }
+
+    #[test]
+    fn pages_are_bounded_and_events_sealed() {
+        let log = EventLog::new("x");
+        log.output(0, &[b'a'; 100_000]);
+        log.output(1, b"e");
+        let page = log.read(0);
+        assert_eq!((page.last, page.output), (1, 100_000));
+        // Sealed: more stdout makes a new event.
+        log.output(0, b"b");
+        let page = log.read(1);
+        assert_eq!(page.last, 3);
+        assert!(std::str::from_utf8(&page.lines)
+            .unwrap()
+            .contains("\"seq\":3"));
     }
 }
