@@ -24,7 +24,8 @@
 //!   `seq`; a heartbeat repeats the last `seq` sent;
 //! - an event, once any reader has been given it, never changes ("sealed");
 //!   output that arrives while the last event is an unsealed one of the
-//!   same stream is merged into it, so a command gains nothing by writing
+//!   same stream is merged into it (up to 16 KiB, never splitting a
+//!   character), so a command gains nothing by writing
 //!   in tiny pieces;
 //! - the index is bounded by the output: past [`FREE_EVENTS`] events, an
 //!   event must average [`MIN_AVERAGE`] bytes; a flood of tiny writes beyond
@@ -77,11 +78,11 @@ pub const HOLD_BYTES: u64 = 64 * 1024;
 /// How long held output may wait for a reader.
 pub const HOLD_FOR: Duration = Duration::from_millis(50);
 /// Output bytes one read copies out of the log at most (plus one event).
-pub const PAGE_BYTES: u64 = 64 * 1024;
+pub const PAGE_BYTES: u64 = 16 * 1024;
 /// How far the command's output may run ahead of the POST's client.
 pub const BACKLOG_BYTES: u64 = 256 * 1024;
-/// Largest single event, in output bytes.
-const MAX_EVENT: u64 = 1 << 30;
+/// Largest single event, in output bytes (a character is never split).
+const MAX_EVENT: u64 = 16 * 1024;
 
 /// What an event of the log is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -211,7 +212,13 @@ impl LogInner {
         }
         let mut start = from;
         while start < to {
-            let len = (to - start).min(MAX_EVENT);
+            let mut len = (to - start).min(MAX_EVENT);
+            // End on a character boundary (a UTF-8 continuation byte never
+            // starts the next event).
+            let bytes = &self.data[i];
+            while start + len < to && len > 4 && bytes[(start + len) as usize] & 0xC0 == 0x80 {
+                len -= 1;
+            }
             self.index.push(Entry {
                 start,
                 len: len as u32,
@@ -901,16 +908,27 @@ mod tests {
     #[test]
     fn pages_are_bounded_and_events_sealed() {
         let log = EventLog::new("x");
-        log.output(0, &[b'a'; 100_000]);
-        log.output(1, b"e");
-        let page = log.read(0);
-        assert_eq!((page.last, page.output), (1, 100_000));
+        // Events are cut at MAX_EVENT, never inside a character.
+        let text = "€".repeat(20_000);
+        log.output(0, text.as_bytes());
+        let mut after = 0;
+        let mut back = String::new();
+        while back.len() < text.len() {
+            let page = log.read(after);
+            assert!(page.output <= PAGE_BYTES + MAX_EVENT);
+            for line in std::str::from_utf8(&page.lines).unwrap().lines() {
+                let v: serde_json::Value = serde_json::from_str(line).unwrap();
+                back.push_str(v["data"].as_str().unwrap());
+            }
+            after = page.last;
+        }
+        assert_eq!(back, text);
         // Sealed: more stdout makes a new event.
+        log.output(1, b"e");
         log.output(0, b"b");
-        let page = log.read(1);
-        assert_eq!(page.last, 3);
-        assert!(std::str::from_utf8(&page.lines)
-            .unwrap()
-            .contains("\"seq\":3"));
+        let page = log.read(after);
+        assert_eq!(page.last, after + 2);
+        let want = format!("\"seq\":{}", after + 2);
+        assert!(std::str::from_utf8(&page.lines).unwrap().contains(&want));
     }
 }
