@@ -654,23 +654,39 @@ fn write_sandbox_fds(job: &skill_runner::job::Job, dir: &Path) -> anyhow::Result
         ("6-group", skill_runner::launch::GROUP.as_bytes()),
     ];
     for (name, bytes) in files {
-        let path = dir.join(name);
-        std::fs::write(&path, bytes)
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        write_fresh(&dir.join(name), bytes, 0o644)?;
     }
     if let Some(shim) = explained_shim(job) {
         return Ok(shim);
     }
     let bytes = skill_runner::shim::small_shim().unwrap_or_default();
     let path = dir.join("8-shim");
-    // A fresh file each time: never rewrite one a running sandbox executes.
-    let _ = std::fs::remove_file(&path);
-    std::fs::write(&path, bytes)
-        .and_then(|()| {
-            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        })
-        .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    write_fresh(&path, bytes, 0o755)?;
     Ok(path)
+}
+
+/// Writes `bytes` as a new file at `path`: whatever was there is removed
+/// first (never rewritten: a running sandbox may execute the old shim),
+/// and the new file is created exclusively, so a symlink planted at
+/// `path` is refused, not followed.
+#[cfg(target_os = "linux")]
+fn write_fresh(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    let fail = |e: std::io::Error| anyhow::anyhow!("cannot write {}: {e}", path.display());
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(fail(e)),
+        _ => {}
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(fail)?;
+    file.write_all(bytes).map_err(fail)?;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(fail)
 }
 
 #[cfg(not(target_os = "linux"))]
