@@ -128,14 +128,16 @@ pub fn executable(network: bool) -> std::io::Result<std::os::fd::OwnedFd> {
     static EXE: OnceLock<Opened> = OnceLock::new();
     static SMALL: OnceLock<Option<std::fs::File>> = OnceLock::new();
     if !network {
-        let small = SMALL.get_or_init(|| match small_shim().map(executable_memfd) {
-            Some(Ok(f)) => Some(f),
+        let small = SMALL.get_or_init(|| {
+            let memfd = |bytes| crate::sys::executable_memfd(c"skill-runner-exec-shim", bytes);
+            match small_shim().map(memfd) {
+            Some(Ok(f)) => Some(std::fs::File::from(f)),
             Some(Err(e)) => {
                 tracing::warn!("the small exec shim cannot be an executable memfd ({e}); bubblewrap executes the runner's own binary instead");
                 None
             }
             None => None,
-        });
+        }});
         if let Some(f) = small {
             return Ok(f.try_clone()?.into());
         }
@@ -151,41 +153,6 @@ pub fn executable(network: bool) -> std::io::Result<std::os::fd::OwnedFd> {
             format!("cannot open the runner's own binary (/proc/self/exe): {msg}"),
         )),
     }
-}
-
-/// A sealed, executable memfd holding `bytes` (read and execute only, no
-/// write, grow or shrink, no further seals).
-#[cfg(target_os = "linux")]
-fn executable_memfd(bytes: &[u8]) -> std::io::Result<std::fs::File> {
-    use std::os::fd::{AsRawFd, FromRawFd};
-    const MFD_EXEC: libc::c_uint = 0x10;
-    let name = c"skill-runner-exec-shim";
-    let base = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
-    // Linux 6.3 and later want executability asked for (and refuse it
-    // under vm.memfd_noexec = 2); before, the flag is unknown (EINVAL) and
-    // every memfd is executable.
-    // SAFETY: a valid C string and constant flags.
-    let mut fd = unsafe { libc::memfd_create(name.as_ptr(), base | MFD_EXEC) };
-    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
-        // SAFETY: as above.
-        fd = unsafe { libc::memfd_create(name.as_ptr(), base) };
-    }
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: memfd_create returned a fresh fd that nothing else owns.
-    let file = unsafe { std::fs::File::from_raw_fd(fd) };
-    std::io::Write::write_all(&mut &file, bytes)?;
-    // SAFETY: fchmod on our own fd.
-    if unsafe { libc::fchmod(file.as_raw_fd(), 0o555) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    let seals = libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
-    // SAFETY: fcntl on our own fd with integer arguments.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(file)
 }
 
 /// The option before the command that gives the `pids` limit as
@@ -379,27 +346,14 @@ mod tests {
         cmd.args(args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
-        let raw = [
-            (shim.as_raw_fd(), FD_SHIM),
-            (report_w.as_raw_fd(), FD_EXEC_REPORT),
-            (err_w.as_raw_fd(), FD_STDERR),
-        ];
-        // SAFETY: between fork and exec only fcntl and dup2 on descriptors
-        // we own: first out of the way, then onto their numbers.
-        unsafe {
-            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-                let mut high = [0; 3];
-                for (i, (fd, _)) in raw.iter().enumerate() {
-                    high[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 100);
-                }
-                for (i, (_, target)) in raw.iter().enumerate() {
-                    if libc::dup2(high[i], *target) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
+        crate::sys::place_fds(
+            &mut cmd,
+            vec![
+                (shim.as_raw_fd(), FD_SHIM),
+                (report_w.as_raw_fd(), FD_EXEC_REPORT),
+                (err_w.as_raw_fd(), FD_STDERR),
+            ],
+        );
         let child = cmd.spawn().unwrap();
         drop((report_w, err_w));
         let out = child.wait_with_output().unwrap();

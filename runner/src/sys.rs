@@ -499,6 +499,66 @@ fn close_from(first: RawFd) {
     }
 }
 
+/// An anonymous executable file holding `bytes` (mode 0555), sealed
+/// against any change: what bubblewrap executes as the small exec shim
+/// ([`crate::shim::executable`]). Linux 6.3 and later want executability
+/// asked for (`MFD_EXEC`, refused under `vm.memfd_noexec = 2`); before,
+/// the flag is unknown (`EINVAL`) and every memfd is executable.
+#[cfg(target_os = "linux")]
+pub fn executable_memfd(name: &std::ffi::CStr, bytes: &[u8]) -> io::Result<OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    const MFD_EXEC: libc::c_uint = 0x10;
+    let base = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    // SAFETY: a valid C string and constant flags.
+    let mut fd = unsafe { libc::memfd_create(name.as_ptr(), base | MFD_EXEC) };
+    if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+        // SAFETY: as above.
+        fd = unsafe { libc::memfd_create(name.as_ptr(), base) };
+    }
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: memfd_create returned a fresh fd that nothing else owns.
+    let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    std::io::Write::write_all(&mut &file, bytes)?;
+    // SAFETY: fchmod on our own fd.
+    if unsafe { libc::fchmod(file.as_raw_fd(), 0o555) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let seals = libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on our own fd with integer arguments.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(OwnedFd::from(file))
+}
+
+/// Makes `cmd` start with each `(fd, target)` of `fds` on `target` (for
+/// tests that run a program as bubblewrap would, with its descriptors).
+#[cfg(all(test, target_os = "linux"))]
+pub fn place_fds(cmd: &mut std::process::Command, fds: Vec<(RawFd, RawFd)>) {
+    // SAFETY: between fork and exec, only fcntl and dup2 on descriptors
+    // the caller keeps open: first out of the way (a source may sit on a
+    // target number), then onto their numbers.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(cmd, move || {
+            let mut moved = [0; 16];
+            for (i, (fd, _)) in fds.iter().enumerate().take(16) {
+                moved[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 100);
+                if moved[i] < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            for (i, (_, target)) in fds.iter().enumerate().take(16) {
+                if libc::dup2(moved[i], *target) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
 /// An anonymous file holding `bytes`, sealed against any change, with its
 /// offset at 0, ready to hand to a child.
 #[cfg(target_os = "linux")]
