@@ -15,6 +15,7 @@ use std::process::Command;
 fn main() {
     println!("cargo::rerun-if-changed=exec-shim/shim.rs");
     println!("cargo::rerun-if-changed=build.rs");
+    println!("cargo::rerun-if-env-changed=RUSTC_LINKER");
     println!("cargo::rustc-check-cfg=cfg(small_exec_shim)");
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
@@ -45,6 +46,12 @@ fn main() {
         "-o",
     ]);
     cmd.arg(&exe).arg("exec-shim/shim.rs");
+    // The linker cargo uses for this target (cross builds), if one is set.
+    if let Some(linker) = std::env::var_os("RUSTC_LINKER") {
+        let mut arg = std::ffi::OsString::from("-Clinker=");
+        arg.push(linker);
+        cmd.arg(arg);
+    }
     // The shim is built for itself alone: no flags meant for the runner
     // (sanitizers, coverage) reach it.
     cmd.env_remove("CARGO_ENCODED_RUSTFLAGS");

@@ -229,7 +229,7 @@ unsafe fn try_exec(
         if argc + 2 > SCRIPT_ARGS {
             return E2BIG;
         }
-        let script = &raw mut SCRIPT_ARGV;
+        let script = core::ptr::addr_of_mut!(SCRIPT_ARGV);
         let script = &mut *script;
         script[0] = c"/bin/sh".as_ptr().cast();
         script[1] = path;
