@@ -1466,6 +1466,7 @@ fn limits_plan(
     use nix::sys::resource::Resource;
     #[cfg(not(target_os = "linux"))]
     let _ = identity; // only the Linux pids fallback asks who the sandbox is
+    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
     let mut nproc = None;
     let mut r = vec![
         (Resource::RLIMIT_CORE, 0, 0),
