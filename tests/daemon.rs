@@ -2865,7 +2865,9 @@ fn session_bodies_are_read_only_under_a_bounded_number_of_places() {
         return;
     }
     let w = World::new();
-    let d = Daemon::start(&w, &[]);
+    // The holders keep their places until their body times out: long
+    // enough that a loaded machine cannot end the window before the check.
+    let d = Daemon::start(&w, &["--body-timeout", "10m"]);
     // Clients that announce a body and send only its start.
     let holders: Vec<Conn> = (0..4)
         .map(|_| {
