@@ -15,6 +15,13 @@
 //! | [`catalog`] | the skills offered by name: built-in, user, project |
 //! | [`session`] | the skill host: frozen sessions and their tool routes |
 //! | [`net`] | a job's network allowlist: policy, the proxy, the sandbox's forwarder |
+//!
+//! `unsafe` is denied in the whole crate but [`sys`], which holds every
+//! system call that needs it, each with a SAFETY comment naming the
+//! invariant. (The exec shim in `exec-shim/` is a program of its own,
+//! without a C library: its raw system calls are its whole point.)
+
+#![deny(unsafe_code)]
 
 pub mod alias;
 pub mod bundle;
@@ -44,4 +51,5 @@ pub mod source;
 pub mod stage;
 pub mod store;
 pub mod supervise;
+#[allow(unsafe_code)]
 pub mod sys;

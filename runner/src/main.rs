@@ -5,6 +5,8 @@
 //! exit codes. Errors reach the user as one sentence on stderr with exit
 //! code 125 (the runner refused or failed), as `docker run` does.
 
+#![forbid(unsafe_code)]
+
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
