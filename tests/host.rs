@@ -492,3 +492,27 @@ fn without_writable_cgroups_a_fork_bomb_is_bounded_or_the_job_refused() {
         );
     }
 }
+
+/// The default extensions dir of a host workspace is bound for the whole
+/// run: renaming it and planting a link in its place (as another job on
+/// the same workspace could, at any moment) does not move where
+/// `/skill-extensions` writes.
+#[test]
+fn the_default_extensions_dir_cannot_be_redirected_during_a_run() {
+    if !require_sandbox() {
+        return;
+    }
+    let world = World::new();
+    let ws = world.sandbox_folder("ws");
+    let (code, doc) = sh(
+        &world,
+        "cd /workspace/.sciencediscovery && mv skill-extensions moved && ln -s /workspace skill-extensions && echo x > /skill-extensions/state",
+        json!({"workspace": ws}),
+    );
+    assert_eq!(code, 0, "{doc}");
+    assert!(
+        ws.join(".sciencediscovery/moved/state").is_file(),
+        "the write left the bound folder: {doc}"
+    );
+    assert!(!ws.join("state").exists(), "the link redirected it: {doc}");
+}

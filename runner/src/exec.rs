@@ -710,7 +710,8 @@ impl Runner {
     /// `named_workspace`: whether the workspace is a host folder (handed
     /// over on a descriptor) or a fresh tmpfs; `named_extensions`: whether
     /// the job names an extensions dir (else the default inside the
-    /// workspace, linked).
+    /// workspace: bound on its own descriptor for a host workspace, linked
+    /// inside a fresh one).
     pub fn plan_args(
         job: &Job,
         bwrap: &Bwrap,
@@ -735,8 +736,7 @@ impl Runner {
         };
         let extensions = match (named_extensions, named_workspace) {
             (false, false) => launch::Extensions::InFreshWorkspace,
-            (false, true) => launch::Extensions::InHostWorkspace,
-            (true, _) => launch::Extensions::Host,
+            _ => launch::Extensions::Host,
         };
         Ok(launch::bwrap_args(&Plan {
             mounts: &mounts,
@@ -763,7 +763,7 @@ impl Runner {
             job,
             bwrap,
             p.workspace.is_some(),
-            job.extensions_dir.is_some(),
+            p.extensions.is_some(),
             nproc,
         )?;
         let filters =
@@ -796,12 +796,13 @@ impl Runner {
         let folders = [
             ("skills", Some(&p.lease.snapshot.root), launch::FD_SKILLS),
             ("workspace", p.workspace.as_ref(), launch::FD_WORKSPACE),
-            // Only one the job names: the default is inside the workspace.
+            // The default one of a host workspace too: a folder fixed for
+            // the whole run, which no concurrent job on the same workspace
+            // can redirect by renaming it (a link would be looked up anew
+            // at each use).
             (
                 "extensions_dir",
-                p.extensions
-                    .as_ref()
-                    .filter(|_| job.extensions_dir.is_some()),
+                p.extensions.as_ref(),
                 launch::FD_EXTENSIONS,
             ),
         ];
@@ -1105,9 +1106,13 @@ impl Runner {
         if let Some(w) = &job.workspace {
             folders.push((launch::FD_WORKSPACE, w.display().to_string()));
         }
-        // The default extensions dir is inside the workspace (no fd).
-        if let Some(e) = &job.extensions_dir {
-            folders.push((launch::FD_EXTENSIONS, e.display().to_string()));
+        match (&job.extensions_dir, &job.workspace) {
+            (Some(e), _) => folders.push((launch::FD_EXTENSIONS, e.display().to_string())),
+            (None, Some(w)) => folders.push((
+                launch::FD_EXTENSIONS,
+                w.join(launch::DEFAULT_EXTENSIONS).display().to_string(),
+            )),
+            (None, None) => {}
         }
         if job.network.allowlist().is_some() {
             folders.push((
@@ -1119,7 +1124,7 @@ impl Runner {
             job,
             &bwrap,
             job.workspace.is_some(),
-            job.extensions_dir.is_some(),
+            job.extensions_dir.is_some() || job.workspace.is_some(),
             None,
         )?;
         Ok((bwrap.path, args, folders))

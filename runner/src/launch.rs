@@ -104,12 +104,6 @@ pub enum Extensions {
     /// `.sciencediscovery/skill-extensions` of a fresh workspace, created
     /// there and linked at `/skill-extensions`.
     InFreshWorkspace,
-    /// `.sciencediscovery/skill-extensions` of a host workspace, which the
-    /// runner made (or found a real folder) below it: already inside
-    /// `/workspace`, so linked at `/skill-extensions` rather than bound a
-    /// second time (a bind costs bwrap a mount, a mount-table read and a
-    /// remount; the folder is the same either way).
-    InHostWorkspace,
 }
 
 /// The default extensions dir, relative to the workspace.
@@ -223,10 +217,6 @@ pub fn bwrap_args(plan: &Plan<'_>) -> Vec<OsString> {
         Extensions::InFreshWorkspace => {
             let inside = format!("{WORKSPACE_DIR}/{DEFAULT_EXTENSIONS}");
             a.opt("--dir", &inside);
-            a.pair("--symlink", &inside, EXTENSIONS_DIR);
-        }
-        Extensions::InHostWorkspace => {
-            let inside = format!("{WORKSPACE_DIR}/{DEFAULT_EXTENSIONS}");
             a.pair("--symlink", &inside, EXTENSIONS_DIR);
         }
     }
@@ -703,34 +693,6 @@ mod tests {
                 "/",
             ]
         );
-    }
-
-    /// The default extensions dir of a host workspace is the folder below
-    /// `/workspace`, linked: one bind of the workspace, none of its own.
-    #[test]
-    fn a_host_workspace_holds_its_default_extensions_dir() {
-        let got = plan_args_with(
-            BwrapFeatures::default(),
-            "",
-            Workspace::Host,
-            Extensions::InHostWorkspace,
-        );
-        let from = got.iter().position(|a| a == "/skills").unwrap() + 1;
-        let to = got.iter().position(|a| a == "--chdir").unwrap();
-        assert_eq!(
-            got[from..to],
-            [
-                "--bind-fd",
-                "12",
-                "/workspace",
-                "--symlink",
-                "/workspace/.sciencediscovery/skill-extensions",
-                "/skill-extensions",
-                "--remount-ro",
-                "/",
-            ]
-        );
-        assert!(!got.iter().any(|a| a == "11"));
     }
 
     #[test]
