@@ -2921,3 +2921,60 @@ fn reattaching_past_the_end_and_unknown_session_queries_are_refused() {
     d.get("/v1/sessions?x=1").assert_error(400, "bad_request");
     assert_eq!(d.get("/v1/sessions").status, 200);
 }
+
+/// A gated job that then prints `n` bytes of `byte` on stdout.
+fn gated_flood(id: &str, ws: &Path, byte: u8, n: usize) -> Value {
+    let script = format!(
+        "while [ ! -e go ]; do sleep 0.05; done; exec perl -e 'print STDOUT qq(\\x{byte:02x}) x {n}'"
+    );
+    json!({
+        "execution_id": id,
+        "workspace": ws,
+        "argv": ["sh", "-c", script],
+    })
+}
+
+#[test]
+fn output_with_no_character_boundary_is_cut_into_full_events() {
+    if !require_sandbox() {
+        return;
+    }
+    let (w, roots) = world_with_roots();
+    let d = Daemon::start(&w, &["--root", &roots]);
+    let ws = workspace_in(&w, "cont");
+    let n = 1 << 20;
+    // Only UTF-8 continuation bytes: no character boundary anywhere.
+    let r = d.post(
+        "/v1/executions?wait=false",
+        &gated_flood("cont-1", &ws, 0x80, n),
+    );
+    assert_eq!(r.status, 202, "{:#}", r.json());
+    let mut readers: Vec<Lines> = (0..6)
+        .map(|_| Lines::open(&d, "GET", "/v1/executions/cont-1/events", &[], b""))
+        .collect();
+    open_gate(&ws);
+    // The readers are attached and take nothing yet: the daemon answers.
+    let r = d.get("/v1/executions/cont-1?wait=60s");
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(d.get("/v1/health").status, 200);
+    for reader in &mut readers {
+        let events = reader.rest();
+        let out: Vec<&str> = events
+            .iter()
+            .filter(|e| e["event"] == "stdout")
+            .map(|e| e["data"].as_str().unwrap())
+            .collect();
+        // Every byte is one U+FFFD; events are about 16 KiB of output each
+        // (64 for 1 MiB), not 4 bytes each (262144).
+        let chars: usize = out.iter().map(|s| s.chars().count()).sum();
+        assert_eq!(chars, n);
+        assert!(out.iter().all(|s| s.chars().all(|c| c == '\u{FFFD}')));
+        assert!(
+            (n / (16 * 1024)..=4 * n / (16 * 1024)).contains(&out.len()),
+            "{} stdout events for {n} bytes",
+            out.len()
+        );
+        assert_eq!(events.last().unwrap()["event"], "exit");
+    }
+    assert_eq!(d.get("/v1/health").status, 200);
+}

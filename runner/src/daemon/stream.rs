@@ -212,13 +212,7 @@ impl LogInner {
         }
         let mut start = from;
         while start < to {
-            let mut len = (to - start).min(MAX_EVENT);
-            // End on a character boundary (a UTF-8 continuation byte never
-            // starts the next event).
-            let bytes = &self.data[i];
-            while start + len < to && len > 4 && bytes[(start + len) as usize] & 0xC0 == 0x80 {
-                len -= 1;
-            }
+            let len = cut(&self.data[i], start, to);
             self.index.push(Entry {
                 start,
                 len: len as u32,
@@ -262,36 +256,95 @@ impl LogInner {
         self.index.len() as u64
     }
 
-    /// Renders the lines of events `after+1 ..= upto` into `out`.
-    fn render(&self, after: u64, upto: u64, out: &mut Vec<u8>) {
+    /// Copies events `after+1 ..= upto` out of the log (their output is
+    /// bounded by the caller), so that they can be rendered without the lock.
+    fn snapshot(&self, after: u64, upto: u64) -> Snapshot {
+        let mut snap = Snapshot {
+            events: Vec::with_capacity((upto - after) as usize),
+            raw: Vec::new(),
+            id: String::new(),
+            exit: None,
+        };
         for seq in after + 1..=upto {
             let e = self.index[(seq - 1) as usize];
+            let mut piece = (seq, e.kind, 0..0);
             match e.kind {
+                Kind::Started => snap.id.clone_from(&self.id),
+                Kind::Stdout | Kind::Stderr => {
+                    let i = usize::from(e.kind == Kind::Stderr);
+                    let bytes =
+                        &self.data[i][e.start as usize..(e.start + u64::from(e.len)) as usize];
+                    let at = snap.raw.len();
+                    snap.raw.extend_from_slice(bytes);
+                    piece.2 = at..snap.raw.len();
+                }
+                Kind::Exit => snap.exit = self.exit.clone(),
+            }
+            snap.events.push(piece);
+        }
+        snap
+    }
+}
+
+/// Where an event that starts at `start` ends: at most [`MAX_EVENT`] bytes
+/// on, stepping back at most 3 bytes so that a character (at most 4
+/// bytes) is not split; bytes that are no valid UTF-8 are cut anywhere
+/// (they become U+FFFD either way). Constant work per event.
+fn cut(bytes: &[u8], start: u64, to: u64) -> u64 {
+    let len = (to - start).min(MAX_EVENT);
+    if start + len == to {
+        return len;
+    }
+    for back in 0..=3 {
+        if bytes[(start + len - back) as usize] & 0xC0 != 0x80 {
+            return len - back;
+        }
+    }
+    len
+}
+
+/// Events copied out of the log under its lock, rendered after it is
+/// released: a reader never holds the lock for work that grows with
+/// anything but one page.
+struct Snapshot {
+    /// `(seq, kind, range of raw)` of each event.
+    events: Vec<(u64, Kind, std::ops::Range<usize>)>,
+    raw: Vec<u8>,
+    id: String,
+    exit: Option<Arc<ExecResult>>,
+}
+
+impl Snapshot {
+    /// The NDJSON lines of the events.
+    fn render(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.raw.len() + 64 * self.events.len());
+        for (seq, kind, range) in &self.events {
+            let seq = *seq;
+            match kind {
                 Kind::Started => push_line(
-                    out,
+                    &mut out,
                     &StartedLine {
                         event: "started",
                         seq,
                         execution_id: &self.id,
                     },
                 ),
-                Kind::Stdout | Kind::Stderr => {
-                    let i = usize::from(e.kind == Kind::Stderr);
-                    let bytes =
-                        &self.data[i][e.start as usize..(e.start + u64::from(e.len)) as usize];
-                    push_line(
-                        out,
-                        &OutputLine {
-                            event: if i == 0 { "stdout" } else { "stderr" },
-                            seq,
-                            data: &String::from_utf8_lossy(bytes),
+                Kind::Stdout | Kind::Stderr => push_line(
+                    &mut out,
+                    &OutputLine {
+                        event: if *kind == Kind::Stdout {
+                            "stdout"
+                        } else {
+                            "stderr"
                         },
-                    );
-                }
+                        seq,
+                        data: &String::from_utf8_lossy(&self.raw[range.clone()]),
+                    },
+                ),
                 Kind::Exit => {
                     if let Some(result) = &self.exit {
                         push_line(
-                            out,
+                            &mut out,
                             &ExitLine {
                                 event: "exit",
                                 seq,
@@ -302,6 +355,7 @@ impl LogInner {
                 }
             }
         }
+        out
     }
 }
 
@@ -453,19 +507,15 @@ impl EventLog {
         if inner.shed_events > 0 {
             // Only the exit is left.
             let last = inner.shed_events as u64;
-            let mut out = Vec::new();
-            if after < last {
-                if let Some(result) = &inner.exit {
-                    push_line(
-                        &mut out,
-                        &ExitLine {
-                            event: "exit",
-                            seq: last,
-                            result,
-                        },
-                    );
-                }
+            let exit = inner.exit.clone().filter(|_| after < last);
+            drop(inner);
+            let out = Snapshot {
+                events: vec![(last, Kind::Exit, 0..0)],
+                raw: Vec::new(),
+                id: String::new(),
+                exit,
             }
+            .render();
             return Page {
                 exit: !out.is_empty(),
                 lines: Bytes::from(out),
@@ -485,18 +535,19 @@ impl EventLog {
             output += u64::from(e.len);
             upto += 1;
         }
-        let mut out = Vec::new();
-        inner.render(after, upto, &mut out);
+        let snap = inner.snapshot(after, upto);
         if upto > inner.sealed {
             inner.sealed = upto;
         }
         let exit = upto > after && inner.index[(upto - 1) as usize].kind == Kind::Exit;
+        let ended = inner.closed && upto >= n;
+        drop(inner);
         Page {
-            lines: Bytes::from(out),
+            lines: Bytes::from(snap.render()),
             last: upto,
             output,
             exit,
-            ended: inner.closed && upto >= n,
+            ended,
         }
     }
 
@@ -903,6 +954,22 @@ mod tests {
             after = page.last;
         }
         assert_eq!(total, 200_000);
+    }
+
+    #[test]
+    fn invalid_bytes_are_cut_at_max_event() {
+        // Only continuation bytes: no character boundary anywhere.
+        let log = EventLog::new("x");
+        log.output(0, &vec![0x80; 1 << 20]);
+        let inner = log.lock();
+        assert_eq!(inner.index.len(), (1 << 20) / MAX_EVENT as usize);
+        assert!(inner.index.iter().all(|e| u64::from(e.len) == MAX_EVENT));
+        drop(inner);
+        // A character across the cut moves whole into the next event.
+        let mut b = vec![b'a'; MAX_EVENT as usize - 2];
+        b.extend_from_slice("😀z".as_bytes());
+        assert_eq!(cut(&b, 0, b.len() as u64), MAX_EVENT - 2);
+        assert_eq!(cut(&b, 0, 5), 5);
     }
 
     #[test]
