@@ -610,6 +610,23 @@ impl Config {
             data_dir,
             warnings,
         };
+        // A job that sets no output_bytes gets its profile's default: a
+        // cap under it would refuse every such job.
+        let default_output = crate::profile::BUILTIN
+            .iter()
+            .filter_map(|(name, _)| crate::profile::Profile::load(name, Path::new("/")).ok())
+            .map(|p| p.limits.output_bytes)
+            .max()
+            .unwrap_or(0);
+        if config.max_output_bytes < default_output {
+            return Err(invalid(
+                "max_output_bytes",
+                format!(
+                    "{} bytes is below the built-in profiles' default output_bytes ({default_output} bytes), so every job that does not set limits.output_bytes would be refused; raise it to at least {default_output}",
+                    config.max_output_bytes
+                ),
+            ));
+        }
         // One execution's captured output (both streams) must fit in the
         // retention budget, or its detached result could never be fetched.
         if config.retention.bytes < 2 * config.max_output_bytes {
@@ -759,6 +776,15 @@ mod tests {
         a.roots = vec![PathBuf::from("/")];
         let e = Config::build(a, Some(dir.path().to_owned()), None).unwrap_err();
         assert!(matches!(e, ConfigError::RootIsSlash), "{e}");
+
+        let mut a = args();
+        a.max_output_bytes = Some(1024);
+        let e = Config::build(a, Some(dir.path().to_owned()), None).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("below the built-in profiles' default output_bytes"),
+            "{e}"
+        );
 
         let mut a = args();
         a.roots = vec![dir.path().join("missing")];
