@@ -227,6 +227,9 @@ impl Fixture {
             metrics: Arc::new(metrics::Metrics::default()),
             roots: roots::Roots::new(config.roots.clone()),
             uploads: Arc::new(tokio::sync::Semaphore::new(config.max_uploads)),
+            session_bodies: Arc::new(tokio::sync::Semaphore::new(
+                skill_runner::daemon::SESSION_BODIES,
+            )),
             sessions: self.host.clone(),
             config: config.clone(),
         })
