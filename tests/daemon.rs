@@ -2978,3 +2978,122 @@ fn output_with_no_character_boundary_is_cut_into_full_events() {
     }
     assert_eq!(d.get("/v1/health").status, 200);
 }
+
+/// The daemon's peak resident memory (VmHWM), in bytes.
+fn peak_rss(d: &Daemon) -> u64 {
+    let pid = d.child.as_ref().unwrap().id();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM in {status}"));
+    kib * 1024
+}
+
+#[test]
+fn readers_of_a_large_result_share_one_document() {
+    if !require_sandbox() {
+        return;
+    }
+    let (w, roots) = world_with_roots();
+    let d = Daemon::start(&w, &["--root", &roots]);
+    let ws = workspace_in(&w, "big");
+    // 16 MiB of \x01 per stream: each becomes "\u0001" (6 bytes) in JSON.
+    let n: u64 = 16 << 20;
+    let r = d.post(
+        "/v1/executions?wait=false",
+        &json!({
+            "execution_id": "big-1",
+            "workspace": ws,
+            "argv": ["perl", "-e",
+                format!("my $b = qq(\\x01) x 65536; for (1..{}) {{ print STDOUT $b; print STDERR $b }}", n >> 16)],
+            "limits": {"output_bytes": n},
+        }),
+    );
+    assert_eq!(r.status, 202, "{:#}", r.json());
+    // Four slow readers of the result: each takes its head and 64 KiB,
+    // then waits while the others take theirs.
+    let mut readers: Vec<(BufReader<Conn>, u64)> = (0..4)
+        .map(|_| {
+            let mut conn = d.connect();
+            send(
+                &mut conn,
+                "GET",
+                "/v1/executions/big-1?wait=60s",
+                &[],
+                b"",
+                None,
+            );
+            BufReader::new(conn)
+        })
+        .map(|mut r| {
+            let (status, headers) = read_head(&mut r);
+            assert_eq!(status, 200);
+            let len = Resp {
+                status,
+                headers,
+                body: Vec::new(),
+            }
+            .header("content-length")
+            .map(|l| l.parse::<u64>().unwrap())
+            .expect("a result document has a Content-Length");
+            (r, len)
+        })
+        .collect();
+    let doc = readers[0].1;
+    assert!(
+        doc > 12 * n,
+        "a {doc}-byte document for 2 × {n} bytes of \\x01"
+    );
+    for (r, _) in &mut readers {
+        let mut first = vec![0; 64 * 1024];
+        r.read_exact(&mut first).unwrap();
+        assert!(first.starts_with(b"{\""));
+    }
+    // And one re-attached reader of the exit event alone.
+    let last = d
+        .get("/v1/executions/big-1/events?after=1000000000")
+        .assert_error(400, "bad_request");
+    let last: u64 = last
+        .split("(seq ")
+        .nth(1)
+        .and_then(|t| t.split(')').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no last seq in {last:?}"));
+    let mut conn = d.connect();
+    let path = format!("/v1/executions/big-1/events?after={}", last - 1);
+    send(&mut conn, "GET", &path, &[], b"", None);
+    let mut r = BufReader::new(conn);
+    let (status, headers) = read_head(&mut r);
+    assert!(status == 200 && is_chunked(&headers), "status {status}");
+    let mut exit = Chunked::new(r);
+    let want = format!("{{\"event\":\"exit\",\"seq\":{last},\"result\":{{");
+    let mut head = vec![0u8; want.len()];
+    exit.read_exact(&mut head).unwrap();
+    assert_eq!(String::from_utf8_lossy(&head), want);
+    for (r, len) in &mut readers {
+        let got = std::io::copy(&mut r.take(*len - 64 * 1024), &mut std::io::sink()).unwrap();
+        assert_eq!(got, *len - 64 * 1024);
+    }
+    // The exit line is the same document, then "}\n", and the stream ends.
+    let mut rest = Vec::new();
+    exit.read_to_end(&mut rest).unwrap();
+    assert_eq!(
+        (head.len() + rest.len()) as u64,
+        want.len() as u64 - 1 + doc + 2
+    );
+    assert!(rest.ends_with(b"}}\n"));
+    // One document plus the output held twice (log, result) and the
+    // daemon itself (about 290 MiB here); a copy per reader was over 900.
+    let peak = peak_rss(&d);
+    eprintln!(
+        "daemon VmHWM {} MiB, document {} MiB",
+        peak >> 20,
+        doc >> 20
+    );
+    assert!(
+        peak < doc + (160 << 20),
+        "the daemon peaked at {peak} bytes for a {doc}-byte document read 5 times"
+    );
+}

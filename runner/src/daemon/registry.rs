@@ -20,14 +20,18 @@
 //!   when the execution ends, with or without a result;
 //! - a ticket dropped before it finished (its client left while queued)
 //!   removes its live entry; a finished one moves to the retained results;
+//! - a result is serialised once, when its execution finishes ([`Encoded`]),
+//!   and every reader is sent that shared buffer;
 //! - a retained execution is a small record (id, job digest, status, exit
-//!   code, times, and the result document when it is at most
-//!   [`SMALL_RESULT`] of output) plus its bulk (its event log's output and
-//!   a larger result document). Over `retain_bytes`, the bulk of the
-//!   oldest is dropped first, never that of the newest result; a record
-//!   stays for `retain_for`, bounded by `retain` (count), so its id can not
-//!   be reused while it is retained; memory is thus bounded by
-//!   `retain_bytes` plus one execution's output plus `retain` records;
+//!   code, times, and the result when it is at most [`SMALL_RESULT`] of
+//!   output) plus its bulk (its event log's output and a larger result with
+//!   its document, counted at its encoded size, up to 6 bytes per output
+//!   byte). Over `retain_bytes`, the bulk of the oldest is dropped first,
+//!   never that of the newest result; a record stays for `retain_for`,
+//!   bounded by `retain` (count), so its id can not be reused while it is
+//!   retained; memory is thus bounded by `retain_bytes` plus one
+//!   execution's bulk (its output twice and its encoded document) plus
+//!   `retain` records;
 //! - once draining, no new id is admitted.
 
 use std::collections::{HashMap, VecDeque};
@@ -35,6 +39,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
+use axum::body::Bytes;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::config::Retention;
@@ -114,6 +119,38 @@ impl Live {
     }
 }
 
+/// A result and its JSON document, serialised once when the execution
+/// finishes: every reader (`GET`, the `exit` event) is sent slices of the
+/// same shared buffer, never a copy of its own.
+#[derive(Debug, Clone)]
+pub struct Encoded {
+    pub result: Arc<ExecResult>,
+    /// The result document as `GET /v1/executions/{id}` answers it.
+    pub json: Bytes,
+}
+
+impl Encoded {
+    pub fn new(result: Arc<ExecResult>) -> Encoded {
+        // Plain data always serialises; the boxed slice has no spare
+        // capacity, so `json.len()` is what it holds.
+        let json = serde_json::to_vec(&*result).unwrap_or_default();
+        Encoded {
+            result,
+            json: Bytes::from(json.into_boxed_slice()),
+        }
+    }
+
+    /// Output bytes of the result (both streams).
+    fn output(&self) -> u64 {
+        (self.result.stdout.len() + self.result.stderr.len()) as u64
+    }
+
+    /// Bytes held for it: the result's output and its document.
+    fn bytes(&self) -> u64 {
+        self.output() + self.json.len() as u64
+    }
+}
+
 /// Output (stdout plus stderr) of a result document kept with its record.
 pub const SMALL_RESULT: usize = 16 * 1024;
 /// Bytes counted for a record without its result document.
@@ -123,8 +160,8 @@ const RECORD_BYTES: u64 = 1024;
 #[derive(Debug)]
 pub struct Done {
     pub id: String,
-    /// The result document; `None` once dropped to bound memory.
-    pub result: Option<Arc<ExecResult>>,
+    /// The result and its document; `None` once dropped to bound memory.
+    pub result: Option<Encoded>,
     pub log: Arc<EventLog>,
     pub digest: String,
     pub status: Status,
@@ -140,9 +177,9 @@ impl Done {
         let small = self
             .result
             .as_ref()
-            .filter(|r| r.stdout.len() + r.stderr.len() <= SMALL_RESULT);
+            .filter(|r| r.output() <= SMALL_RESULT as u64);
         self.log.shed(small.is_some());
-        let weight = RECORD_BYTES + small.map_or(0, |r| (r.stdout.len() + r.stderr.len()) as u64);
+        let weight = RECORD_BYTES + small.map_or(0, Encoded::bytes);
         let done = Done {
             id: self.id.clone(),
             result: small.cloned(),
@@ -549,26 +586,27 @@ impl Ticket {
         }
     }
 
-    /// Records the result: the id now names a retained result.
-    pub fn finish(mut self, result: ExecResult) -> Arc<ExecResult> {
+    /// Records the result, serialised once: the id now names a retained
+    /// result.
+    pub fn finish(mut self, result: ExecResult) -> Encoded {
         self.finished = true;
-        let result = Arc::new(result);
+        let result = Encoded::new(Arc::new(result));
         let registry = self.registry.clone();
         let mut inner = registry.lock();
         inner.live.remove(&self.live.id);
         if registry.retention.count > 0 {
-            // The log's output is counted once more: it is held twice.
-            let bytes = (result.stdout.len() + result.stderr.len()) as u64
-                + RECORD_BYTES
-                + self.live.log.bytes();
+            // The log's output is counted once more: it is held twice. The
+            // document counts at its encoded size (up to 6 bytes per
+            // output byte: `\u0001`); the log's `exit` shares it.
+            let bytes = result.bytes() + RECORD_BYTES + self.live.log.bytes();
             let done = Done {
                 id: self.live.id.clone(),
                 result: Some(result.clone()),
                 log: self.live.log.clone(),
                 digest: self.live.digest.clone(),
-                status: result.status,
-                exit_code: result.exit_code,
-                finished_at: result.finished_at.clone(),
+                status: result.result.status,
+                exit_code: result.result.exit_code,
+                finished_at: result.result.finished_at.clone(),
                 order: self.live.order,
                 submitted_at: self.live.submitted_at,
             };

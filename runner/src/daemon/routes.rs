@@ -54,10 +54,10 @@ use tracing::Instrument;
 use super::config::Config;
 use super::metrics::{Metrics, Refusal};
 use super::registry::{
-    status_name, Admitted, Done, Lookup, Registry, RegistryError, StatusFilter, Ticket,
+    status_name, Admitted, Done, Encoded, Lookup, Registry, RegistryError, StatusFilter, Ticket,
 };
 use super::roots::{Roots, RootsError};
-use super::stream::{attach, exit_line, own_stream, CancelOnDrop, DaemonSink, Progress};
+use super::stream::{attach, exit_line, own_stream, CancelOnDrop, Chunks, DaemonSink, Progress};
 use crate::bundle::{self, BundleError};
 use crate::exec::{OutputMode, RunOptions, Runner};
 use crate::hash::Binding;
@@ -707,7 +707,7 @@ async fn existing(
     }
     live.log.closed().await;
     match app.registry.lookup(&live.id) {
-        Lookup::Done(d) => Ok(result_response(&*kept(&d)?)),
+        Lookup::Done(d) => Ok(result_response(&kept(&d)?)),
         _ => Err(ApiError::NotFound {
             what: "execution",
             id: live.id.clone(),
@@ -716,7 +716,7 @@ async fn existing(
 }
 
 /// The result document of a retained execution, unless it was dropped.
-fn kept(done: &Done) -> Result<Arc<ExecResult>, ApiError> {
+fn kept(done: &Done) -> Result<Encoded, ApiError> {
     done.result.clone().ok_or_else(|| ApiError::Dropped {
         id: done.id.clone(),
         status: status_name(done.status),
@@ -834,10 +834,10 @@ async fn execute(
     if live.log.last_seq() == 1 {
         if let Some(result) = live.log.exit_result() {
             guard.disarm();
-            return Ok(if result.status == Status::Rejected {
+            return Ok(if result.result.status == Status::Rejected {
                 result_response(&result)
             } else {
-                ndjson_response(Body::from(exit_line(1, &result)))
+                ndjson_response(Body::new(exit_line(1, &result.json)))
             });
         }
     }
@@ -850,13 +850,26 @@ async fn execute(
 }
 
 /// A result as JSON: 200, or the refusal's status for a rejected job.
-fn result_response(result: &ExecResult) -> Response {
-    let status = match (&result.status, &result.error) {
+fn result_response(result: &Encoded) -> Response {
+    let status = match (&result.result.status, &result.result.error) {
         (Status::Rejected, Some(e)) => status_for_kind(&e.kind),
         (Status::Rejected, None) => StatusCode::INTERNAL_SERVER_ERROR,
         _ => StatusCode::OK,
     };
-    (status, Json(result)).into_response()
+    (status, document(result)).into_response()
+}
+
+/// The result document from its shared buffer, a slice at a time: a
+/// reader costs no copy of it.
+fn document(result: &Encoded) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        Body::new(Chunks::new([result.json.clone()])),
+    )
+        .into_response()
 }
 
 fn ndjson_response(body: Body) -> Response {
@@ -873,8 +886,8 @@ fn ndjson_response(body: Body) -> Response {
         .into_response()
 }
 
-fn ndjson_exit_only(result: &Arc<ExecResult>, seq: u64) -> Response {
-    ndjson_response(Body::from(exit_line(seq, result)))
+fn ndjson_exit_only(result: &Encoded, seq: u64) -> Response {
+    ndjson_response(Body::new(exit_line(seq, &result.json)))
 }
 
 /// The longest `?wait=` of a long-poll; longer ones wait this long.
@@ -910,7 +923,7 @@ async fn get_execution(
     }
     match found {
         Lookup::Live(live) => Ok(accepted(&id, live.is_running())),
-        Lookup::Done(done) => Ok(Json(&*kept(&done)?).into_response()),
+        Lookup::Done(done) => Ok(document(&kept(&done)?)),
         Lookup::Unknown => Err(ApiError::NotFound {
             what: "execution",
             id,

@@ -24,8 +24,9 @@
 //!   `seq`; a heartbeat repeats the last `seq` sent;
 //! - an event, once any reader has been given it, never changes ("sealed");
 //!   output that arrives while the last event is an unsealed one of the
-//!   same stream is merged into it (up to 16 KiB, never splitting a
-//!   character), so a command gains nothing by writing
+//!   same stream is merged into it (up to 16 KiB, never splitting a valid
+//!   character: the cut moves back at most 3 bytes, so output that is no
+//!   UTF-8 at all costs constant work per event), so a command gains nothing by writing
 //!   in tiny pieces;
 //! - the index is bounded by the output: past [`FREE_EVENTS`] events, an
 //!   event must average [`MIN_AVERAGE`] bytes; a flood of tiny writes beyond
@@ -35,9 +36,17 @@
 //!   grain;
 //! - so the log holds at most the captured output (the supervisor hands the
 //!   sink no byte past `output_bytes`), its index, one `started` and one
-//!   `exit`, whose result is shared with the registry, not copied;
-//! - a reader copies at most [`PAGE_BYTES`] of output (plus one event) out
-//!   of the log at a time, however far behind it is;
+//!   `exit`, whose result document is serialised once and shared with the
+//!   registry, not copied;
+//! - a reader copies at most [`PAGE_BYTES`] of output plus one event (at
+//!   most 16 KiB) out of the log at a time, however far behind it is, and
+//!   builds its lines after releasing the log's lock: the lock is only
+//!   ever held for work bounded by one page or one chunk of output, so a
+//!   reader on a runtime worker never waits long for the runner, nor the
+//!   runner for a reader;
+//! - the `exit` event's result document is never copied per reader: every
+//!   reader (and `GET`) sends [`FRAME_BYTES`] slices of the one shared
+//!   buffer;
 //! - the POST's stream pushes back: once the command's output is more than
 //!   [`BACKLOG_BYTES`] ahead of what its client has taken, the runner's
 //!   output thread waits (the command blocks on its pipe); a client that
@@ -50,6 +59,7 @@
 //! - `exit` is the last event and is logged only after the result is
 //!   retained, so a client that reads it can GET the same result.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
@@ -65,8 +75,7 @@ use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
 use super::metrics::Metrics;
-use super::registry::Live;
-use crate::result::ExecResult;
+use super::registry::{Encoded, Live};
 use crate::supervise::{Sink, Stream};
 
 /// Events logged freely before the average size is enforced.
@@ -116,13 +125,6 @@ struct OutputLine<'a> {
 }
 
 #[derive(Serialize)]
-struct ExitLine<'a> {
-    event: &'static str,
-    seq: u64,
-    result: &'a ExecResult,
-}
-
-#[derive(Serialize)]
 struct HeartbeatLine {
     event: &'static str,
     seq: u64,
@@ -148,13 +150,75 @@ pub fn heartbeat_line(seq: u64) -> Bytes {
     })
 }
 
-/// The line of an `exit` event.
-pub fn exit_line(seq: u64, result: &ExecResult) -> Bytes {
-    line(&ExitLine {
-        event: "exit",
-        seq,
-        result,
-    })
+/// What an `exit` line starts with; the result document and [`EXIT_END`]
+/// follow (the same bytes `serde_json` makes of the whole line).
+fn exit_head(seq: u64) -> String {
+    format!("{{\"event\":\"exit\",\"seq\":{seq},\"result\":")
+}
+
+const EXIT_END: &[u8] = b"}\n";
+
+/// The line of an `exit` event, as parts that share the result document.
+pub fn exit_line(seq: u64, json: &Bytes) -> Chunks {
+    Chunks::new([
+        Bytes::from(exit_head(seq)),
+        json.clone(),
+        Bytes::from_static(EXIT_END),
+    ])
+}
+
+/// Largest frame sent of a shared document: a reader holds slices of the
+/// one buffer, never a copy of it.
+const FRAME_BYTES: usize = 64 * 1024;
+
+/// Takes the next frame off the front of `parts`: at most [`FRAME_BYTES`]
+/// of the first part, sliced (not copied).
+fn next_frame(parts: &mut VecDeque<Bytes>) -> Option<Bytes> {
+    loop {
+        let front = parts.front_mut()?;
+        if front.is_empty() {
+            parts.pop_front();
+            continue;
+        }
+        if front.len() > FRAME_BYTES {
+            return Some(front.split_to(FRAME_BYTES));
+        }
+        return parts.pop_front();
+    }
+}
+
+/// A body of a few shared buffers, sent [`FRAME_BYTES`] at a time.
+#[derive(Debug)]
+pub struct Chunks {
+    parts: VecDeque<Bytes>,
+}
+
+impl Chunks {
+    pub fn new(parts: impl IntoIterator<Item = Bytes>) -> Chunks {
+        Chunks {
+            parts: parts.into_iter().collect(),
+        }
+    }
+}
+
+impl http_body::Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(next_frame(&mut self.get_mut().parts).map(|b| Ok(Frame::data(b))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.parts.iter().all(Bytes::is_empty)
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.parts.iter().map(|b| b.len() as u64).sum())
+    }
 }
 
 #[derive(Debug, Default)]
@@ -169,7 +233,7 @@ struct LogInner {
     held_from: [u64; 2],
     /// Which stream's held output came first, and when.
     held_first: Option<(usize, Instant)>,
-    exit: Option<Arc<ExecResult>>,
+    exit: Option<Encoded>,
     closed: bool,
     /// Events dropped by [`EventLog::shed`] (0 while the log is whole).
     shed_events: usize,
@@ -278,7 +342,7 @@ impl LogInner {
                     snap.raw.extend_from_slice(bytes);
                     piece.2 = at..snap.raw.len();
                 }
-                Kind::Exit => snap.exit = self.exit.clone(),
+                Kind::Exit => snap.exit = self.exit.as_ref().map(|e| e.json.clone()),
             }
             snap.events.push(piece);
         }
@@ -311,12 +375,14 @@ struct Snapshot {
     events: Vec<(u64, Kind, std::ops::Range<usize>)>,
     raw: Vec<u8>,
     id: String,
-    exit: Option<Arc<ExecResult>>,
+    /// The result document of the `exit` event (shared, not copied).
+    exit: Option<Bytes>,
 }
 
 impl Snapshot {
-    /// The NDJSON lines of the events.
-    fn render(&self) -> Vec<u8> {
+    /// The NDJSON lines of the events; with an `exit`, the lines end with
+    /// its head, to be followed by the document and [`EXIT_END`].
+    fn render(&self) -> (Vec<u8>, Option<Bytes>) {
         let mut out = Vec::with_capacity(self.raw.len() + 64 * self.events.len());
         for (seq, kind, range) in &self.events {
             let seq = *seq;
@@ -342,20 +408,14 @@ impl Snapshot {
                     },
                 ),
                 Kind::Exit => {
-                    if let Some(result) = &self.exit {
-                        push_line(
-                            &mut out,
-                            &ExitLine {
-                                event: "exit",
-                                seq,
-                                result,
-                            },
-                        );
+                    if let Some(json) = &self.exit {
+                        out.extend_from_slice(exit_head(seq).as_bytes());
+                        return (out, Some(json.clone()));
                     }
                 }
             }
         }
-        out
+        (out, None)
     }
 }
 
@@ -364,6 +424,9 @@ impl Snapshot {
 pub struct Page {
     /// NDJSON lines of the events read (empty when there was none).
     pub lines: Bytes,
+    /// With an `exit`: its result document, to send after `lines` and
+    /// before [`EXIT_END`] (shared by every reader).
+    pub doc: Option<Bytes>,
     /// The `seq` of the last event read (`after` when none).
     pub last: u64,
     /// Output bytes of the events read.
@@ -439,7 +502,7 @@ impl EventLog {
     }
 
     /// Appends the `exit` event (which closes the log); its `seq`.
-    pub fn exit(&self, result: Arc<ExecResult>) -> Option<u64> {
+    pub fn exit(&self, result: Encoded) -> Option<u64> {
         let mut inner = self.lock();
         if inner.closed {
             return None;
@@ -509,16 +572,17 @@ impl EventLog {
             let last = inner.shed_events as u64;
             let exit = inner.exit.clone().filter(|_| after < last);
             drop(inner);
-            let out = Snapshot {
+            let (out, doc) = Snapshot {
                 events: vec![(last, Kind::Exit, 0..0)],
                 raw: Vec::new(),
                 id: String::new(),
-                exit,
+                exit: exit.map(|e| e.json),
             }
             .render();
             return Page {
                 exit: !out.is_empty(),
                 lines: Bytes::from(out),
+                doc,
                 last,
                 output: 0,
                 ended: true,
@@ -542,8 +606,10 @@ impl EventLog {
         let exit = upto > after && inner.index[(upto - 1) as usize].kind == Kind::Exit;
         let ended = inner.closed && upto >= n;
         drop(inner);
+        let (lines, doc) = snap.render();
         Page {
-            lines: Bytes::from(snap.render()),
+            lines: Bytes::from(lines),
+            doc,
             last: upto,
             output,
             exit,
@@ -552,7 +618,7 @@ impl EventLog {
     }
 
     /// The result of the `exit` event, once logged.
-    pub fn exit_result(&self) -> Option<Arc<ExecResult>> {
+    pub fn exit_result(&self) -> Option<Encoded> {
         self.lock().exit.clone()
     }
 
@@ -706,7 +772,7 @@ impl DaemonSink {
     }
 
     /// Logs held-back bytes and the `exit` event.
-    pub fn finish(mut self, result: Arc<ExecResult>) {
+    pub fn finish(mut self, result: Encoded) {
         for i in 0..2 {
             let held = std::mem::take(&mut self.carry[i]);
             self.live.log.output(i, &held);
@@ -815,6 +881,8 @@ pub struct LogBody {
     progress: Option<Arc<Progress>>,
     wait: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     heartbeat: Heartbeat,
+    /// What is left of the last page to send (an `exit`'s document).
+    pending: VecDeque<Bytes>,
     done: bool,
 }
 
@@ -827,6 +895,7 @@ pub fn attach(log: Arc<EventLog>, after: u64, heartbeat: Duration) -> LogBody {
         progress: None,
         wait: None,
         heartbeat: Heartbeat::new(heartbeat),
+        pending: VecDeque::new(),
         done: false,
     }
 }
@@ -864,10 +933,16 @@ impl http_body::Body for LogBody {
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = self.get_mut();
         loop {
+            if let Some(frame) = next_frame(&mut this.pending) {
+                return Poll::Ready(Some(Ok(Frame::data(frame))));
+            }
             if this.done {
                 return Poll::Ready(None);
             }
             let page = this.log.read(this.next);
+            if let Some(doc) = page.doc {
+                this.pending.extend([doc, Bytes::from_static(EXIT_END)]);
+            }
             if !page.lines.is_empty() {
                 this.next = page.last;
                 if let Some(p) = &this.progress {
@@ -954,6 +1029,39 @@ mod tests {
             after = page.last;
         }
         assert_eq!(total, 200_000);
+    }
+
+    #[test]
+    fn the_exit_line_is_the_shared_document_in_frames() {
+        let mut result = crate::result::ExecResult::rejected(
+            "x",
+            "bubblewrap",
+            crate::result::ErrorInfo::new("k", "m"),
+        );
+        result.stdout = "\u{1}".repeat(100_000);
+        let enc = Encoded::new(Arc::new(result));
+        let log = EventLog::new("x");
+        log.exit(enc.clone());
+        let page = log.read(0);
+        assert!(page.exit);
+        let doc = page.doc.unwrap();
+        // The same buffer, not a copy.
+        assert_eq!(doc.as_ptr(), enc.json.as_ptr());
+        let mut parts = VecDeque::from([page.lines, doc, Bytes::from_static(EXIT_END)]);
+        let mut line = Vec::new();
+        while let Some(frame) = next_frame(&mut parts) {
+            assert!(frame.len() <= FRAME_BYTES);
+            line.extend_from_slice(&frame);
+        }
+        let want = serde_json::json!({"event": "exit", "seq": 1, "result": &*enc.result});
+        let mut want = serde_json::to_vec(&want).unwrap();
+        want.push(b'\n');
+        assert_eq!(
+            serde_json::from_slice::<serde_json::Value>(&line).unwrap(),
+            serde_json::from_slice::<serde_json::Value>(&want).unwrap()
+        );
+        assert!(line.starts_with(b"{\"event\":\"exit\",\"seq\":1,\"result\":{"));
+        assert!(line.ends_with(b"}}\n"));
     }
 
     #[test]
