@@ -55,10 +55,12 @@ fn check(p: &Profile) {
     assert!(l.timeout_ms > 0 && l.pids > 0 && l.memory_bytes > 0 && l.tmp_bytes > 0);
 }
 
-/// A host where mirrored sources are, by turns, missing, symlinks and
-/// folders: the order of the rules is kept and only missing ones drop.
-/// Then the real bubblewrap argv of a job under this profile: its mounts
-/// appear in the profile's order.
+/// A host where sources are, by turns, missing, symlinks and folders:
+/// the order of the rules is kept, and a rule drops only when it adds
+/// nothing: a mirror or a `ro-bind-try` of a missing source, or a bind of
+/// a path onto itself below an earlier kept read-only bind of a folder
+/// onto itself. Then the real bubblewrap argv of a job under this
+/// profile: its mounts appear in the profile's order.
 fn bubblewrap(p: &Profile) {
     let host = |src: &Path| match src.as_os_str().len() % 3 {
         0 => HostEntry::Missing,
@@ -66,13 +68,45 @@ fn bubblewrap(p: &Profile) {
         _ => HostEntry::Other,
     };
     let mounts = p.resolve_mounts(host);
-    let missing = p
-        .linux
-        .mounts
-        .iter()
-        .filter(|r| matches!(r, MountRule::Mirror { src, .. } if host(src) == HostEntry::Missing))
-        .count();
-    assert_eq!(mounts.len() + missing, p.linux.mounts.len());
+    let dest_of = |m: &Mount| match m {
+        Mount::RoBind { dest, .. }
+        | Mount::RoBindTry { dest, .. }
+        | Mount::Symlink { dest, .. } => dest.clone(),
+    };
+    let mut kept = mounts.iter().peekable();
+    let mut earlier: Vec<&Mount> = Vec::new();
+    for rule in &p.linux.mounts {
+        let (MountRule::RoBind { src, dest }
+        | MountRule::RoBindTry { src, dest }
+        | MountRule::Mirror { src, dest }) = rule;
+        let same = |m: &&Mount| {
+            dest_of(m) == *dest
+                && match (m, rule) {
+                    (Mount::Symlink { .. }, MountRule::Mirror { .. }) => true,
+                    (Mount::RoBind { src: s, .. } | Mount::RoBindTry { src: s, .. }, _) => s == src,
+                    _ => false,
+                }
+        };
+        if kept.peek().is_some_and(same) {
+            earlier.push(kept.next().expect("peeked"));
+            continue;
+        }
+        let missing = host(src) == HostEntry::Missing
+            && matches!(rule, MountRule::RoBindTry { .. } | MountRule::Mirror { .. });
+        let nested = src == dest
+            && earlier.iter().any(|m| match m {
+                Mount::RoBind { src: s, dest: d } | Mount::RoBindTry { src: s, dest: d } => {
+                    s == d && src != s && src.starts_with(s)
+                }
+                Mount::Symlink { .. } => false,
+            });
+        assert!(
+            missing || nested,
+            "rule for {} dropped though it adds something",
+            dest.display()
+        );
+    }
+    assert!(kept.next().is_none(), "a mount that no rule asked for");
 
     let mut job = Job::from_json(br#"{"argv":["true"]}"#, None).expect("a minimal job");
     job.profile = p.clone();
