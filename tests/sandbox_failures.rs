@@ -333,10 +333,35 @@ fn health(socket: &std::path::Path) -> (u16, Value) {
     let mut reply = String::new();
     s.read_to_string(&mut reply).unwrap();
     let code = reply[9..12].parse().unwrap();
-    let body = reply.split("\r\n\r\n").nth(1).unwrap_or_default();
-    // A chunked body: the JSON is the line that starts with a brace.
-    let json = body.lines().find(|l| l.starts_with('{')).unwrap_or("{}");
-    (code, serde_json::from_str(json).unwrap())
+    (code, serde_json::from_str(&body_of(&reply)).unwrap())
+}
+
+/// The body of a whole HTTP/1.1 reply, its chunks joined when it is
+/// chunked (a chunk may end anywhere, inside a line or a character).
+fn body_of(reply: &str) -> String {
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((reply, ""));
+    let chunked = head
+        .lines()
+        .any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding:") && l.contains("chunked"));
+    if !chunked {
+        return body.to_owned();
+    }
+    let (mut rest, mut out) = (body.as_bytes(), Vec::new());
+    loop {
+        let end = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("a chunk size line");
+        let size_text = std::str::from_utf8(&rest[..end]).unwrap();
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).unwrap();
+        rest = &rest[end + 2..];
+        if size == 0 {
+            break;
+        }
+        out.extend_from_slice(&rest[..size]);
+        rest = &rest[size + 2..];
+    }
+    String::from_utf8(out).unwrap()
 }
 
 #[test]
@@ -402,10 +427,8 @@ fn stream(socket: &std::path::Path, job: &str) -> Vec<Value> {
     s.write_all(request.as_bytes()).unwrap();
     let mut reply = String::new();
     s.read_to_string(&mut reply).unwrap();
-    let body = reply.split("\r\n\r\n").nth(1).unwrap_or_default();
-    // Chunked: the events are the lines that start with a brace.
-    body.lines()
-        .filter(|l| l.starts_with('{'))
+    body_of(&reply)
+        .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
 }
