@@ -333,6 +333,18 @@ fn dev_shm_is_bounded() {
     assert_eq!(code, 7, "/dev/shm took 64 MiB with tmp_bytes 8 MiB: {doc}");
 }
 
+/// The probe's `fork-bomb` report in a result: the forks it made, and
+/// the whole line (`FORKS n first_error=…`).
+fn fork_report(doc: &Value) -> (u64, String) {
+    let report = stdout(doc).trim().to_owned();
+    let forks = report
+        .strip_prefix("FORKS ")
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no fork report: {doc}"));
+    (forks, report)
+}
+
 /// Processes of the sandbox user that belong to no execution.
 struct Squatters(Vec<std::process::Child>);
 
@@ -390,12 +402,7 @@ fn the_pids_rlimit_counts_only_the_executions_own_processes() {
     let (code, doc) = run_without_cgroups(&world, &job);
     assert_eq!(code, 0, "{doc}");
     assert_eq!(doc["limits"]["pids"]["enforced_by"], "rlimit", "{doc}");
-    let report = stdout(&doc).trim().to_owned();
-    let forks: u64 = report
-        .strip_prefix("FORKS ")
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no fork report: {doc}"));
+    let (forks, report) = fork_report(&doc);
     // 20 counts bubblewrap's pid 1 and the probe, and each fork-bomb child
     // forks once more: about 9 forks use the whole budget. Counted with
     // the 30 other processes, there would be none (or no sandbox at all).
@@ -474,12 +481,7 @@ fn without_writable_cgroups_a_fork_bomb_is_bounded_or_the_job_refused() {
         assert!(msg.contains("pids limit cannot be enforced"), "{msg}");
     } else {
         assert_eq!(pids["enforced_by"], "rlimit", "{doc}");
-        let report = stdout(&doc).trim();
-        let forks: u64 = report
-            .strip_prefix("FORKS ")
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("no fork report: {doc}"));
+        let (forks, report) = fork_report(&doc);
         assert!(forks < 20, "{forks} forks under pids 20: {doc}");
         assert!(report.contains("first_error=EAGAIN"), "{doc}");
     }

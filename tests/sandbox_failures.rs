@@ -330,38 +330,24 @@ fn health(socket: &std::path::Path) -> (u16, Value) {
     let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
     s.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .unwrap();
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).unwrap();
-    let code = reply[9..12].parse().unwrap();
-    (code, serde_json::from_str(&body_of(&reply)).unwrap())
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).unwrap();
+    let (code, body) = http_reply(&reply);
+    (code, serde_json::from_slice(&body).unwrap())
 }
 
-/// The body of a whole HTTP/1.1 reply, its chunks joined when it is
-/// chunked (a chunk may end anywhere, inside a line or a character).
-fn body_of(reply: &str) -> String {
-    let (head, body) = reply.split_once("\r\n\r\n").unwrap_or((reply, ""));
-    let chunked = head
-        .lines()
-        .any(|l| l.to_ascii_lowercase().starts_with("transfer-encoding:") && l.contains("chunked"));
-    if !chunked {
-        return body.to_owned();
-    }
-    let (mut rest, mut out) = (body.as_bytes(), Vec::new());
-    loop {
-        let end = rest
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .expect("a chunk size line");
-        let size_text = std::str::from_utf8(&rest[..end]).unwrap();
-        let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16).unwrap();
-        rest = &rest[end + 2..];
-        if size == 0 {
-            break;
+/// Kills a child daemon when the test panics before stopping it, so a
+/// failed request does not leave the daemon running.
+struct KillIfPanicking(i32);
+
+impl Drop for KillIfPanicking {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // SAFETY: kill on our own child's pid, not yet reaped (the
+            // guard is forgotten before the child is waited for).
+            unsafe { libc::kill(self.0, libc::SIGKILL) };
         }
-        out.extend_from_slice(&rest[..size]);
-        rest = &rest[size + 2..];
     }
-    String::from_utf8(out).unwrap()
 }
 
 #[test]
@@ -382,12 +368,16 @@ fn the_daemon_says_so_at_start_and_health_answers_503() {
         .stderr(Stdio::piped());
     under_namespace_denial(&mut serve);
     let daemon = serve.spawn().unwrap();
+    let guard = KillIfPanicking(daemon.id() as i32);
     let started = std::time::Instant::now();
     while !socket.exists() && started.elapsed() < HANG_GUARD {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let (code, body) = health(&socket);
     let events = stream(&socket, r#"{"argv": ["true"]}"#);
+    // From here the child is stopped and reaped below: its pid may be
+    // reused, so the guard must never signal it.
+    std::mem::forget(guard);
     // SAFETY: kill on our own child's pid, not yet reaped.
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     let out = daemon.wait_with_output().unwrap();
@@ -425,9 +415,10 @@ fn stream(socket: &std::path::Path, job: &str) -> Vec<Value> {
         job.len()
     );
     s.write_all(request.as_bytes()).unwrap();
-    let mut reply = String::new();
-    s.read_to_string(&mut reply).unwrap();
-    body_of(&reply)
+    let mut reply = Vec::new();
+    s.read_to_end(&mut reply).unwrap();
+    String::from_utf8(http_reply(&reply).1)
+        .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()

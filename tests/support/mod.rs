@@ -6,6 +6,7 @@
 //! it they print `SKIPPED` and return early, unless `SKILL_RUNNER_MUST_WORK`
 //! is set (CI sets it), in which case they fail.
 
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -403,4 +404,104 @@ pub fn give_to_sandbox(dir: &Path) {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// HTTP/1.1 replies, read by hand (the daemon tests speak raw HTTP so that
+// they can test what a library would hide).
+
+/// Reads the status line and headers.
+pub fn read_head<R: BufRead>(r: &mut R) -> (u16, Vec<(String, String)>) {
+    let mut line = String::new();
+    r.read_line(&mut line).expect("status line");
+    let status: u16 = line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or_else(|| panic!("bad status line {line:?}"))
+        .parse()
+        .unwrap();
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        r.read_line(&mut h).unwrap();
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        let (k, v) = h.split_once(':').unwrap();
+        headers.push((k.trim().to_owned(), v.trim().to_owned()));
+    }
+    (status, headers)
+}
+
+pub fn is_chunked(headers: &[(String, String)]) -> bool {
+    headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"))
+}
+
+/// Decodes a chunked body as it arrives.
+#[derive(Debug)]
+pub struct Chunked<R> {
+    inner: R,
+    left: usize,
+    done: bool,
+}
+
+impl<R: BufRead> Chunked<R> {
+    pub fn new(inner: R) -> Self {
+        Chunked {
+            inner,
+            left: 0,
+            done: false,
+        }
+    }
+}
+
+impl<R: BufRead> Read for Chunked<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.done {
+            return Ok(0);
+        }
+        if self.left == 0 {
+            let mut size = String::new();
+            self.inner.read_line(&mut size)?;
+            let size = size.trim();
+            if size.is_empty() {
+                self.done = true;
+                return Ok(0);
+            }
+            self.left = usize::from_str_radix(size.split(';').next().unwrap(), 16)
+                .map_err(std::io::Error::other)?;
+            if self.left == 0 {
+                self.done = true;
+                let mut end = String::new();
+                let _ = self.inner.read_line(&mut end);
+                return Ok(0);
+            }
+        }
+        let want = buf.len().min(self.left);
+        let n = self.inner.read(&mut buf[..want])?;
+        self.left -= n;
+        if self.left == 0 {
+            let mut crlf = [0u8; 2];
+            self.inner.read_exact(&mut crlf)?;
+        }
+        Ok(n)
+    }
+}
+
+/// The status and body of a whole reply, its chunks joined when it is
+/// chunked (a chunk may end anywhere, inside a line or a character).
+pub fn http_reply(reply: &[u8]) -> (u16, Vec<u8>) {
+    use std::io::Read;
+    let mut r = std::io::BufReader::new(reply);
+    let (status, headers) = read_head(&mut r);
+    let mut body = Vec::new();
+    if is_chunked(&headers) {
+        Chunked::new(r).read_to_end(&mut body).unwrap();
+    } else {
+        r.read_to_end(&mut body).unwrap();
+    }
+    (status, body)
 }

@@ -23,7 +23,7 @@
 //! within `session_idle` (else deletes it and answers 404) and records the
 //! use; [`sweep`] deletes the expired ones every minute.
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
@@ -125,14 +125,18 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     })
 }
 
-/// A place to read a session request's body: a body is read only while
-/// one is held (at most [`super::SESSION_BODIES`] at once); past that the
+/// A session request's body (creation, tool calls), read only while one
+/// of [`super::SESSION_BODIES`] places is held; with none free the
 /// request is refused at once (429), like a full run queue.
-fn body_permit(app: &App) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
-    app.session_bodies
+async fn read_request_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
+    let (limit, timeout) = (app.config.job_body_limit, app.config.body_timeout);
+    let body = check_length(headers, body, limit, timeout).await?;
+    let _place = app
+        .session_bodies
         .clone()
         .try_acquire_owned()
-        .map_err(|_| ApiError::SessionsBusy)
+        .map_err(|_| ApiError::SessionsBusy)?;
+    read_body(body, limit, timeout).await
 }
 
 async fn create(
@@ -140,16 +144,7 @@ async fn create(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let body = check_length(
-        &headers,
-        body,
-        app.config.job_body_limit,
-        app.config.body_timeout,
-    )
-    .await?;
-    let permit = body_permit(&app)?;
-    let bytes = read_body(body, app.config.job_body_limit, app.config.body_timeout).await?;
-    drop(permit);
+    let bytes = read_request_body(&app, &headers, body).await?;
     blocking(&app, None, move |host| host.create_json(&bytes)).await
 }
 
@@ -205,16 +200,7 @@ async fn tool(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let body = check_length(
-        &headers,
-        body,
-        app.config.job_body_limit,
-        app.config.body_timeout,
-    )
-    .await?;
-    let permit = body_permit(&app)?;
-    let bytes = read_body(body, app.config.job_body_limit, app.config.body_timeout).await?;
-    drop(permit);
+    let bytes = read_request_body(&app, &headers, body).await?;
     let input: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::BadBody(format!(
             "the tool input is not JSON: {}; send the model's tool input object as the body",
