@@ -695,7 +695,7 @@ fn nested_user_namespace_keeps_the_escape_probes_denied() {
     };
     let world = World::new();
     let workspace = world.workspace_with_probe();
-    // The nested runner maps uid 0 alone and keeps it (crate::identity):
+    // The nested runner maps uid 0 alone and keeps it (crate::sandbox::identity):
     // the workspace is its own, not the sandbox user's.
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {

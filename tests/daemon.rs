@@ -380,15 +380,15 @@ fn execution_leftovers(world: &World) -> Vec<String> {
 
 /// A bundle (docs/formats.md) of one skill folder, and its binding.
 fn bundle_of(id: &str, dir: &Path) -> (Value, Value) {
-    let limits = skill_runner::package::Limits::default();
-    let files = skill_runner::source::read_dir_files(dir, &limits).unwrap();
-    let binding = skill_runner::hash::Binding {
+    let limits = skill_runner::package::format::Limits::default();
+    let files = skill_runner::package::source::read_dir_files(dir, &limits).unwrap();
+    let binding = skill_runner::package::hash::Binding {
         id: id.to_owned(),
         revision: 1,
         version: "1.0.0".to_owned(),
         hash: hash_of(dir),
     };
-    let text = skill_runner::bundle::render(&[(binding.clone(), files)]);
+    let text = skill_runner::package::bundle::render(&[(binding.clone(), files)]);
     (
         serde_json::from_str(&text).unwrap(),
         serde_json::to_value(&binding).unwrap(),

@@ -131,7 +131,7 @@ fn no_setuid_or_setgid_file_can_be_left_in_a_workspace() {
     let out = stdout(&doc);
     assert!(out.contains("COPIED"), "{out}");
     // A sandbox whose uid is the parent namespace's root may change no
-    // mode at all (crate::identity); any other may change ordinary bits.
+    // mode at all (crate::sandbox::identity); any other may change ordinary bits.
     let root_mapped = doc["identity"]["root_mapped"] == true;
     assert_eq!(out.contains("CHMOD-755"), !root_mapped, "{doc}");
     assert!(!out.contains("SETUID") && !out.contains("SETGID"), "{out}");
@@ -471,7 +471,7 @@ fn without_writable_cgroups_a_fork_bomb_is_bounded_or_the_job_refused() {
     let pids = &doc["limits"]["pids"];
     let identity_root_mapped = {
         let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
-        sandbox_uid().is_none() && skill_runner::identity::outside(&map, 0) == Some(0)
+        sandbox_uid().is_none() && skill_runner::sandbox::identity::outside(&map, 0) == Some(0)
     };
     if identity_root_mapped {
         // RLIMIT_NPROC does not bind host root: refused, never dropped.

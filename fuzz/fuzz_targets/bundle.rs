@@ -9,9 +9,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use skill_runner::bundle::{self, BundleSkill, Files};
-use skill_runner::hash::{self, Binding};
-use skill_runner::package::{self, Limits, SKILL_MD};
+use skill_runner::package::bundle::{self, BundleSkill, Files};
+use skill_runner::package::format::{self, Limits, SKILL_MD};
+use skill_runner::package::hash::{self, Binding};
 use skill_runner_fuzz::one_line;
 
 fuzz_target!(|data: &[u8]| {
@@ -52,7 +52,7 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn check(s: &BundleSkill) {
-    package::check_binding(&s.binding).expect("a verified binding");
+    format::check_binding(&s.binding).expect("a verified binding");
     for w in s.files.windows(2) {
         assert_eq!(
             hash::utf16_cmp(&w[0].path, &w[1].path),
@@ -61,7 +61,7 @@ fn check(s: &BundleSkill) {
         );
     }
     for f in &s.files {
-        package::check_path(&f.path).expect("an admissible path");
+        format::check_path(&f.path).expect("an admissible path");
         assert_eq!(hash::file_hash(&f.bytes), f.hash);
     }
     let actual = hash::package_hash(s.files.iter().map(|f| (&f.path[..], &f.bytes[..])))
@@ -73,7 +73,7 @@ fn check(s: &BundleSkill) {
         .find(|f| f.path == SKILL_MD)
         .expect("SKILL.md");
     assert_eq!(
-        package::parse_skill_md(&md.bytes).expect("parsed once"),
+        format::parse_skill_md(&md.bytes).expect("parsed once"),
         s.doc
     );
     for w in s.doc.warnings(Some(&s.binding.id)) {

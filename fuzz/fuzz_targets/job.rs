@@ -12,10 +12,11 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use skill_runner::alias::{self, Spelling};
-use skill_runner::exec::{Bwrap, Runner};
-use skill_runner::job::{self, Job, RawJob};
-use skill_runner::launch::BwrapFeatures;
+use skill_runner::exec::job::{self, Job, RawJob};
+use skill_runner::exec::Runner;
+use skill_runner::sandbox::bwrap::BwrapFeatures;
+use skill_runner::sandbox::host::Bwrap;
+use skill_runner::sandbox::paths::{self, Spelling};
 use skill_runner_fuzz::one_line;
 
 /// A folder that does not exist: a relative profile path names no file.
@@ -52,7 +53,7 @@ fn check(job: &Job) {
     assert!(l.timeout_ms > 0 && l.output_bytes > 0 && l.memory_bytes > 0 && l.pids > 0);
     assert!(l.file_size_bytes > 0 && l.tmp_bytes > 0 && l.cpu_ms != Some(0));
     for (i, s) in job.skills.iter().enumerate() {
-        skill_runner::package::check_binding(&s.binding).expect("validated binding");
+        skill_runner::package::format::check_binding(&s.binding).expect("validated binding");
         assert!(job.skills[..i].iter().all(|o| o.binding.id != s.binding.id));
         if let Some(p) = &s.path {
             assert!(p.is_absolute());
@@ -93,16 +94,16 @@ fn plan(job: &Job) {
         skills: Path::new("/private/var/fuzz/skills"),
         extensions: Path::new("/private/var/fuzz/ext"),
     };
-    let rewritten = match alias::rewrite_argv(&job.argv, Spelling::Sandbox) {
+    let rewritten = match paths::rewrite_argv(&job.argv, Spelling::Sandbox) {
         Err(e) => {
             one_line("alias", &e.to_string());
-            assert!(alias::rewrite_argv(&job.argv, host).is_err());
+            assert!(paths::rewrite_argv(&job.argv, host).is_err());
             return;
         }
         Ok(a) => a,
     };
     assert_eq!(rewritten.len(), job.argv.len());
-    alias::rewrite_argv(&job.argv, host).expect("both spellings accept the same argv");
+    paths::rewrite_argv(&job.argv, host).expect("both spellings accept the same argv");
     let bwrap = Bwrap {
         path: "/usr/bin/bwrap".into(),
         version: "fuzz".into(),

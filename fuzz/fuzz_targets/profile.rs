@@ -12,10 +12,13 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use seatbelt::sexpr;
-use skill_runner::exec::{Bwrap, Runner};
-use skill_runner::job::Job;
-use skill_runner::launch::BwrapFeatures;
-use skill_runner::profile::{self, HostEntry, Mount, MountRule, Network, Profile, RESERVED_DESTS};
+use skill_runner::exec::job::Job;
+use skill_runner::exec::Runner;
+use skill_runner::sandbox::bwrap::BwrapFeatures;
+use skill_runner::sandbox::host::Bwrap;
+use skill_runner::sandbox::profile::{
+    self, HostEntry, Mount, MountRule, Network, Profile, RESERVED_DESTS,
+};
 use skill_runner_fuzz::one_line;
 
 fuzz_target!(|data: &[u8]| {
@@ -29,7 +32,7 @@ fuzz_target!(|data: &[u8]| {
     check(&p);
     bubblewrap(&p);
     #[cfg(target_os = "linux")]
-    if let Err(e) = skill_runner::seccomp::compile(&p, Network::None) {
+    if let Err(e) = skill_runner::sandbox::seccomp::compile(&p, Network::None) {
         one_line("seccomp", &e.to_string());
     }
     seatbelt(&p);

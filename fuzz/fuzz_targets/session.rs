@@ -25,8 +25,8 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use skill_runner::hash;
-use skill_runner::session::{
+use skill_runner::package::hash;
+use skill_runner::skillhost::session::{
     delivery, Chunk, Delivery, Event, EventKind, ReadRange, ResourceQuery, SessionError,
     SessionHost, SkillsQuery, MAX_READ_LIMIT,
 };

@@ -11,14 +11,14 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use skill_runner::catalog::{self, SkillKind};
-use skill_runner::hash::Binding;
-use skill_runner::package;
-use skill_runner::session::{self, Delivery, Provenance, SessionSkill};
+use skill_runner::package::format;
+use skill_runner::package::hash::Binding;
+use skill_runner::skillhost::catalog::{self, SkillKind};
+use skill_runner::skillhost::session::{self, Delivery, Provenance, SessionSkill};
 use skill_runner_fuzz::one_line;
 
 fuzz_target!(|data: &[u8]| {
-    let doc = match package::parse_skill_md(data) {
+    let doc = match format::parse_skill_md(data) {
         Err(e) => return one_line("SKILL.md", &e.to_string()),
         Ok(d) => d,
     };

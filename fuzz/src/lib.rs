@@ -14,12 +14,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use skill_runner::catalog::CatalogConfig;
 use skill_runner::daemon::config::{Config, ServeArgs};
-use skill_runner::daemon::{metrics, registry, roots, routes, selfcheck};
+use skill_runner::daemon::{confine, metrics, registry, routes, selfcheck};
 use skill_runner::exec::{self, Runner};
-use skill_runner::package::Limits;
-use skill_runner::session::{SessionHost, SessionRequest, SkillSpec};
+use skill_runner::package::format::Limits;
+use skill_runner::skillhost::catalog::CatalogConfig;
+use skill_runner::skillhost::session::{SessionHost, SessionRequest, SkillSpec};
 
 /// A `managed_filesystem` session (tools `bash`, `read`) of `hello` and
 /// `oddities`.
@@ -225,7 +225,7 @@ impl Fixture {
                 config.retention,
             ),
             metrics: Arc::new(metrics::Metrics::default()),
-            roots: roots::Roots::new(config.roots.clone()),
+            roots: confine::Roots::new(config.roots.clone()),
             uploads: Arc::new(tokio::sync::Semaphore::new(config.max_uploads)),
             session_bodies: Arc::new(tokio::sync::Semaphore::new(
                 skill_runner::daemon::SESSION_BODIES,

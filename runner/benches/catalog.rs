@@ -22,7 +22,7 @@ use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
-use skill_runner::catalog::{Catalog, CatalogConfig, Doc, RankIndex};
+use skill_runner::skillhost::catalog::{Catalog, CatalogConfig, Doc, RankIndex};
 
 const WORDS: &[&str] = &[
     "csv",

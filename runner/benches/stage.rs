@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use skill_runner::hash::Binding;
-use skill_runner::package::Limits;
-use skill_runner::stage::{self, Selected, SkillSource};
+use skill_runner::package::format::Limits;
+use skill_runner::package::hash::Binding;
+use skill_runner::package::stage::{self, Selected, SkillSource};
 
 const MIB: usize = 1 << 20;
 

@@ -14,7 +14,7 @@
 //!
 //! Built by `runner/build.rs` with the same `rustc` (`panic=abort`, no
 //! standard library, `-nostdlib -static`), carried inside the runner and
-//! handed to bubblewrap as a sealed memfd (`crate::shim::executable`).
+//! handed to bubblewrap as a sealed memfd (`crate::sandbox::shim::executable`).
 //!
 //! Steps: parse the arguments (anything unexpected: a message on stderr,
 //! which is bubblewrap's, and exit 125 before the report: a sandbox that

@@ -1,55 +1,38 @@
 //! skill-runner: run one command of an AI-agent Skill in a sandbox, with
 //! exactly the package bytes that were pinned.
 //!
-//! The crate is layered; each module is one concept:
+//! The crate is a ladder of rooms; a room may use the rooms below it and
+//! never one above (`runner/tests/architecture.rs` checks this, and that no
+//! two modules of a room import each other):
 //!
-//! | module | concept |
-//! |---|---|
-//! | [`hash`] | package hash, file hash, set identity (pure) |
-//! | [`package`] | what a package may contain; `SKILL.md` front matter (pure) |
-//! | [`bundle`] | the transport JSON (pure) |
-//! | [`source`] | listing a package folder on the host |
-//! | [`store`] | the content-addressed store |
-//! | [`stage`] | building and verifying a snapshot root |
-//! | [`fsx`] | file-system primitives (no-follow opens, copies, locks) |
-//! | [`catalog`] | the skills offered by name: built-in, user, project |
-//! | [`session`] | the skill host: frozen sessions and their tool routes |
-//! | [`net`] | a job's network allowlist: policy, the proxy, the sandbox's forwarder |
+//! | room | what it holds | may use |
+//! |---|---|---|
+//! | [`daemon`] | `skill-runner serve`: the HTTP API, its settings, registry and streams | everything below |
+//! | [`skillhost`] | the skill catalog and sessions (frozen selections and their tool routes) | `exec` and below |
+//! | [`exec`] | one execution end to end: job, limits, runner, result, diagnosis, doctor | `package`, `sandbox` and below |
+//! | [`package`] | package bytes: hash, format, bundle, source, store, staging, published roots | `supervise`, `fsx`, `text` |
+//! | [`sandbox`] | the isolation: profile, seccomp, bubblewrap argv, Seatbelt plan, identity, exec shim, network | `supervise`, `fsx`, `text` |
+//! | [`supervise`] | spawning and watching one process tree; cgroups; the only `unsafe` ([`supervise::sys`]) | `fsx`, `text` |
+//! | [`fsx`] | file-system primitives: no-follow opens, copies, locks | `text` |
+//! | [`text`] | small pure formatting helpers | nothing |
 //!
-//! `unsafe` is denied in the whole crate but [`sys`], which holds every
-//! system call that needs it, each with a SAFETY comment naming the
-//! invariant. (The exec shim in `exec-shim/` is a program of its own,
-//! without a C library: its raw system calls are its whole point.)
+//! `package` and `sandbox` stand side by side: neither uses the other, and
+//! only `exec` brings package bytes and a sandbox together. The CLI
+//! (`main.rs`, with its argument structs in `cli.rs`) sits on top.
+//!
+//! `unsafe` is denied in the whole crate but [`supervise::sys`], which
+//! holds every system call that needs it, each with a SAFETY comment
+//! naming the invariant. (The exec shim in `exec-shim/` is a program of
+//! its own, without a C library: its raw system calls are its whole
+//! point.)
 
 #![deny(unsafe_code)]
 
-pub mod alias;
-pub mod bundle;
-pub mod catalog;
-pub mod cgroup;
 pub mod daemon;
-pub mod diagnose;
-pub mod diskwatch;
-pub mod doctor;
 pub mod exec;
 pub mod fsx;
-pub mod hash;
-pub mod identity;
-pub mod job;
-pub mod launch;
-pub mod macos;
-pub mod net;
 pub mod package;
-pub mod profile;
-pub mod result;
-pub mod roots;
-#[cfg(target_os = "linux")]
-pub mod seccomp;
-pub mod session;
-pub mod shim;
-pub mod source;
-pub mod stage;
-pub mod store;
+pub mod sandbox;
+pub mod skillhost;
 pub mod supervise;
-#[allow(unsafe_code)]
-pub mod sys;
+pub mod text;

@@ -14,17 +14,18 @@ use std::process::ExitCode;
 use anyhow::bail;
 use clap::{Args, Parser, Subcommand};
 
-use skill_runner::catalog::{Catalog, CatalogConfig};
+use skill_runner::exec::doctor;
+use skill_runner::exec::job::Job;
+use skill_runner::exec::result::{ErrorInfo, ExecResult, EXIT_RUNNER};
 use skill_runner::exec::{self, Config, OutputMode, RunOptions, Runner};
-use skill_runner::hash::Binding;
-use skill_runner::job::Job;
-use skill_runner::package::{self, Limits as PackageLimits};
-use skill_runner::result::{ErrorInfo, ExecResult, EXIT_RUNNER};
-use skill_runner::session::{
+use skill_runner::package::format::{self, Limits as PackageLimits};
+use skill_runner::package::hash::Binding;
+use skill_runner::package::{bundle, hash, source, stage};
+use skill_runner::skillhost::catalog::{Catalog, CatalogConfig};
+use skill_runner::skillhost::session::{
     ReadRange, ResourceQuery, SessionError, SessionHost, SessionRequest, SkillSpec, SkillsQuery,
 };
 use skill_runner::supervise::{Cancel, ForwardSink, NoSink};
-use skill_runner::{bundle, doctor, hash, source, stage};
 
 #[derive(Parser)]
 #[command(
@@ -248,7 +249,7 @@ enum StoreCommand {
 
 fn main() -> ExitCode {
     // Inside a sandbox, as bubblewrap's exec shim: becomes the command.
-    skill_runner::shim::run_if_shim();
+    skill_runner::sandbox::shim::run_if_shim();
     let cli = Cli::parse();
     // The daemon installs its own subscriber (level, --log-format).
     if !matches!(cli.command, Command::Serve(_)) {
@@ -337,7 +338,7 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Store(cmd) => {
             let cfg = config(data_dir, false);
-            let store = skill_runner::store::Store::open(&cfg.data_dir)?;
+            let store = skill_runner::package::store::Store::open(&cfg.data_dir)?;
             match cmd {
                 StoreCommand::Add { dir, meta } => {
                     let p = store.publish_dir(
@@ -379,7 +380,7 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
 /// resolve against, or from stdin when `path` is `-`, where they resolve
 /// against the current folder.
 /// With `--confine DIR`: the job's host paths must lie under DIR (the
-/// daemon's rule, see `daemon::roots`).
+/// daemon's rule, see `daemon::confine`).
 fn confined(mut job: Job, confine: Option<&Path>) -> Result<Job, ErrorInfo> {
     if let Some(roots) = confine_roots(confine)? {
         roots
@@ -391,14 +392,14 @@ fn confined(mut job: Job, confine: Option<&Path>) -> Result<Job, ErrorInfo> {
 
 fn confine_roots(
     confine: Option<&Path>,
-) -> Result<Option<skill_runner::daemon::roots::Roots>, ErrorInfo> {
+) -> Result<Option<skill_runner::daemon::confine::Roots>, ErrorInfo> {
     let Some(dir) = confine else {
         return Ok(None);
     };
     let dir = dir
         .canonicalize()
         .map_err(|e| ErrorInfo::new("bad_job", format!("--confine {}: {e}", dir.display())))?;
-    Ok(Some(skill_runner::daemon::roots::Roots::new(vec![dir])))
+    Ok(Some(skill_runner::daemon::confine::Roots::new(vec![dir])))
 }
 
 fn confine_error(message: String) -> ErrorInfo {
@@ -575,8 +576,8 @@ fn explain(
                     "network": job.network.allowlist().map(|a| serde_json::json!({
                         "allow": a.entries.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
                         "private": a.private,
-                        "proxy": skill_runner::net::PROXY_URL,
-                        "socket": skill_runner::net::SANDBOX_SOCKET,
+                        "proxy": skill_runner::sandbox::net::PROXY_URL,
+                        "socket": skill_runner::sandbox::net::SANDBOX_SOCKET,
                     })),
                 });
                 println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -594,21 +595,24 @@ fn explain(
                 match job.network.allowlist() {
                     None => println!("# network: none (an empty network namespace)"),
                     Some(a) => {
-                        println!("# network: {}", skill_runner::net::describe(a));
+                        println!("# network: {}", skill_runner::sandbox::net::describe(a));
                         println!(
                             "# network: the proxy variables point at {}, where the shim's forwarder relays to the runner's proxy over {} (fd {})",
-                            skill_runner::net::PROXY_URL,
-                            skill_runner::net::SANDBOX_SOCKET,
-                            skill_runner::launch::FD_NET
+                            skill_runner::sandbox::net::PROXY_URL,
+                            skill_runner::sandbox::net::SANDBOX_SOCKET,
+                            skill_runner::sandbox::bwrap::FD_NET
                         );
                     }
                 }
-                println!("{}", skill_runner::launch::shell_quote(&program, &args));
+                println!(
+                    "{}",
+                    skill_runner::sandbox::bwrap::shell_quote(&program, &args)
+                );
             }
             Ok(0)
         }
         "macos" => {
-            let (profile, argv) = skill_runner::macos::explain(&job, &cfg.data_dir)?;
+            let (profile, argv) = skill_runner::sandbox::seatbelt::explain(&job, &cfg.data_dir)?;
             if json {
                 let doc = serde_json::json!({
                     "sandbox": "seatbelt",
@@ -634,8 +638,8 @@ fn explain(
 /// The exec shim of an explained job, as a file: the runner's own binary
 /// for a job with a network allowlist or where there is no small shim;
 /// `None` for the small shim, which is no file until `--fds-dir` writes it.
-fn explained_shim(job: &skill_runner::job::Job) -> Option<PathBuf> {
-    match skill_runner::shim::small_shim() {
+fn explained_shim(job: &skill_runner::exec::job::Job) -> Option<PathBuf> {
+    match skill_runner::sandbox::shim::small_shim() {
         Some(_) if job.network.allowlist().is_none() => None,
         _ => std::env::current_exe().ok(),
     }
@@ -645,15 +649,15 @@ fn explained_shim(job: &skill_runner::job::Job) -> Option<PathBuf> {
 /// and the small exec shim as `8-shim` where the job uses it; returns the
 /// shim's path.
 #[cfg(target_os = "linux")]
-fn write_sandbox_fds(job: &skill_runner::job::Job, dir: &Path) -> anyhow::Result<PathBuf> {
-    let filters = skill_runner::seccomp::compile(&job.profile, job.network.mode())?;
+fn write_sandbox_fds(job: &skill_runner::exec::job::Job, dir: &Path) -> anyhow::Result<PathBuf> {
+    let filters = skill_runner::sandbox::seccomp::compile(&job.profile, job.network.mode())?;
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
     let files: [(&str, &[u8]); 4] = [
         ("3-seccomp-rules.bpf", &filters.rules),
         ("4-seccomp-guard.bpf", &filters.guard),
-        ("5-passwd", skill_runner::launch::PASSWD.as_bytes()),
-        ("6-group", skill_runner::launch::GROUP.as_bytes()),
+        ("5-passwd", skill_runner::sandbox::bwrap::PASSWD.as_bytes()),
+        ("6-group", skill_runner::sandbox::bwrap::GROUP.as_bytes()),
     ];
     for (name, bytes) in files {
         write_fresh(&dir.join(name), bytes, 0o644)?;
@@ -661,7 +665,7 @@ fn write_sandbox_fds(job: &skill_runner::job::Job, dir: &Path) -> anyhow::Result
     if let Some(shim) = explained_shim(job) {
         return Ok(shim);
     }
-    let bytes = skill_runner::shim::small_shim().unwrap_or_default();
+    let bytes = skill_runner::sandbox::shim::small_shim().unwrap_or_default();
     let path = dir.join("8-shim");
     write_fresh(&path, bytes, 0o755)?;
     Ok(path)
@@ -692,7 +696,7 @@ fn write_fresh(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn write_sandbox_fds(_job: &skill_runner::job::Job, _dir: &Path) -> anyhow::Result<PathBuf> {
+fn write_sandbox_fds(_job: &skill_runner::exec::job::Job, _dir: &Path) -> anyhow::Result<PathBuf> {
     anyhow::bail!("--fds-dir needs a Linux build (the seccomp programs are compiled for it)")
 }
 
@@ -758,14 +762,14 @@ fn catalog_cmd(cmd: CatalogCommand, data_dir: &Path) -> anyhow::Result<i32> {
             let files = Catalog::read_files(entry, &PackageLimits::default())?;
             let md = files
                 .iter()
-                .find(|f| f.0 == package::SKILL_MD)
+                .find(|f| f.0 == format::SKILL_MD)
                 .map(|f| String::from_utf8_lossy(&f.1).into_owned())
                 .unwrap_or_default();
             if json {
                 #[derive(serde::Serialize)]
                 struct Shown<'a> {
                     #[serde(flatten)]
-                    entry: &'a skill_runner::catalog::Entry,
+                    entry: &'a skill_runner::skillhost::catalog::Entry,
                     file_list: Vec<&'a str>,
                     skill_md: String,
                 }

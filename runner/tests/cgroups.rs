@@ -7,7 +7,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use skill_runner::cgroup::{self, Support};
+use skill_runner::supervise::cgroup::{self, Support};
 
 fn support() -> Option<Support> {
     let s = Support::detect().scoped("test-sweep-ours");

@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use base64::Engine as _;
-use skill_runner::bundle;
-use skill_runner::hash::{self, Binding};
-use skill_runner::package::Limits;
-use skill_runner::stage::{self, Selected, SkillSource, MANIFEST_NAME};
-use skill_runner::store::Store;
+use skill_runner::package::bundle;
+use skill_runner::package::format::Limits;
+use skill_runner::package::hash::{self, Binding};
+use skill_runner::package::stage::{self, Selected, SkillSource, MANIFEST_NAME};
+use skill_runner::package::store::Store;
 
 const SKILL_MD: &str = "---\nname: demo\ndescription: A demo skill.\n---\n# Demo\n";
 
@@ -544,8 +544,8 @@ fn interrupted_publish_is_swept_and_never_found() {
 #[test]
 fn live_private_folders_survive_a_sweep() {
     let t = tempfile::tempdir().unwrap();
-    let live = skill_runner::store::PrivateDir::create(&t.path().join("x")).unwrap();
-    skill_runner::store::sweep_locked_dirs(&t.path().join("x")).unwrap();
+    let live = skill_runner::package::store::PrivateDir::create(&t.path().join("x")).unwrap();
+    skill_runner::package::store::sweep_locked_dirs(&t.path().join("x")).unwrap();
     assert!(live.path.exists());
     let path = live.path.clone();
     drop(live);
@@ -557,10 +557,11 @@ fn kept_private_folders_survive_sweeps() {
     let t = tempfile::tempdir().unwrap();
     let parent = t.path().join("x");
     // Names with dots, as execution folders have (`<id>.<random>`).
-    let mut kept = skill_runner::store::PrivateDir::create_named(&parent, "exec-1.").unwrap();
+    let mut kept =
+        skill_runner::package::store::PrivateDir::create_named(&parent, "exec-1.").unwrap();
     kept.keep = true;
     let path = kept.path.clone();
     drop(kept);
-    skill_runner::store::sweep_locked_dirs(&parent).unwrap();
+    skill_runner::package::store::sweep_locked_dirs(&parent).unwrap();
     assert!(path.exists(), "a kept folder was swept");
 }

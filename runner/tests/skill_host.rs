@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use serde_json::json;
-use skill_runner::catalog::{Catalog, CatalogConfig, Layer, SkillKind};
-use skill_runner::hash::Binding;
-use skill_runner::package::Limits;
-use skill_runner::session::delivery::{self, Delivery, FILE_TOOLS};
-use skill_runner::session::{
+use skill_runner::package::format::Limits;
+use skill_runner::package::hash::Binding;
+use skill_runner::skillhost::catalog::{Catalog, CatalogConfig, Layer, SkillKind};
+use skill_runner::skillhost::session::delivery::{self, Delivery, FILE_TOOLS};
+use skill_runner::skillhost::session::{
     EventKind, ReadRange, ResourceQuery, SessionError, SessionHost, SessionRequest, SkillSpec,
     SkillsQuery, DEFAULT_READ_LIMIT, MAX_READ_LIMIT,
 };
@@ -333,7 +333,7 @@ fn prompt_lists_metadata_and_never_the_body() {
     assert_eq!(p.package_hash, s.skills[0].hash);
     assert_eq!(
         p.package_hash,
-        skill_runner::stage::hash_dir(&d, &Default::default()).unwrap()
+        skill_runner::package::stage::hash_dir(&d, &Default::default()).unwrap()
     );
     let doc = serde_json::to_value(&s).unwrap();
     assert!(!doc.to_string().contains("SECRET-BODY-TEXT"));
@@ -342,7 +342,10 @@ fn prompt_lists_metadata_and_never_the_body() {
         .text
         .contains("package_path: $SCIENCEDISCOVERY_SKILLS_DIR/hello"));
     assert!(s.prompt.text.contains(&p.package_hash));
-    assert_eq!(s.identity, skill_runner::hash::set_identity(&s.skills));
+    assert_eq!(
+        s.identity,
+        skill_runner::package::hash::set_identity(&s.skills)
+    );
 
     let s = host.create(req(&["hello"], &[])).unwrap();
     assert!(
@@ -407,7 +410,7 @@ fn sessions_keep_the_bytes_they_froze() {
     assert_ne!(b2.hash, b1.hash);
     assert_eq!(
         b2.hash,
-        skill_runner::stage::hash_dir(&d, &Default::default()).unwrap()
+        skill_runner::package::stage::hash_dir(&d, &Default::default()).unwrap()
     );
     assert_eq!(host.load(&s2.id, "report").unwrap().body, "NEW BODY\n");
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use base64::Engine as _;
 use serde_json::Value;
-use skill_runner::hash::{self, Binding};
+use skill_runner::package::hash::{self, Binding};
 
 fn vectors() -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/package-hash.json");
@@ -87,8 +87,8 @@ fn valid_vector_packages_verify_as_bundles_and_folders() {
             hash: case["package_hash"].as_str().unwrap().to_owned(),
         };
         // As a bundle: render, parse, verify.
-        let text = skill_runner::bundle::render(&[(binding.clone(), files.clone())]);
-        let parsed = skill_runner::bundle::parse(text.as_bytes(), &Default::default())
+        let text = skill_runner::package::bundle::render(&[(binding.clone(), files.clone())]);
+        let parsed = skill_runner::package::bundle::parse(text.as_bytes(), &Default::default())
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(parsed[0].binding, binding);
         // As a folder on disk: the same hash.
@@ -98,7 +98,7 @@ fn valid_vector_packages_verify_as_bundles_and_folders() {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, b).unwrap();
         }
-        let got = skill_runner::stage::hash_dir(dir.path(), &Default::default()).unwrap();
+        let got = skill_runner::package::stage::hash_dir(dir.path(), &Default::default()).unwrap();
         assert_eq!(got, binding.hash, "{name}: folder hash");
     }
 }
@@ -119,7 +119,7 @@ fn unicode_vector_hashes_from_a_folder_too() {
     }
     // The folder is a valid package only in layout (SKILL.md has no front
     // matter), which hashing does not look at.
-    let got = skill_runner::stage::hash_dir(dir.path(), &Default::default()).unwrap();
+    let got = skill_runner::package::stage::hash_dir(dir.path(), &Default::default()).unwrap();
     assert_eq!(got, case["package_hash"].as_str().unwrap());
 }
 
@@ -239,7 +239,7 @@ fn the_worked_examples_of_the_formats_page_hold() {
         version: "1.0.0".into(),
         hash: minimal["package_hash"].as_str().unwrap().to_owned(),
     };
-    let text = skill_runner::bundle::render(&[(binding, files(&minimal))]);
+    let text = skill_runner::package::bundle::render(&[(binding, files(&minimal))]);
     assert!(page.contains(&text), "the page lacks the bundle {text}");
-    skill_runner::bundle::parse(text.as_bytes(), &Default::default()).unwrap();
+    skill_runner::package::bundle::parse(text.as_bytes(), &Default::default()).unwrap();
 }

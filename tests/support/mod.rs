@@ -234,7 +234,7 @@ impl World {
 
 /// Package hash of a folder, via the library.
 pub fn hash_of(dir: &Path) -> String {
-    skill_runner::stage::hash_dir(dir, &Default::default()).expect("hash")
+    skill_runner::package::stage::hash_dir(dir, &Default::default()).expect("hash")
 }
 
 /// A skill entry for a job: `{id, revision 1, version "1.0.0", hash, path}`.
@@ -385,8 +385,11 @@ pub fn sandbox_uid() -> Option<u32> {
         return None;
     }
     let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
-    skill_runner::identity::outside(&map, skill_runner::identity::DEFAULT_SANDBOX_ID)
-        .map(|_| skill_runner::identity::DEFAULT_SANDBOX_ID)
+    skill_runner::sandbox::identity::outside(
+        &map,
+        skill_runner::sandbox::identity::DEFAULT_SANDBOX_ID,
+    )
+    .map(|_| skill_runner::sandbox::identity::DEFAULT_SANDBOX_ID)
 }
 
 /// Gives `dir` (and what is in it) to the sandbox user, as an operator

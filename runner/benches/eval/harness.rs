@@ -1,6 +1,6 @@
 //! The find-ranking evaluation of issue 17: the skills of `skills.toml`,
 //! the queries of `queries.txt`, the product ranking
-//! ([`skill_runner::catalog::rank`]) and a plain BM25 baseline, scored by
+//! ([`skill_runner::skillhost::catalog::rank`]) and a plain BM25 baseline, scored by
 //! top-1, top-3 and mean reciprocal rank.
 //!
 //! Shared by `runner/benches/find_eval.rs` (`scripts/bench-find`, which
@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 
 use serde::Deserialize;
-use skill_runner::catalog::rank::{self, Doc, Query, RankIndex};
+use skill_runner::skillhost::catalog::rank::{self, Doc, Query, RankIndex};
 
 /// One skill of the set.
 #[derive(Debug, Deserialize)]

@@ -181,7 +181,7 @@ pub struct Config {
     pub session_idle: Duration,
     pub log_format: LogFormat,
     /// What jobs' network allowlists may reach (docs/daemon.md).
-    pub network: crate::net::RunnerNetwork,
+    pub network: crate::sandbox::net::RunnerNetwork,
     /// Findings worth a warning in the log once logging is up.
     pub warnings: Vec<String>,
 }
@@ -454,7 +454,7 @@ impl Config {
         } else {
             file.network_allow
         };
-        let network = crate::net::RunnerNetwork {
+        let network = crate::sandbox::net::RunnerNetwork {
             private: args
                 .network_private
                 .or(file.network_private)
@@ -465,7 +465,7 @@ impl Config {
                         .iter()
                         .filter(|e| !e.is_empty())
                         .map(|e| {
-                            crate::net::policy::Entry::parse(e)
+                            crate::sandbox::net::policy::Entry::parse(e)
                                 .map_err(|err| invalid("network_allow", format!("{e:?} {err}")))
                         })
                         .collect::<Result<Vec<_>, _>>()
@@ -612,9 +612,11 @@ impl Config {
         };
         // A job that sets no output_bytes gets its profile's default: a
         // cap under it would refuse every such job.
-        let default_output = crate::profile::BUILTIN
+        let default_output = crate::sandbox::profile::BUILTIN
             .iter()
-            .filter_map(|(name, _)| crate::profile::Profile::load(name, Path::new("/")).ok())
+            .filter_map(|(name, _)| {
+                crate::sandbox::profile::Profile::load(name, Path::new("/")).ok()
+            })
             .map(|p| p.limits.output_bytes)
             .max()
             .unwrap_or(0);
@@ -740,7 +742,7 @@ mod tests {
     fn network_settings_cap_jobs() {
         let dir = tempfile::tempdir().unwrap();
         let c = Config::build(args(), Some(dir.path().to_owned()), None).unwrap();
-        assert_eq!(c.network, crate::net::RunnerNetwork::default());
+        assert_eq!(c.network, crate::sandbox::net::RunnerNetwork::default());
         let file = dir.path().join("serve.toml");
         std::fs::write(
             &file,

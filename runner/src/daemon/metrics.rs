@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::result::Status;
+use crate::exec::result::Status;
 
 /// Result statuses in the order they are rendered.
 const STATUSES: [(Status, &str); 7] = [
@@ -148,7 +148,7 @@ impl Metrics {
     }
 
     /// Counts the proxy requests of a finished execution.
-    pub fn network(&self, info: &crate::net::NetworkInfo) {
+    pub fn network(&self, info: &crate::sandbox::net::NetworkInfo) {
         let mut map = self.network.lock().unwrap_or_else(|e| e.into_inner());
         for r in &info.requests {
             let known = map.len() < 2 * MAX_HOSTS
@@ -325,7 +325,7 @@ mod tests {
         m.execution(Status::Rejected, Duration::ZERO);
         m.staged(1234, Duration::from_millis(2));
         m.response(200);
-        let req = |host: &str, allowed| crate::net::RequestInfo {
+        let req = |host: &str, allowed| crate::sandbox::net::RequestInfo {
             host: host.into(),
             port: 443,
             allowed,
@@ -333,7 +333,7 @@ mod tests {
             sent_bytes: 0,
             received_bytes: 0,
         };
-        m.network(&crate::net::NetworkInfo {
+        m.network(&crate::sandbox::net::NetworkInfo {
             requests: vec![
                 req("pypi.org", true),
                 req("pypi.org", true),

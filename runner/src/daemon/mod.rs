@@ -26,9 +26,9 @@
 
 pub mod auth;
 pub mod config;
+pub mod confine;
 pub mod metrics;
 pub mod registry;
-pub mod roots;
 pub mod routes;
 pub mod selfcheck;
 pub mod server;
@@ -48,7 +48,7 @@ pub const SESSION_BODIES: usize = 4;
 pub use config::{Config, ConfigError, LogFormat, ServeArgs};
 
 use crate::exec::{self, Runner};
-use crate::package::Limits as PackageLimits;
+use crate::package::format::Limits as PackageLimits;
 
 /// Why the daemon could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -89,7 +89,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
     })
     .map_err(DaemonError::Runner)?;
     // Leftovers of deleted data dirs: once per daemon start, not per run.
-    crate::cgroup::sweep_others(&runner.host.cgroups);
+    crate::supervise::cgroup::sweep_others(&runner.host.cgroups);
     if let Err(m) = runner.host.bwrap.as_ref().and(runner.host.userns.as_ref()) {
         tracing::warn!("the sandbox is unavailable, executions will be refused (503): {m}");
     }
@@ -112,7 +112,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut catalog =
-        crate::catalog::CatalogConfig::from_env(&cwd, home.as_deref(), &config.data_dir);
+        crate::skillhost::catalog::CatalogConfig::from_env(&cwd, home.as_deref(), &config.data_dir);
     // A catalog folder a sandbox could write (inside a job root, where
     // workspaces live, or holding one) would let a command plant skills
     // that later sessions load: such folders are not read.
@@ -133,7 +133,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         });
     }
     let sessions = Arc::new(
-        crate::session::SessionHost::open(&config.data_dir, catalog)
+        crate::skillhost::session::SessionHost::open(&config.data_dir, catalog)
             .map_err(|e| DaemonError::Runner(e.to_string()))?,
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -177,7 +177,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
                 config.retention,
             ),
             metrics: Arc::new(metrics::Metrics::default()),
-            roots: roots::Roots::new(config.roots.clone()),
+            roots: confine::Roots::new(config.roots.clone()),
             uploads: Arc::new(Semaphore::new(config.max_uploads)),
             session_bodies: Arc::new(Semaphore::new(SESSION_BODIES)),
             sessions,
@@ -220,5 +220,5 @@ fn init_logging(format: LogFormat) {
 /// executions. The allocation rate here is low, so contention on two arenas
 /// costs nothing measurable.
 fn limit_malloc_arenas() {
-    crate::sys::limit_malloc_arenas(2);
+    crate::supervise::sys::limit_malloc_arenas(2);
 }

@@ -44,8 +44,8 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::config::Retention;
 use super::stream::EventLog;
-use crate::result::ExecResult;
-use crate::result::Status;
+use crate::exec::result::ExecResult;
+use crate::exec::result::Status;
 use crate::supervise::Cancel;
 
 /// Why an execution was not admitted.
@@ -216,7 +216,7 @@ pub enum StatusFilter {
     Queued,
     Running,
     Finished,
-    Result(crate::result::Status),
+    Result(crate::exec::result::Status),
 }
 
 /// A page of [`Registry::list`]: newest first, and the cursor of the next.
@@ -296,7 +296,7 @@ impl Lookup {
 }
 
 /// The snake_case name of a result status, as the result document says it.
-pub fn status_name(status: crate::result::Status) -> String {
+pub fn status_name(status: crate::exec::result::Status) -> String {
     match serde_json::to_value(status) {
         Ok(serde_json::Value::String(s)) => s,
         _ => format!("{status:?}"),
@@ -389,7 +389,7 @@ impl Registry {
     pub fn list(&self, filter: StatusFilter, limit: usize, cursor: Option<u64>) -> Page {
         let mut inner = self.lock();
         inner.evict(&self.retention);
-        let time = crate::result::rfc3339;
+        let time = crate::text::rfc3339;
         let mut all: Vec<Summary> = inner
             .live
             .values()
@@ -638,7 +638,7 @@ impl Drop for Ticket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::result::{ErrorInfo, Status};
+    use crate::exec::result::{ErrorInfo, Status};
     use std::time::Duration;
 
     fn keep(count: usize) -> Retention {
@@ -732,7 +732,7 @@ mod tests {
             .executions
             .is_empty());
         let exited = reg.list(
-            StatusFilter::Result(crate::result::Status::Exited),
+            StatusFilter::Result(crate::exec::result::Status::Exited),
             10,
             None,
         );

@@ -52,18 +52,18 @@ use tokio::sync::Semaphore;
 use tracing::Instrument;
 
 use super::config::Config;
+use super::confine::{Roots, RootsError};
 use super::metrics::{Metrics, Refusal};
 use super::registry::{
     status_name, Admitted, Done, Encoded, Lookup, Registry, RegistryError, StatusFilter, Ticket,
 };
-use super::roots::{Roots, RootsError};
 use super::stream::{attach, exit_line, own_stream, CancelOnDrop, Chunks, DaemonSink, Progress};
-use crate::bundle::{self, BundleError};
+use crate::exec::job::{Job, JobError, RawJob};
+use crate::exec::result::{ErrorInfo, ExecResult, Status};
 use crate::exec::{OutputMode, RunOptions, Runner};
-use crate::hash::Binding;
-use crate::job::{Job, JobError, RawJob};
-use crate::result::{ErrorInfo, ExecResult, Status};
-use crate::store::StoreError;
+use crate::package::bundle::{self, BundleError};
+use crate::package::hash::Binding;
+use crate::package::store::StoreError;
 
 /// Shared state of the handlers.
 #[derive(Debug, Clone)]
@@ -82,7 +82,7 @@ pub struct AppInner {
     /// Session requests whose body is read at once (creation, tool calls).
     pub session_bodies: Arc<Semaphore>,
     /// The skill host (sessions, catalog), docs/skill-host.md.
-    pub sessions: Arc<crate::session::SessionHost>,
+    pub sessions: Arc<crate::skillhost::session::SessionHost>,
 }
 
 impl App {
@@ -158,7 +158,7 @@ pub enum ApiError {
     #[error("{0}")]
     UnknownTool(String),
     #[error(transparent)]
-    Session(#[from] crate::session::SessionError),
+    Session(#[from] crate::skillhost::session::SessionError),
 }
 
 impl ApiError {
@@ -254,7 +254,7 @@ where
     ) -> Result<Self, ApiError> {
         match axum::extract::Path::<T>::from_request_parts(parts, state).await {
             Ok(axum::extract::Path(v)) => Ok(UrlPath(v)),
-            Err(e) => Err(ApiError::BadUrl(crate::result::single_line(&e.body_text()))),
+            Err(e) => Err(ApiError::BadUrl(crate::text::single_line(&e.body_text()))),
         }
     }
 }
@@ -333,7 +333,7 @@ async fn health(State(app): State<App>) -> Response {
     let host = &app.runner.host;
     // The cached verdict of a real job's sandbox (selfcheck.rs).
     let verdict = app.selfcheck.verdict();
-    let checked_at = crate::result::rfc3339(verdict.checked_at);
+    let checked_at = crate::text::rfc3339(verdict.checked_at);
     let sandbox = match (&host.bwrap, &host.userns, &verdict.result) {
         (Ok(b), Ok(()), Ok(())) => {
             json!({"available": true, "bwrap": b.version, "checked_at": checked_at})
@@ -562,13 +562,13 @@ pub(super) fn params(
     let Query(map) = q.map_err(|e| {
         ApiError::BadQuery(format!(
             "bad query parameters: {}",
-            crate::result::single_line(&e.body_text())
+            crate::text::single_line(&e.body_text())
         ))
     })?;
     if let Some(k) = map.keys().find(|k| !known.contains(&k.as_str())) {
         return Err(ApiError::BadQuery(format!(
             "unknown query parameter {:?}; this route takes {}",
-            crate::result::single_line(k),
+            crate::text::single_line(k),
             if known.is_empty() {
                 "none".to_owned()
             } else {
@@ -617,7 +617,7 @@ async fn post_execution(
         Some(other) => {
             return Err(ApiError::BadQuery(format!(
                 "wait={:?} is not true or false; use wait=false for a detached run",
-                crate::result::single_line(other)
+                crate::text::single_line(other)
             )))
         }
     };
@@ -903,7 +903,7 @@ fn parse_wait(text: &str) -> Result<Duration, ApiError> {
     parsed.map(|d| d.min(MAX_WAIT)).map_err(|_| {
         ApiError::BadQuery(format!(
             "wait={:?} is not a duration; write e.g. wait=30s or wait=500ms (at most 60s)",
-            crate::result::single_line(text)
+            crate::text::single_line(text)
         ))
     })
 }
@@ -943,7 +943,7 @@ async fn execution_events(
         Some(a) => a.trim().parse::<u64>().map_err(|_| {
             ApiError::BadQuery(format!(
                 "after={:?} is not a number; give the seq of the last event you have (0 for all)",
-                crate::result::single_line(a)
+                crate::text::single_line(a)
             ))
         })?,
     };
@@ -994,7 +994,7 @@ async fn list_executions(
             .ok_or_else(|| {
                 ApiError::BadQuery(format!(
                     "status={:?} is not a state; use queued, running, finished, or a result status (exited, signaled, timed_out, limit_exceeded, cancelled, rejected, failed)",
-                    crate::result::single_line(other)
+                    crate::text::single_line(other)
                 ))
             })?,
     };
@@ -1008,7 +1008,7 @@ async fn list_executions(
             .ok_or_else(|| {
                 ApiError::BadQuery(format!(
                     "limit={:?} is not a number from 1 to 1000",
-                    crate::result::single_line(l)
+                    crate::text::single_line(l)
                 ))
             })?,
     };
@@ -1017,7 +1017,7 @@ async fn list_executions(
         Some(c) => Some(c.trim().parse::<u64>().map_err(|_| {
             ApiError::BadQuery(format!(
                 "cursor={:?} is not a cursor; pass next_cursor of the previous page as it is",
-                crate::result::single_line(c)
+                crate::text::single_line(c)
             ))
         })?),
     };
@@ -1052,7 +1052,7 @@ pub const API_VERSION: &str = "1";
 
 /// `GET /v1/version`: what this daemon is and can do here.
 async fn version(State(app): State<App>) -> Response {
-    use crate::cgroup::Support;
+    use crate::supervise::cgroup::Support;
     let host = &app.runner.host;
     let (memory, pids) = match &host.cgroups {
         Support::V2 { .. } => ("cgroup v2", "cgroup v2"),

@@ -1,6 +1,6 @@
 //! The daemon's own verdict on its sandbox, for `GET /v1/health`.
 //!
-//! The verdict comes from a real execution ([`crate::doctor::trial`]: the
+//! The verdict comes from a real execution ([`crate::exec::doctor::trial`]: the
 //! smallest job, run by the daemon's own [`Runner`], so with the argv,
 //! seccomp programs, `/proc`, hostname, identity and data dir every job
 //! gets). It is taken once before the daemon listens (a failure is logged
@@ -28,7 +28,7 @@ impl Verdict {
     /// Runs the trial job now (blocking: a sandbox is started).
     pub fn take(runner: &Runner) -> Verdict {
         Verdict {
-            result: crate::doctor::trial(runner),
+            result: crate::exec::doctor::trial(runner),
             checked_at: SystemTime::now(),
         }
     }

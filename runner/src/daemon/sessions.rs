@@ -36,8 +36,8 @@ use serde_json::json;
 use std::time::{Duration, SystemTime};
 
 use super::routes::{check_length, params, read_body, ApiError, App, UrlPath};
-use crate::session::tools::{self, ToolError};
-use crate::session::{ReadRange, ResourceQuery, SessionError, SessionHost, SkillsQuery};
+use crate::skillhost::session::tools::{self, ToolError};
+use crate::skillhost::session::{ReadRange, ResourceQuery, SessionError, SessionHost, SkillsQuery};
 
 /// The session routes, to be merged into the main router.
 pub fn routes() -> Router<App> {
@@ -120,7 +120,7 @@ async fn blocking<T: Serialize + Send + 'static>(
 
 fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     q.map(|Query(v)| v).map_err(|e| {
-        let text = crate::result::single_line(&e.body_text());
+        let text = crate::text::single_line(&e.body_text());
         ApiError::BadBody(format!("bad query parameters: {text}"))
     })
 }
@@ -170,7 +170,7 @@ async fn list(
                     "id": r.id,
                     "delivery": r.delivery,
                     "created_at": r.created_at,
-                    "last_used_at": crate::result::rfc3339(used),
+                    "last_used_at": crate::text::rfc3339(used),
                     "skills": r.skills.iter().map(|s| s.binding.id.as_str()).collect::<Vec<_>>(),
                 })
             })
@@ -204,7 +204,7 @@ async fn tool(
     let input: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
         ApiError::BadBody(format!(
             "the tool input is not JSON: {}; send the model's tool input object as the body",
-            crate::result::single_line(&e.to_string())
+            crate::text::single_line(&e.to_string())
         ))
     })?;
     let host = app.sessions.clone();

@@ -1033,10 +1033,10 @@ mod tests {
 
     #[test]
     fn the_exit_line_is_the_shared_document_in_frames() {
-        let mut result = crate::result::ExecResult::rejected(
+        let mut result = crate::exec::result::ExecResult::rejected(
             "x",
             "bubblewrap",
-            crate::result::ErrorInfo::new("k", "m"),
+            crate::exec::result::ErrorInfo::new("k", "m"),
         );
         result.stdout = "\u{1}".repeat(100_000);
         let enc = Encoded::new(Arc::new(result));

@@ -1,0 +1,221 @@
+//! The result document and the exit codes of `run` (docs/formats.md).
+
+use serde::Serialize;
+
+use crate::package::stage::Manifest;
+
+/// How an execution ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    Exited,
+    Signaled,
+    TimedOut,
+    LimitExceeded,
+    Cancelled,
+    Rejected,
+    Failed,
+}
+
+/// `{kind, message}`: why an execution was rejected, failed or was cut.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ErrorInfo {
+    pub kind: String,
+    pub message: String,
+}
+
+impl ErrorInfo {
+    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> Self {
+        ErrorInfo {
+            kind: kind.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The skills an execution saw.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SkillsInfo {
+    pub identity: String,
+    pub manifest: Manifest,
+}
+
+/// One limit as applied: its value and what enforced it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Applied {
+    pub value: Option<u64>,
+    /// `cgroup v2`, `cgroup v1`, `rlimit`, `tmpfs`, `supervisor`, or
+    /// `none` (not enforced on this host; see `note`).
+    pub enforced_by: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl Applied {
+    pub fn by(value: Option<u64>, enforced_by: &'static str) -> Self {
+        Applied {
+            value,
+            enforced_by,
+            note: None,
+        }
+    }
+}
+
+/// The limits of an execution and how each was enforced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AppliedLimits {
+    pub timeout_ms: Applied,
+    pub output_bytes: Applied,
+    pub memory_bytes: Applied,
+    pub pids: Applied,
+    pub cpu_ms: Applied,
+    pub file_size_bytes: Applied,
+    pub tmp_bytes: Applied,
+    pub open_files: Applied,
+    pub disk_bytes: Applied,
+}
+
+/// Resources used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    pub cpu_ms: u64,
+    pub max_rss_bytes: u64,
+}
+
+/// The result document.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExecResult {
+    pub execution_id: String,
+    pub status: Status,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+    pub duration_ms: u64,
+    pub started_at: String,
+    pub finished_at: String,
+    pub sandbox: &'static str,
+    pub skills: Option<SkillsInfo>,
+    pub limits: Option<AppliedLimits>,
+    pub usage: Option<Usage>,
+    /// What the command asked of the network, with an allowlist only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<crate::sandbox::net::NetworkInfo>,
+    pub error: Option<ErrorInfo>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    /// Who the command was on the host (absent when nothing started).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub identity: Option<crate::sandbox::identity::Identity>,
+}
+
+/// Exit code of `skill-runner run` for the execution (docs/formats.md).
+pub const EXIT_TIMED_OUT: i32 = 124;
+pub const EXIT_RUNNER: i32 = 125;
+pub const EXIT_NOT_EXECUTABLE: i32 = 126;
+pub const EXIT_NOT_FOUND: i32 = 127;
+
+impl ExecResult {
+    /// A result for an execution that never started.
+    pub fn rejected(execution_id: &str, sandbox: &'static str, error: ErrorInfo) -> Self {
+        let now = crate::text::rfc3339(std::time::SystemTime::now());
+        ExecResult {
+            execution_id: execution_id.to_owned(),
+            status: Status::Rejected,
+            exit_code: None,
+            signal: None,
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_truncated: false,
+            stderr_truncated: false,
+            duration_ms: 0,
+            started_at: now.clone(),
+            finished_at: now,
+            sandbox,
+            skills: None,
+            limits: None,
+            usage: None,
+            network: None,
+            error: Some(error),
+            warnings: Vec::new(),
+            identity: None,
+        }
+    }
+
+    /// The process exit code `run` uses for this result.
+    pub fn cli_exit_code(&self) -> i32 {
+        match self.status {
+            Status::Exited => self.exit_code.unwrap_or(EXIT_RUNNER),
+            Status::Signaled => 128 + self.signal.unwrap_or(0),
+            Status::TimedOut => EXIT_TIMED_OUT,
+            Status::LimitExceeded => match (self.exit_code, self.signal) {
+                (_, Some(sig)) => 128 + sig,
+                (Some(code), None) if code != 0 => code,
+                _ => EXIT_RUNNER,
+            },
+            Status::Cancelled => 128 + libc::SIGINT,
+            Status::Rejected => EXIT_RUNNER,
+            Status::Failed => self.exit_code.unwrap_or(EXIT_RUNNER),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(status: Status, code: Option<i32>, signal: Option<i32>) -> ExecResult {
+        let mut r = ExecResult::rejected("x", "bubblewrap", ErrorInfo::new("k", "m"));
+        r.status = status;
+        r.exit_code = code;
+        r.signal = signal;
+        r
+    }
+
+    #[test]
+    fn exit_codes_follow_docker_and_timeout() {
+        assert_eq!(with(Status::Exited, Some(3), None).cli_exit_code(), 3);
+        assert_eq!(with(Status::Signaled, None, Some(9)).cli_exit_code(), 137);
+        assert_eq!(with(Status::TimedOut, None, Some(9)).cli_exit_code(), 124);
+        assert_eq!(with(Status::Rejected, None, None).cli_exit_code(), 125);
+        assert_eq!(with(Status::Failed, Some(127), None).cli_exit_code(), 127);
+        assert_eq!(
+            with(Status::LimitExceeded, None, Some(9)).cli_exit_code(),
+            137
+        );
+        assert_eq!(
+            with(Status::LimitExceeded, Some(0), None).cli_exit_code(),
+            125
+        );
+    }
+
+    #[test]
+    fn document_keys() {
+        let r = with(Status::Exited, Some(0), None);
+        let v = serde_json::to_value(&r).unwrap();
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+        for k in [
+            "execution_id",
+            "status",
+            "exit_code",
+            "signal",
+            "stdout",
+            "stderr",
+            "stdout_truncated",
+            "stderr_truncated",
+            "duration_ms",
+            "started_at",
+            "finished_at",
+            "sandbox",
+            "skills",
+            "limits",
+            "usage",
+            "error",
+        ] {
+            assert!(keys.contains(&k), "{k}");
+        }
+        assert_eq!(v["status"], "exited");
+    }
+}

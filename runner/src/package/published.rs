@@ -1,0 +1,318 @@
+//! Published snapshot roots: one verified, immutable snapshot root per set
+//! identity, shared read-only by every execution of that selection.
+//!
+//! Anything shared between concurrent executions must be immutable once
+//! published or private to one execution (docs/packages.md). Staging the same selection again for every
+//! execution costs a copy, a full re-hash and a dozen inode operations each
+//! time (and for large packages, most of the execution's time), so roots are
+//! published and reused:
+//!
+//! ```text
+//! <data>/published/<identity>/skills/…      the snapshot root and manifest, sealed
+//! <data>/published/<identity>/meta.json     bytes and staging warnings
+//! <data>/published/.staging/<random>[.lock] roots being staged (private)
+//! ```
+//!
+//! Nothing here is ever a job's folder: the runner refuses a workspace,
+//! extensions dir or skill path inside its data dir (but for the daemon's
+//! job root `<data>/roots`) or above it (see `exec`), and mounts a root
+//! read-only from a descriptor. Still, the folder is treated as hostile
+//! input: only names the runner makes (64 hex digits) count as roots, the
+//! record is opened without following symlinks and only as a regular file
+//! of bounded size, trees are deleted through directory handles
+//! ([`fsx::remove_tree`]) so no rename race can redirect a deletion, and a
+//! root shares no inode with the store (files are copied, not linked), so
+//! a damaged root could never damage the store.
+//!
+//! - A root is staged and verified by [`crate::package::stage::stage`] in a private
+//!   folder, exactly as before, and only then renamed to its identity: a
+//!   crash at any moment leaves a private folder the next sweep removes,
+//!   never a partial root under a published name (invariant 5).
+//! - The identity covers every pin (id, revision, version, hash), so a root
+//!   holds exactly the pinned bytes; a source folder is not read again once
+//!   its pinned bytes are published (invariant 4 holds trivially).
+//! - Files are 0444 and folders 0555 on the host, and the sandbox sees the
+//!   root through a read-only bind (invariant 3), so no execution can change
+//!   what the next one sees.
+//! - An execution holds a shared `flock` on its root's folder from lookup
+//!   until it ends. Eviction takes the exclusive lock without waiting,
+//!   renames the root away, then deletes it, so a root in use is never
+//!   removed, and a lookup that races with an eviction notices (the name no
+//!   longer leads to the folder it locked) and stages afresh.
+//! - At most [`KEEP_ROOTS`] idle roots are kept; the oldest go first.
+//!
+//! Sharing needs a read-only view the command cannot get around. Linux
+//! gives one (a read-only bind in a mount namespace); Seatbelt only denies
+//! writes by policy to a process of the runner's own user, so on macOS every
+//! execution still stages a private copy ([`stage_private`]), and a policy
+//! gap could only ever damage that copy.
+
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::fsx;
+use crate::package::format::Limits;
+use crate::package::hash::set_identity;
+use crate::package::stage::{self, Manifest, Selected, Snapshot, StageError};
+use crate::package::store::PrivateDir;
+
+/// How many published roots are kept; older idle ones are evicted.
+pub const KEEP_ROOTS: usize = 128;
+
+/// The folder of published roots in a data dir.
+pub const PUBLISHED: &str = "published";
+const STAGING: &str = ".staging";
+/// The largest record a root may have.
+const META_LIMIT: u64 = 64 << 10;
+const META: &str = "meta.json";
+const SKILLS: &str = "skills";
+
+/// The published roots of one data dir.
+#[derive(Debug, Clone)]
+pub struct Roots {
+    dir: PathBuf,
+}
+
+/// A root in use by one execution: the shared lock (of a published root)
+/// is held until dropped.
+#[derive(Debug)]
+pub struct Lease {
+    _lock: Option<File>,
+    pub snapshot: Snapshot,
+    /// True when this call staged the root (it was not published yet).
+    pub staged: bool,
+}
+
+/// What a root records besides its tree.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Meta {
+    identity: String,
+    bytes: u64,
+    warnings: Vec<String>,
+}
+
+impl Roots {
+    /// `<data>/published`, created if missing.
+    pub fn open(data_dir: &Path) -> io::Result<Roots> {
+        let dir = data_dir.join(PUBLISHED);
+        fs::create_dir_all(dir.join(STAGING))?;
+        Ok(Roots { dir })
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The published root for `selected`, staging and publishing it first
+    /// when it is not there yet. Every staged byte is verified against its
+    /// pin before the root is published.
+    pub fn acquire(&self, selected: &[Selected], limits: &Limits) -> Result<Lease, StageError> {
+        let bindings = stage::check_selection(selected)?;
+        let identity = set_identity(&bindings);
+        let manifest = Manifest::for_bindings(&bindings);
+        let path = self.dir.join(&identity);
+        // Two rounds cover a lookup racing with an eviction; a third
+        // failure means something keeps removing roots under us.
+        for _ in 0..3 {
+            if let Some(lease) = self.lookup(&path, &identity, &manifest)? {
+                return Ok(lease);
+            }
+            match self.publish(selected, &path, limits)? {
+                Published::Ours => {
+                    // Bounded: evict only when a new root was added.
+                    self.evict(KEEP_ROOTS);
+                    if let Some(mut lease) = self.lookup(&path, &identity, &manifest)? {
+                        lease.staged = true;
+                        return Ok(lease);
+                    }
+                }
+                Published::Theirs => {}
+            }
+        }
+        Err(StageError::Root {
+            path,
+            source: io::Error::other("the published root kept disappearing while it was locked"),
+        })
+    }
+
+    /// Locks and returns the root at `path` if it is published.
+    fn lookup(
+        &self,
+        path: &Path,
+        identity: &str,
+        manifest: &Manifest,
+    ) -> Result<Option<Lease>, StageError> {
+        let root_err = |source| StageError::Root {
+            path: path.to_owned(),
+            source,
+        };
+        let dir = match fsx::open_dir_nofollow(path) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(root_err(e)),
+        };
+        // Blocking: an eviction holds the exclusive lock only for a rename
+        // and a delete.
+        fsx::lock_shared(&dir).map_err(root_err)?;
+        // An eviction may have renamed it away between open and lock.
+        let locked = dir.metadata().map_err(root_err)?;
+        match fs::symlink_metadata(path) {
+            Ok(now) if now.dev() == locked.dev() && now.ino() == locked.ino() => {}
+            Ok(_) => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(root_err(e)),
+        }
+        let text = read_record(&dir).map_err(root_err)?;
+        let meta: Meta = serde_json::from_slice(&text)
+            .map_err(|e| root_err(io::Error::new(io::ErrorKind::InvalidData, e)))?;
+        if meta.identity != identity {
+            return Err(root_err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "its record names another identity; remove the folder",
+            )));
+        }
+        Ok(Some(Lease {
+            _lock: Some(dir),
+            snapshot: Snapshot {
+                root: path.join(SKILLS),
+                manifest: manifest.clone(),
+                identity: identity.to_owned(),
+                warnings: meta.warnings,
+                bytes: meta.bytes,
+            },
+            staged: false,
+        }))
+    }
+
+    /// Stages `selected` privately, then renames it to `path`.
+    fn publish(
+        &self,
+        selected: &[Selected],
+        path: &Path,
+        limits: &Limits,
+    ) -> Result<Published, StageError> {
+        let staging = self.dir.join(STAGING);
+        let private = PrivateDir::create(&staging).map_err(|source| StageError::Root {
+            path: staging.clone(),
+            source,
+        })?;
+        let snapshot = stage::stage(selected, &private.path.join(SKILLS), limits)?;
+        let root_err = |source| StageError::Root {
+            path: private.path.clone(),
+            source,
+        };
+        let meta = Meta {
+            identity: snapshot.identity.clone(),
+            bytes: snapshot.bytes,
+            warnings: snapshot.warnings,
+        };
+        let text = serde_json::to_vec_pretty(&meta).map_err(io::Error::other);
+        fs::write(private.path.join(META), text.map_err(root_err)?).map_err(root_err)?;
+        fsx::chmod(&private.path.join(META), 0o444).map_err(root_err)?;
+        match fs::rename(&private.path, path) {
+            Ok(()) => {}
+            // Another execution published the same selection first: use
+            // theirs; ours is removed with the private folder.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EEXIST) | Some(libc::ENOTEMPTY)) => {
+                return Ok(Published::Theirs)
+            }
+            Err(e) => return Err(root_err(e)),
+        }
+        // Sealed like the tree inside it (the rename needed it writable).
+        fsx::chmod(path, 0o555).map_err(|source| StageError::Root {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(Published::Ours)
+    }
+
+    /// Removes roots of crashed stagings and evicts idle roots beyond
+    /// `keep`, oldest first. Returns how many folders were removed.
+    pub fn sweep(&self, keep: usize) -> usize {
+        let staging = self.dir.join(STAGING);
+        let swept = crate::package::store::sweep_locked_dirs(&staging).unwrap_or(0);
+        swept + self.evict(keep)
+    }
+
+    /// Evicts idle roots beyond `keep`, oldest first; roots in use stay.
+    fn evict(&self, keep: usize) -> usize {
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return 0;
+        };
+        // Only names the runner makes; never followed (lstat).
+        let mut roots: Vec<(i64, PathBuf)> = entries
+            .flatten()
+            .filter(|e| is_identity(&e.file_name().to_string_lossy()))
+            .filter_map(|e| {
+                let meta = e.metadata().ok()?;
+                meta.is_dir().then(|| (meta.mtime(), e.path()))
+            })
+            .collect();
+        if roots.len() <= keep {
+            return 0;
+        }
+        roots.sort();
+        let excess = roots.len() - keep;
+        let mut removed = 0;
+        for (_, path) in roots.into_iter().take(excess) {
+            let Ok(dir) = fsx::open_dir_nofollow(&path) else {
+                continue;
+            };
+            if fsx::try_flock(&dir).is_err() {
+                continue; // in use
+            }
+            // Out of the published namespace first, then deleted; a
+            // folder in `.staging` without a lock is swept if we die here.
+            let away = self.dir.join(STAGING).join(fsx::random_hex());
+            if fs::rename(&path, &away).is_ok() && fsx::remove_tree(&away).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
+    }
+}
+
+/// A set identity as the runner names roots: 64 lowercase hex digits.
+fn is_identity(name: &str) -> bool {
+    name.len() == 64 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Reads a root's record below its open folder: no symlink followed, no
+/// FIFO or device opened (which could block), at most [`META_LIMIT`] bytes.
+fn read_record(root: &File) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = fsx::open_beneath(root, META)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() || meta.len() > META_LIMIT {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "its record is not a small regular file; remove the folder",
+        ));
+    }
+    let mut text = Vec::new();
+    file.take(META_LIMIT).read_to_end(&mut text)?;
+    Ok(text)
+}
+
+/// Stages `selected` into `root`, private to one execution (macOS).
+pub fn stage_private(
+    selected: &[Selected],
+    root: &Path,
+    limits: &Limits,
+) -> Result<Lease, StageError> {
+    Ok(Lease {
+        _lock: None,
+        snapshot: stage::stage(selected, root, limits)?,
+        staged: true,
+    })
+}
+
+enum Published {
+    Ours,
+    Theirs,
+}

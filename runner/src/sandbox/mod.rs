@@ -1,0 +1,32 @@
+//! The isolation: what a sandbox may see and do, as data, and the exact
+//! launcher command for it (docs/sandbox.md, docs/seatbelt.md).
+//!
+//! Invariants of the room:
+//! - a [`profile`] is parsed and checked once; [`bwrap`] and [`seatbelt`]
+//!   turn a plan into an argv or a Seatbelt profile and spawn nothing, so
+//!   `explain` prints exactly what runs;
+//! - the sandbox-side paths (`/skills`, `/skill-extensions`, `/workspace`)
+//!   and their environment variables have one definition ([`paths`]);
+//! - the seccomp program is built from the syscall name table
+//!   ([`syscalls`]) and the profile, and checked against seccompiler in the
+//!   tests ([`seccomp`]);
+//! - the command runs as an unprivileged user ([`identity`]) behind the
+//!   exec shim ([`shim`]), which alone tells a finished sandbox from a
+//!   failed setup;
+//! - a job with a network allowlist reaches only the runner's proxy
+//!   ([`net`]).
+//!
+//! The room knows nothing of packages: it takes the folder to bind at
+//! `/skills` as a descriptor.
+
+pub mod bwrap;
+pub mod host;
+pub mod identity;
+pub mod net;
+pub mod paths;
+pub mod profile;
+pub mod seatbelt;
+#[cfg(target_os = "linux")]
+pub mod seccomp;
+pub mod shim;
+// pub mod syscalls;
