@@ -200,6 +200,7 @@ impl Fixture {
             keep: false,
             reuse_cgroups: false,
             network: Default::default(),
+            sessions: None,
         })
         .expect("open the runner");
         runner.host.bwrap = Err("the fuzz harness never launches a sandbox".into());

@@ -275,7 +275,7 @@ pub fn random_hex() -> String {
     let mut bytes = [0u8; 16];
     // The kernel's random source does not fail on Linux >= 3.17 or macOS.
     getrandom::fill(&mut bytes).expect("getrandom failed");
-    crate::package::hash::to_hex(&bytes)
+    crate::text::to_hex(&bytes)
 }
 
 /// A private sibling name for a file being written next to `path`.

@@ -23,7 +23,8 @@ use skill_runner::package::hash::Binding;
 use skill_runner::package::{bundle, hash, source, stage};
 use skill_runner::skillhost::catalog::{Catalog, CatalogConfig};
 use skill_runner::skillhost::session::{
-    ReadRange, ResourceQuery, SessionError, SessionHost, SessionRequest, SkillSpec, SkillsQuery,
+    ReadRange, ResourceQuery, SessionError, SessionHost, SessionRequest, Sessions, SkillSpec,
+    SkillsQuery,
 };
 use skill_runner::supervise::{Cancel, ForwardSink, NoSink};
 
@@ -274,8 +275,10 @@ fn init_tracing() {
 }
 
 fn config(cli_data_dir: Option<PathBuf>, keep: bool) -> Config {
+    let data_dir = cli_data_dir.unwrap_or_else(exec::default_data_dir);
     Config {
-        data_dir: cli_data_dir.unwrap_or_else(exec::default_data_dir),
+        sessions: Some(std::sync::Arc::new(Sessions::new(&data_dir))),
+        data_dir,
         package_limits: PackageLimits::default(),
         keep,
         reuse_cgroups: false,
@@ -612,7 +615,7 @@ fn explain(
             Ok(0)
         }
         "macos" => {
-            let (profile, argv) = skill_runner::sandbox::seatbelt::explain(&job, &cfg.data_dir)?;
+            let (profile, argv) = skill_runner::exec::runner::explain_macos(&job, &cfg.data_dir)?;
             if json {
                 let doc = serde_json::json!({
                     "sandbox": "seatbelt",

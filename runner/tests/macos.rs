@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 
 use skill_runner::exec::job::Job;
+use skill_runner::sandbox::macos::{self, Folders};
 use skill_runner::sandbox::profile::BUILTIN;
-use skill_runner::sandbox::seatbelt::{self, Folders};
 
 const EXEC: &str = "/private/var/folders/ab/T/sr/executions/e1.RANDOM";
 
@@ -50,7 +50,7 @@ fn golden(name: &str, actual: &str) {
 #[test]
 fn golden_builtin_profiles() {
     for (name, _) in BUILTIN {
-        let (rendered, argv) = seatbelt::plan(&job(name), &folders()).unwrap();
+        let (rendered, argv) = macos::plan(&job(name).seatbelt_request(), &folders()).unwrap();
         let params: String = rendered
             .params
             .iter()
@@ -79,7 +79,7 @@ fn golden_builtin_profiles() {
 
 #[test]
 fn argv_aliases_become_host_paths() {
-    let (_, argv) = seatbelt::plan(&job("default"), &folders()).unwrap();
+    let (_, argv) = macos::plan(&job("default").seatbelt_request(), &folders()).unwrap();
     let tail: Vec<&str> = argv
         .iter()
         .rev()
@@ -101,7 +101,7 @@ fn argv_aliases_become_host_paths() {
 
 #[test]
 fn environment_holds_host_paths() {
-    let env = seatbelt::environment(&job("default"), &folders()).unwrap();
+    let env = macos::environment(&job("default").seatbelt_request(), &folders()).unwrap();
     let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
     assert_eq!(
         get("SCIENCEDISCOVERY_SKILLS_DIR"),
@@ -122,7 +122,7 @@ fn tmp_and_var_are_canonicalized() {
         tmp: "/tmp/sr/tmp".into(),
         proxy_port: None,
     };
-    let (rendered, _) = seatbelt::plan(&job("default"), &f).unwrap();
+    let (rendered, _) = macos::plan(&job("default").seatbelt_request(), &f).unwrap();
     let p = |k: &str| {
         rendered
             .params
@@ -145,7 +145,7 @@ fn escaping_aliases_are_refused() {
     ] {
         let json = format!(r#"{{"argv":["cat","{bad}"]}}"#);
         let job = Job::from_json(json.as_bytes(), Some(Path::new("/"))).unwrap();
-        let e = seatbelt::plan(&job, &folders()).unwrap_err();
+        let e = macos::plan(&job.seatbelt_request(), &folders()).unwrap_err();
         assert!(e.to_string().contains("leaves"), "{e}");
     }
 }
@@ -160,7 +160,7 @@ fn golden_an_allowlist_opens_the_proxy_port_and_nothing_else() {
         proxy_port: Some(41234),
         ..folders()
     };
-    let (rendered, argv) = seatbelt::plan(&job, &f).unwrap();
+    let (rendered, argv) = macos::plan(&job.seatbelt_request(), &f).unwrap();
     golden("builtin-default-proxy.sbpl", &rendered.profile);
     let address = rendered
         .params
@@ -180,7 +180,7 @@ fn golden_an_allowlist_opens_the_proxy_port_and_nothing_else() {
         .profile
         .contains("(allow network-outbound\n  (remote tcp (param \"PROXY_ADDRESS\")))"));
     assert!(!rendered.profile.contains("system-socket"));
-    let env = seatbelt::environment(&job, &f).unwrap();
+    let env = macos::environment(&job.seatbelt_request(), &f).unwrap();
     for var in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
         assert!(
             env.contains(&(var.to_owned(), "http://127.0.0.1:41234".to_owned())),
@@ -188,6 +188,6 @@ fn golden_an_allowlist_opens_the_proxy_port_and_nothing_else() {
         );
     }
     // Without an allowlist, no port opens even when one is given.
-    let (offline, _) = seatbelt::plan(&self::job("default"), &f).unwrap();
+    let (offline, _) = macos::plan(&self::job("default").seatbelt_request(), &f).unwrap();
     assert!(!offline.profile.contains("PROXY_ADDRESS"));
 }

@@ -86,6 +86,9 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         keep: false,
         reuse_cgroups: true,
         network: config.network.clone(),
+        sessions: Some(Arc::new(crate::skillhost::session::Sessions::new(
+            &config.data_dir,
+        ))),
     })
     .map_err(DaemonError::Runner)?;
     // Leftovers of deleted data dirs: once per daemon start, not per run.

@@ -62,9 +62,7 @@ pub fn trial(runner: &Runner) -> Result<(), String> {
     }
 }
 
-/// The hint every data-dir error carries.
-pub const DATA_DIR_HINT: &str =
-    "set --data-dir or SKILL_RUNNER_DATA_DIR to a writable folder (in a container: a volume or a tmpfs)";
+pub use crate::package::store::DATA_DIR_HINT;
 
 impl Report {
     /// Checks the host, opens `data_dir` as `run` would, and runs a trial
@@ -112,6 +110,7 @@ impl Report {
             keep: false,
             reuse_cgroups: false,
             network: Default::default(),
+            sessions: None,
         });
         checks.push(Check {
             name: "data dir",

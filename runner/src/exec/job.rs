@@ -379,6 +379,16 @@ fn normalize_cwd(cwd: &str) -> Option<String> {
 }
 
 impl Job {
+    /// What this job asks of the Seatbelt sandbox on macOS.
+    pub fn seatbelt_request(&self) -> crate::sandbox::macos::Request<'_> {
+        crate::sandbox::macos::Request {
+            argv: &self.argv,
+            env: &self.env,
+            system: &self.profile.macos,
+            allowlisted: self.network.allowlist().is_some(),
+        }
+    }
+
     /// Parses job JSON. `base` is the job file's folder, against which
     /// relative paths resolve; `None` (daemon) refuses relative paths.
     pub fn from_json(bytes: &[u8], base: Option<&Path>) -> Result<Job, JobError> {
@@ -417,7 +427,7 @@ impl Job {
             Some(c) => normalize_cwd(&c).ok_or(JobError::Cwd(c))?,
         };
         if let Some(id) = &raw.session {
-            if !crate::skillhost::session::valid_session_id(id) {
+            if !valid_session_id(id) {
                 return Err(JobError::SessionId(id.clone()));
             }
             if !raw.skills.is_empty() {
@@ -574,6 +584,14 @@ impl Job {
     pub fn bindings(&self) -> Vec<Binding> {
         self.skills.iter().map(|s| s.binding.clone()).collect()
     }
+}
+
+/// True for a session id as `skillhost::session::new_session_id` makes them:
+/// `^ses-[0-9a-f]{32}$`.
+pub fn valid_session_id(id: &str) -> bool {
+    id.strip_prefix("ses-").is_some_and(|hex| {
+        hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    })
 }
 
 #[cfg(test)]

@@ -111,11 +111,10 @@ pub struct ExecResult {
     pub identity: Option<crate::sandbox::identity::Identity>,
 }
 
-/// Exit code of `skill-runner run` for the execution (docs/formats.md).
+/// Exit code of `skill-runner run` for the execution (docs/formats.md);
+/// 125, 126 and 127 are also the exec shim's ([`crate::sandbox::shim`]).
 pub const EXIT_TIMED_OUT: i32 = 124;
-pub const EXIT_RUNNER: i32 = 125;
-pub const EXIT_NOT_EXECUTABLE: i32 = 126;
-pub const EXIT_NOT_FOUND: i32 = 127;
+pub use crate::sandbox::shim::{EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_RUNNER};
 
 impl ExecResult {
     /// A result for an execution that never started.

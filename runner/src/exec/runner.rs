@@ -33,6 +33,7 @@ use crate::package::store::{PrivateDir, Store};
 use crate::sandbox::bwrap::{self, BwrapFeatures, Plan};
 use crate::sandbox::host::{Bwrap, Host};
 use crate::sandbox::identity::Identity;
+use crate::sandbox::macos;
 use crate::sandbox::paths::{self, Spelling};
 use crate::sandbox::profile;
 use crate::supervise::cgroup::{self, Cgroup, Support};
@@ -62,6 +63,19 @@ pub struct Config {
     /// The runner's own network settings: whether jobs may reach private
     /// addresses, and a cap on their allowlists (see [`crate::sandbox::net`]).
     pub network: crate::sandbox::net::RunnerNetwork,
+    /// Where a job naming a session gets that session's frozen bindings:
+    /// the skill host, wired in by the front end (`None`: such jobs are
+    /// refused).
+    pub sessions: Option<Arc<dyn SessionBindings>>,
+}
+
+/// The frozen bindings of a session, as the skill host keeps them
+/// ([`crate::skillhost::session::Sessions`] implements this). The front
+/// ends hand it to the runner, so this room never reaches up into the
+/// skill host.
+pub trait SessionBindings: std::fmt::Debug + Send + Sync {
+    /// The session's frozen bindings, or one sentence saying why not.
+    fn bindings(&self, session: &str) -> Result<Vec<crate::package::hash::Binding>, String>;
 }
 
 /// The default data dir: `SKILL_RUNNER_DATA_DIR`, else
@@ -129,7 +143,7 @@ impl Runner {
                     .data_dir
                     .join(crate::package::published::PUBLISHED)
                     .display(),
-                crate::exec::doctor::DATA_DIR_HINT
+                crate::package::store::DATA_DIR_HINT
             )
         })?;
         let executions = config.data_dir.join("executions");
@@ -137,7 +151,7 @@ impl Runner {
             format!(
                 "cannot create {}: {e}; {}",
                 executions.display(),
-                crate::exec::doctor::DATA_DIR_HINT
+                crate::package::store::DATA_DIR_HINT
             )
         })?;
         let mut host = Host::probe(&config.data_dir.join("cache"));
@@ -442,9 +456,15 @@ impl Runner {
     /// naming a session gets the session's frozen bindings, from the store.
     fn select(&self, job: &Job) -> Result<Vec<Selected>, ErrorInfo> {
         if let Some(id) = &job.session {
-            let bindings = crate::skillhost::session::Sessions::new(&self.config.data_dir)
+            let sessions = self.config.sessions.as_ref().ok_or_else(|| {
+                ErrorInfo::new(
+                    "bad_job",
+                    format!("the job names session {id:?}, but this runner has no skill host"),
+                )
+            })?;
+            let bindings = sessions
                 .bindings(id)
-                .map_err(|e| ErrorInfo::new("bad_job", e.to_string()))?;
+                .map_err(|e| ErrorInfo::new("bad_job", e))?;
             return bindings
                 .into_iter()
                 .map(|binding| {
@@ -640,7 +660,7 @@ impl Runner {
         debug_assert!(nproc.is_none(), "macOS applies no pids rlimit");
         let tmp = execution_folder(&p.dir)?.join("tmp");
         fs::create_dir_all(&tmp).map_err(|e| bad_path("tmp", &tmp, e))?;
-        let folders = crate::sandbox::seatbelt::Folders {
+        let folders = crate::sandbox::macos::Folders {
             snapshot_root: p.lease.snapshot.root.clone(),
             // Always folders under Seatbelt (prepare makes a fresh one).
             workspace: p.workspace.clone().ok_or_else(|| {
@@ -652,11 +672,13 @@ impl Runner {
             tmp,
             proxy_port: p.net.as_ref().and_then(|n| n.port),
         };
-        let bad = |e: crate::sandbox::seatbelt::MacosError| {
+        let bad = |e: crate::sandbox::macos::MacosError| {
             ErrorInfo::new("sandbox_unavailable", e.to_string())
         };
-        let (_, argv) = crate::sandbox::seatbelt::plan(job, &folders).map_err(bad)?;
-        let env = crate::sandbox::seatbelt::environment(job, &folders).map_err(bad)?;
+        let (_, argv) =
+            crate::sandbox::macos::plan(&job.seatbelt_request(), &folders).map_err(bad)?;
+        let env =
+            crate::sandbox::macos::environment(&job.seatbelt_request(), &folders).map_err(bad)?;
         let mut argv = argv.into_iter();
         let program = PathBuf::from(argv.next().unwrap_or_default());
         Ok(Launcher {
@@ -1112,7 +1134,7 @@ fn data_dir_fix(e: &io::Error) -> &'static str {
     if e.raw_os_error() == Some(libc::EPERM) {
         "a root runner needs its capabilities (CHOWN, SETUID, SETGID) to launch as the sandbox user: keep the container's default capabilities, or run the runner as a non-root user (docker run --user 1000:1000 with SKILL_RUNNER_DATA_DIR on a folder it owns)"
     } else {
-        crate::exec::doctor::DATA_DIR_HINT
+        crate::package::store::DATA_DIR_HINT
     }
 }
 
@@ -1488,4 +1510,45 @@ fn classify(r: &mut ExecResult, o: &supervise::Outcome, l: &crate::exec::job::Li
             r.status = Status::Exited;
         }
     }
+}
+
+/// `explain --platform macos`: the plan with the per-execution folder
+/// shown under `<data-dir>/executions/<id>.RANDOM`.
+pub fn explain_macos(
+    job: &Job,
+    data_dir: &Path,
+) -> Result<(seatbelt::Rendered, Vec<String>), macos::MacosError> {
+    let exec = data_dir
+        .join("executions")
+        .join(format!("{}.RANDOM", job.execution_id));
+    let workspace = job
+        .workspace
+        .clone()
+        .unwrap_or_else(|| exec.join("workspace"));
+    let folders = macos::Folders {
+        snapshot_root: exec.join("skills"),
+        extensions: job
+            .extensions_dir
+            .clone()
+            .unwrap_or_else(|| workspace.join(bwrap::DEFAULT_EXTENSIONS)),
+        workspace,
+        tmp: exec.join("tmp"),
+        // Chosen at launch; shown as such below.
+        proxy_port: job.network.allowlist().map(|_| 1),
+    };
+    let (mut rendered, argv) = macos::plan(&job.seatbelt_request(), &folders)?;
+    let shown = "localhost:<port chosen at launch>";
+    for (name, value) in &mut rendered.params {
+        if name == seatbelt::PARAM_PROXY_ADDRESS {
+            *value = shown.to_owned();
+        }
+    }
+    let argv = argv
+        .into_iter()
+        .map(|a| match a.split_once('=') {
+            Some((name, _)) if name == seatbelt::PARAM_PROXY_ADDRESS => format!("{name}={shown}"),
+            _ => a,
+        })
+        .collect();
+    Ok((rendered, argv))
 }

@@ -17,7 +17,6 @@
 //! Pure code: no I/O.
 
 use std::cmp::Ordering;
-use std::fmt::Write as _;
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -55,15 +54,7 @@ pub fn sort_utf16<T>(items: &mut [T], path: impl Fn(&T) -> &str) {
     items.sort_by(|a, b| utf16_cmp(path(a), path(b)));
 }
 
-/// Lowercase hex of a digest.
-pub fn to_hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        // Writing to a String cannot fail.
-        let _ = write!(out, "{b:02x}");
-    }
-    out
-}
+pub use crate::text::to_hex;
 
 /// True when `s` is 64 lowercase hex digits, the only accepted hash spelling.
 pub fn is_hex_digest(s: &str) -> bool {

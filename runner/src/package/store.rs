@@ -36,6 +36,10 @@ use crate::package::source::ListError;
 use crate::package::stage::{self, StageError};
 
 /// One file of a stored package.
+/// The hint every data-dir error carries.
+pub const DATA_DIR_HINT: &str =
+    "set --data-dir or SKILL_RUNNER_DATA_DIR to a writable folder (in a container: a volume or a tmpfs)";
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IndexEntry {
@@ -69,7 +73,7 @@ impl StoredPackage {
 pub enum StoreError {
     #[error("store {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
-    #[error("cannot create the store at {path}: {source}; {hint}", hint = crate::exec::doctor::DATA_DIR_HINT)]
+    #[error("cannot create the store at {path}: {source}; {hint}", hint = DATA_DIR_HINT)]
     Open { path: PathBuf, source: io::Error },
     #[error("skill {id:?}: {source}")]
     Package { id: String, source: PackageError },

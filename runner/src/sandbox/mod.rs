@@ -2,7 +2,7 @@
 //! launcher command for it (docs/sandbox.md, docs/seatbelt.md).
 //!
 //! Invariants of the room:
-//! - a [`profile`] is parsed and checked once; [`bwrap`] and [`seatbelt`]
+//! - a [`profile`] is parsed and checked once; [`bwrap`] and [`macos`]
 //!   turn a plan into an argv or a Seatbelt profile and spawn nothing, so
 //!   `explain` prints exactly what runs;
 //! - the sandbox-side paths (`/skills`, `/skill-extensions`, `/workspace`)
@@ -22,11 +22,12 @@
 pub mod bwrap;
 pub mod host;
 pub mod identity;
+pub mod macos;
 pub mod net;
 pub mod paths;
 pub mod profile;
-pub mod seatbelt;
 #[cfg(target_os = "linux")]
 pub mod seccomp;
 pub mod shim;
-// pub mod syscalls;
+#[cfg(target_os = "linux")]
+pub mod syscalls;

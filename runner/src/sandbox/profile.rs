@@ -237,7 +237,7 @@ impl Profile {
         }
         #[cfg(target_os = "linux")]
         for name in &p.seccomp.deny {
-            if crate::sandbox::seccomp::syscall_number(name).is_none() {
+            if crate::sandbox::syscalls::syscall_number(name).is_none() {
                 return Err(invalid(format!("unknown syscall {name:?} in seccomp.deny")));
             }
         }

@@ -61,6 +61,13 @@ pub const SHIM_PATH: &str = "/proc/self/fd/8";
 
 pub use crate::supervise::report::{ExecReport, STARTED};
 
+/// The shim's exit codes, which are also `skill-runner run`'s: the sandbox
+/// was not finished (125), the command could not be executed (126) or
+/// was not found (127).
+pub const EXIT_RUNNER: i32 = 125;
+pub const EXIT_NOT_EXECUTABLE: i32 = 126;
+pub const EXIT_NOT_FOUND: i32 = 127;
+
 /// The first argument that makes the runner's binary act as the shim.
 pub const SHIM_ARG: &str = "--skill-runner-exec-shim";
 /// Like [`SHIM_ARG`], and the shim first starts the network forwarder of a
@@ -234,16 +241,16 @@ pub fn run_if_shim() {
 /// not finished, with `why` among bubblewrap's messages.
 fn unfinished(why: &str) -> ! {
     eprintln!("skill-runner: {why}");
-    std::process::exit(crate::exec::result::EXIT_RUNNER);
+    std::process::exit(EXIT_RUNNER);
 }
 
 /// The exit code of a command that could not be executed, as shells use
 /// them: 127 not found, 126 found but not executable.
 pub fn exit_code_for(errno: i32) -> i32 {
     if errno == libc::ENOENT || errno == libc::ENOTDIR {
-        crate::exec::result::EXIT_NOT_FOUND
+        EXIT_NOT_FOUND
     } else {
-        crate::exec::result::EXIT_NOT_EXECUTABLE
+        EXIT_NOT_EXECUTABLE
     }
 }
 

@@ -29,48 +29,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::scan::{Found, RootScan};
+use super::scan::{Found, RootScan, Stamp};
 use super::Warning;
 
 /// Bumped when the file's shape or the meaning of its entries changes
 /// (2: skills keep their body's headings, for ranking).
 const FORMAT: u32 = 2;
-
-/// What a folder or file looked like when the scan saw it: path
-/// (relative to the root, or absolute outside it; empty for the root),
-/// device, inode, size, modification time (seconds, nanoseconds). Kept as
-/// a JSON array: an index holds thousands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Stamp(pub String, pub u64, pub u64, pub u64, pub i64, pub i64);
-
-impl Stamp {
-    /// The stamp of `path` now, following symlinks as the scan does;
-    /// `None` when it cannot be read. `rel` is what the index records.
-    pub fn take(path: &Path, rel: String) -> Option<Stamp> {
-        let st = nix::sys::stat::stat(path).ok()?;
-        Some(Stamp::of(rel, &st))
-    }
-
-    fn of(rel: String, st: &nix::sys::stat::FileStat) -> Stamp {
-        let (dev, ino, size, mtime, nsec) = fields(st);
-        Stamp(rel, dev, ino, size, mtime, nsec)
-    }
-
-    /// True when the file still looks the same, looked up from the
-    /// root's handle (a short path walk instead of a whole absolute path).
-    fn still(&self, root: &fs::File) -> bool {
-        let st = if self.0.is_empty() {
-            nix::sys::stat::fstat(root)
-        } else {
-            nix::sys::stat::fstatat(root, self.0.as_str(), nix::fcntl::AtFlags::empty())
-        };
-        st.is_ok_and(|st| fields(&st) == (self.1, self.2, self.3, self.4, self.5))
-    }
-
-    fn nanos(&self) -> i128 {
-        i128::from(self.4) * 1_000_000_000 + i128::from(self.5)
-    }
-}
 
 /// The cached scan of one root.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -122,19 +86,6 @@ impl CachedRoot {
             other.join().unwrap_or(false) && mine
         })
     }
-}
-
-/// The stamped fields of a `stat`, in fixed types.
-// The `stat` field types differ between Linux and macOS.
-#[allow(clippy::unnecessary_cast)]
-fn fields(st: &nix::sys::stat::FileStat) -> (u64, u64, u64, i64, i64) {
-    (
-        st.st_dev as u64,
-        st.st_ino as u64,
-        st.st_size as u64,
-        st.st_mtime as i64,
-        st.st_mtime_nsec as i64,
-    )
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -509,13 +509,7 @@ pub struct EventLog {
 // On disk
 // ---------------------------------------------------------------------------
 
-/// True for a session id as [`new_session_id`] makes them:
-/// `^ses-[0-9a-f]{32}$`.
-pub fn valid_session_id(id: &str) -> bool {
-    id.strip_prefix("ses-").is_some_and(|hex| {
-        hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    })
-}
+use crate::exec::job::valid_session_id;
 
 /// A fresh session id.
 pub fn new_session_id() -> String {
@@ -1281,6 +1275,12 @@ fn known<'a>(names: impl Iterator<Item = &'a str>) -> String {
         s.push_str(&format!(" and {} more", names.len() - 20));
     }
     s
+}
+
+impl crate::exec::runner::SessionBindings for Sessions {
+    fn bindings(&self, session: &str) -> Result<Vec<Binding>, String> {
+        Sessions::bindings(self, session).map_err(|e| e.to_string())
+    }
 }
 
 #[cfg(test)]

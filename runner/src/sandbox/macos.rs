@@ -12,8 +12,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::exec::job::Job;
 use crate::sandbox::paths::{self, Spelling};
+use crate::sandbox::profile::MacosSection;
 
 /// Why a Seatbelt launch could not be planned.
 #[derive(Debug, thiserror::Error)]
@@ -57,9 +57,23 @@ pub struct Folders {
     pub proxy_port: Option<u16>,
 }
 
-/// Renders the profile and the full `sandbox-exec` argv for a job whose
-/// folders are `f`.
-pub fn plan(job: &Job, f: &Folders) -> Result<(seatbelt::Rendered, Vec<String>), MacosError> {
+/// What one execution asks of Seatbelt.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The command, aliases unrewritten.
+    pub argv: &'a [String],
+    /// The job's own environment, added after the runner's.
+    pub env: &'a [(String, String)],
+    /// The profile's macOS section (system paths readable).
+    pub system: &'a MacosSection,
+    /// Whether the job has a network allowlist (then it reaches the
+    /// proxy at [`Folders::proxy_port`], and nothing else).
+    pub allowlisted: bool,
+}
+
+/// Renders the profile and the full `sandbox-exec` argv for a request
+/// whose folders are `f`.
+pub fn plan(job: &Request, f: &Folders) -> Result<(seatbelt::Rendered, Vec<String>), MacosError> {
     let roots = seatbelt::Roots {
         snapshot_root: canonical(&f.snapshot_root)?,
         extensions_dir: canonical(&f.extensions)?,
@@ -67,16 +81,16 @@ pub fn plan(job: &Job, f: &Folders) -> Result<(seatbelt::Rendered, Vec<String>),
         tmp_dir: canonical(&f.tmp)?,
     };
     let policy = seatbelt::SystemPolicy {
-        read_only_subpaths: job.profile.macos.read_only_subpaths.clone(),
-        read_only_literals: job.profile.macos.read_only_literals.clone(),
-        network: match (job.network.allowlist(), f.proxy_port) {
-            (Some(_), Some(port)) => seatbelt::Network::Proxy { port },
+        read_only_subpaths: job.system.read_only_subpaths.clone(),
+        read_only_literals: job.system.read_only_literals.clone(),
+        network: match (job.allowlisted, f.proxy_port) {
+            (true, Some(port)) => seatbelt::Network::Proxy { port },
             _ => seatbelt::Network::None,
         },
     };
     let rendered = seatbelt::render(&policy, &roots)?;
     let argv = paths::rewrite_argv(
-        &job.argv,
+        job.argv,
         Spelling::Host {
             skills: Path::new(&roots.snapshot_root),
             extensions: Path::new(&roots.extensions_dir),
@@ -89,7 +103,7 @@ pub fn plan(job: &Job, f: &Folders) -> Result<(seatbelt::Rendered, Vec<String>),
 /// The environment in the sandbox (docs/formats.md) on macOS: host paths
 /// for the two variables, and `HOME`/`TMPDIR` in the private temp folder
 /// (`/tmp` is not writable).
-pub fn environment(job: &Job, f: &Folders) -> Result<Vec<(String, String)>, MacosError> {
+pub fn environment(job: &Request, f: &Folders) -> Result<Vec<(String, String)>, MacosError> {
     let tmp = canonical(&f.tmp)?;
     let mut env = vec![
         ("HOME".to_owned(), tmp.clone()),
@@ -100,51 +114,10 @@ pub fn environment(job: &Job, f: &Folders) -> Result<Vec<(String, String)>, Maco
         (paths::EXTENSIONS_VAR.to_owned(), canonical(&f.extensions)?),
     ];
     env.extend(job.env.iter().cloned());
-    if let (Some(_), Some(port)) = (job.network.allowlist(), f.proxy_port) {
+    if let (true, Some(port)) = (job.allowlisted, f.proxy_port) {
         env.extend(crate::sandbox::net::proxy_environment(&format!(
             "http://127.0.0.1:{port}"
         )));
     }
     Ok(env)
-}
-
-/// `explain --platform macos`: the plan with the per-execution folder
-/// shown under `<data-dir>/executions/<id>.RANDOM`.
-pub fn explain(
-    job: &Job,
-    data_dir: &Path,
-) -> Result<(seatbelt::Rendered, Vec<String>), MacosError> {
-    let exec = data_dir
-        .join("executions")
-        .join(format!("{}.RANDOM", job.execution_id));
-    let workspace = job
-        .workspace
-        .clone()
-        .unwrap_or_else(|| exec.join("workspace"));
-    let folders = Folders {
-        snapshot_root: exec.join("skills"),
-        extensions: job
-            .extensions_dir
-            .clone()
-            .unwrap_or_else(|| workspace.join(".sciencediscovery/skill-extensions")),
-        workspace,
-        tmp: exec.join("tmp"),
-        // Chosen at launch; shown as such below.
-        proxy_port: job.network.allowlist().map(|_| 1),
-    };
-    let (mut rendered, argv) = plan(job, &folders)?;
-    let shown = "localhost:<port chosen at launch>";
-    for (name, value) in &mut rendered.params {
-        if name == seatbelt::PARAM_PROXY_ADDRESS {
-            *value = shown.to_owned();
-        }
-    }
-    let argv = argv
-        .into_iter()
-        .map(|a| match a.split_once('=') {
-            Some((name, _)) if name == seatbelt::PARAM_PROXY_ADDRESS => format!("{name}={shown}"),
-            _ => a,
-        })
-        .collect();
-    Ok((rendered, argv))
 }
