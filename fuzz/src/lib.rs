@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use skill_runner::daemon::config::{Config, ServeArgs};
-use skill_runner::daemon::{confine, metrics, registry, routes, selfcheck};
+use skill_runner::daemon::{app, confine, metrics, registry, selfcheck};
 use skill_runner::exec::{self, Runner};
 use skill_runner::package::format::Limits;
 use skill_runner::skillhost::catalog::CatalogConfig;
@@ -212,12 +212,12 @@ impl Fixture {
     }
 
     /// A fresh app (registry, metrics, upload slots) over shared parts.
-    pub fn app(&self, runner: &Arc<Runner>, config: &Config) -> routes::App {
+    pub fn app(&self, runner: &Arc<Runner>, config: &Config) -> app::App {
         let verdict = selfcheck::Verdict {
             result: Err("the fuzz harness never launches a sandbox".into()),
             checked_at: std::time::SystemTime::now(),
         };
-        routes::App::new(routes::AppInner {
+        app::App::new(app::AppInner {
             runner: runner.clone(),
             selfcheck: selfcheck::SelfCheck::new(verdict),
             registry: registry::Registry::new(

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use skill_runner::package::format::Limits;
 use skill_runner::package::hash::Binding;
 use skill_runner::package::stage::{self, Selected, SkillSource};
+use skill_runner::package::verify;
 
 const MIB: usize = 1 << 20;
 
@@ -91,7 +92,7 @@ struct Case {
 fn case(base: &Path, name: &'static str, files: Vec<(String, usize)>, limits: &Limits) -> Case {
     let src = base.join(name);
     write_pkg(&src, &files);
-    let hash = stage::hash_dir(&src, limits).unwrap();
+    let hash = verify::hash_dir(&src, limits).unwrap();
     Case {
         name,
         src,
@@ -204,7 +205,7 @@ fn main() {
     .unwrap();
     let pkg = staged.join("bench");
     let verify = time(iter, |_| {
-        stage::verify_tree(&pkg, &c50.binding, &big_limits, None).unwrap();
+        verify::verify_tree(&pkg, &c50.binding, &big_limits, None).unwrap();
     });
     let mut files = files_of(&pkg);
     files.sort();

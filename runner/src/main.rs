@@ -20,7 +20,7 @@ use skill_runner::exec::result::{ErrorInfo, ExecResult, EXIT_RUNNER};
 use skill_runner::exec::{self, Config, OutputMode, RunOptions, Runner};
 use skill_runner::package::format::{self, Limits as PackageLimits};
 use skill_runner::package::hash::Binding;
-use skill_runner::package::{bundle, hash, source, stage};
+use skill_runner::package::{bundle, hash, source, verify};
 use skill_runner::skillhost::catalog::{Catalog, CatalogConfig};
 use skill_runner::skillhost::session::{
     ReadRange, ResourceQuery, SessionError, SessionHost, SessionRequest, Sessions, SkillSpec,
@@ -308,7 +308,7 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
             config(data_dir, false),
         ),
         Command::Hash { dir } => {
-            let h = stage::hash_dir(&dir, &PackageLimits::default())?;
+            let h = verify::hash_dir(&dir, &PackageLimits::default())?;
             emit(&format!(
                 "{h}
 "

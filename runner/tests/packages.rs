@@ -13,6 +13,7 @@ use skill_runner::package::format::Limits;
 use skill_runner::package::hash::{self, Binding};
 use skill_runner::package::stage::{self, Selected, SkillSource, MANIFEST_NAME};
 use skill_runner::package::store::Store;
+use skill_runner::package::verify;
 
 const SKILL_MD: &str = "---\nname: demo\ndescription: A demo skill.\n---\n# Demo\n";
 
@@ -79,7 +80,7 @@ fn entries(dir: &Path) -> Vec<String> {
 fn staged_root_is_exact_sealed_and_verified() {
     let t = tempfile::tempdir().unwrap();
     let src = demo(&t.path().join("src/demo"));
-    let pin = stage::hash_dir(&src, &Limits::default()).unwrap();
+    let pin = verify::hash_dir(&src, &Limits::default()).unwrap();
     let root = t.path().join("root");
     let snap = stage_dir(&src, "demo", &pin, &root).unwrap();
     // Exactly the selected package and the manifest.
@@ -105,7 +106,7 @@ fn staged_root_is_exact_sealed_and_verified() {
     assert_eq!(snap.identity, hash::set_identity(&[binding("demo", &pin)]));
     // The staged copy re-hashes to the pin.
     assert_eq!(
-        stage::hash_dir(&root.join("demo"), &Limits::default()).unwrap(),
+        verify::hash_dir(&root.join("demo"), &Limits::default()).unwrap(),
         pin
     );
 }
@@ -115,7 +116,7 @@ fn manifest_sorts_skills_by_id() {
     let t = tempfile::tempdir().unwrap();
     let a = demo(&t.path().join("zeta"));
     let b = demo(&t.path().join("alpha"));
-    let ha = stage::hash_dir(&a, &Limits::default()).unwrap();
+    let ha = verify::hash_dir(&a, &Limits::default()).unwrap();
     let root = t.path().join("root");
     let snap = stage::stage(
         &[
@@ -221,7 +222,7 @@ fn bad_folders_are_refused_naming_the_path() {
         let root = t.path().join("root");
         // Pin the true hash where the folder can be hashed at all, so the
         // refusal is about the package, not the pin.
-        let pin = stage::hash_dir(&src, &Limits::default()).unwrap_or_else(|_| "a".repeat(64));
+        let pin = verify::hash_dir(&src, &Limits::default()).unwrap_or_else(|_| "a".repeat(64));
         let e = stage_dir(&src, "demo", &pin, &root).unwrap_err();
         assert!(e.to_string().contains(needle), "{name}: {e}");
         assert!(!root.exists(), "{name}: partial root left behind");
@@ -232,7 +233,7 @@ fn bad_folders_are_refused_naming_the_path() {
 fn bad_bindings_and_duplicates_are_refused() {
     let t = tempfile::tempdir().unwrap();
     let src = demo(&t.path().join("demo"));
-    let pin = stage::hash_dir(&src, &Limits::default()).unwrap();
+    let pin = verify::hash_dir(&src, &Limits::default()).unwrap();
     for (b, needle) in [
         (binding("demo", &pin.to_uppercase()), "64 lowercase hex"),
         (binding("demo", &pin[..63]), "64 lowercase hex"),
@@ -280,7 +281,7 @@ fn edits_during_staging_never_produce_a_mix() {
             ("assets/big.bin", &vec![b'a'; 8 << 20]),
         ],
     );
-    let pin = stage::hash_dir(&src, &Limits::default()).unwrap();
+    let pin = verify::hash_dir(&src, &Limits::default()).unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let stop = stop.clone();

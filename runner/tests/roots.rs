@@ -52,7 +52,7 @@ fn a_selection_is_staged_once_then_shared_sealed() {
     let t = tempfile::tempdir().unwrap();
     let roots = Roots::open(t.path()).unwrap();
     let src = skill(&t.path().join("demo"), "echo hi\n");
-    let h = skill_runner::package::stage::hash_dir(&src, &Limits::default()).unwrap();
+    let h = skill_runner::package::verify::hash_dir(&src, &Limits::default()).unwrap();
     let sel = selected("demo", &src, &h);
 
     let first = roots.acquire(&sel, &Limits::default()).unwrap();
@@ -98,7 +98,7 @@ fn a_published_root_keeps_the_pinned_bytes_when_the_source_changes() {
     let t = tempfile::tempdir().unwrap();
     let roots = Roots::open(t.path()).unwrap();
     let src = skill(&t.path().join("demo"), "echo original\n");
-    let h = skill_runner::package::stage::hash_dir(&src, &Limits::default()).unwrap();
+    let h = skill_runner::package::verify::hash_dir(&src, &Limits::default()).unwrap();
     let sel = selected("demo", &src, &h);
     drop(roots.acquire(&sel, &Limits::default()).unwrap());
     fs::write(src.join("scripts/run.sh"), "echo edited\n").unwrap();
@@ -129,7 +129,7 @@ fn concurrent_first_executions_publish_one_root() {
     let t = tempfile::tempdir().unwrap();
     let roots = Roots::open(t.path()).unwrap();
     let src = skill(&t.path().join("demo"), &"x".repeat(1 << 20));
-    let h = skill_runner::package::stage::hash_dir(&src, &Limits::default()).unwrap();
+    let h = skill_runner::package::verify::hash_dir(&src, &Limits::default()).unwrap();
     let sel = selected("demo", &src, &h);
     let leases: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
@@ -150,8 +150,8 @@ fn eviction_keeps_roots_in_use_and_removes_idle_ones() {
     let roots = Roots::open(t.path()).unwrap();
     let a = skill(&t.path().join("a"), "echo a\n");
     let b = skill(&t.path().join("b"), "echo b\n");
-    let ha = skill_runner::package::stage::hash_dir(&a, &Limits::default()).unwrap();
-    let hb = skill_runner::package::stage::hash_dir(&b, &Limits::default()).unwrap();
+    let ha = skill_runner::package::verify::hash_dir(&a, &Limits::default()).unwrap();
+    let hb = skill_runner::package::verify::hash_dir(&b, &Limits::default()).unwrap();
     let in_use = roots
         .acquire(&selected("a", &a, &ha), &Limits::default())
         .unwrap();
@@ -217,7 +217,7 @@ fn a_fifo_or_symlink_record_is_refused_without_blocking() {
     let t = tempfile::tempdir().unwrap();
     let roots = Roots::open(t.path()).unwrap();
     let src = skill(&t.path().join("demo"), "echo hi\n");
-    let h = skill_runner::package::stage::hash_dir(&src, &Limits::default()).unwrap();
+    let h = skill_runner::package::verify::hash_dir(&src, &Limits::default()).unwrap();
     let sel = selected("demo", &src, &h);
     let identity = roots
         .acquire(&sel, &Limits::default())

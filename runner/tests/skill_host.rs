@@ -333,7 +333,7 @@ fn prompt_lists_metadata_and_never_the_body() {
     assert_eq!(p.package_hash, s.skills[0].hash);
     assert_eq!(
         p.package_hash,
-        skill_runner::package::stage::hash_dir(&d, &Default::default()).unwrap()
+        skill_runner::package::verify::hash_dir(&d, &Default::default()).unwrap()
     );
     let doc = serde_json::to_value(&s).unwrap();
     assert!(!doc.to_string().contains("SECRET-BODY-TEXT"));
@@ -410,7 +410,7 @@ fn sessions_keep_the_bytes_they_froze() {
     assert_ne!(b2.hash, b1.hash);
     assert_eq!(
         b2.hash,
-        skill_runner::package::stage::hash_dir(&d, &Default::default()).unwrap()
+        skill_runner::package::verify::hash_dir(&d, &Default::default()).unwrap()
     );
     assert_eq!(host.load(&s2.id, "report").unwrap().body, "NEW BODY\n");
 

@@ -98,7 +98,7 @@ fn valid_vector_packages_verify_as_bundles_and_folders() {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, b).unwrap();
         }
-        let got = skill_runner::package::stage::hash_dir(dir.path(), &Default::default()).unwrap();
+        let got = skill_runner::package::verify::hash_dir(dir.path(), &Default::default()).unwrap();
         assert_eq!(got, binding.hash, "{name}: folder hash");
     }
 }
@@ -119,7 +119,7 @@ fn unicode_vector_hashes_from_a_folder_too() {
     }
     // The folder is a valid package only in layout (SKILL.md has no front
     // matter), which hashing does not look at.
-    let got = skill_runner::package::stage::hash_dir(dir.path(), &Default::default()).unwrap();
+    let got = skill_runner::package::verify::hash_dir(dir.path(), &Default::default()).unwrap();
     assert_eq!(got, case["package_hash"].as_str().unwrap());
 }
 

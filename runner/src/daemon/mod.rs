@@ -24,9 +24,11 @@
 //!
 //! See `docs/daemon.md` for the user's view.
 
+pub mod app;
 pub mod auth;
 pub mod config;
 pub mod confine;
+pub mod events;
 pub mod metrics;
 pub mod registry;
 pub mod routes;
@@ -171,7 +173,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
                 }
             });
         }
-        let app = routes::App::new(routes::AppInner {
+        let app = app::App::new(app::AppInner {
             runner,
             selfcheck,
             registry: registry::Registry::new(

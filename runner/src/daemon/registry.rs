@@ -39,11 +39,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Instant, SystemTime};
 
-use axum::body::Bytes;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::config::Retention;
-use super::stream::EventLog;
+use super::events::{Encoded, EventLog};
 use crate::exec::result::ExecResult;
 use crate::exec::result::Status;
 use crate::supervise::Cancel;
@@ -116,38 +115,6 @@ impl Live {
     /// The switch the supervisor polls.
     pub fn switch(&self) -> Arc<Cancel> {
         self.cancel.clone()
-    }
-}
-
-/// A result and its JSON document, serialised once when the execution
-/// finishes: every reader (`GET`, the `exit` event) is sent slices of the
-/// same shared buffer, never a copy of its own.
-#[derive(Debug, Clone)]
-pub struct Encoded {
-    pub result: Arc<ExecResult>,
-    /// The result document as `GET /v1/executions/{id}` answers it.
-    pub json: Bytes,
-}
-
-impl Encoded {
-    pub fn new(result: Arc<ExecResult>) -> Encoded {
-        // Plain data always serialises; the boxed slice has no spare
-        // capacity, so `json.len()` is what it holds.
-        let json = serde_json::to_vec(&*result).unwrap_or_default();
-        Encoded {
-            result,
-            json: Bytes::from(json.into_boxed_slice()),
-        }
-    }
-
-    /// Output bytes of the result (both streams).
-    fn output(&self) -> u64 {
-        (self.result.stdout.len() + self.result.stderr.len()) as u64
-    }
-
-    /// Bytes held for it: the result's output and its document.
-    fn bytes(&self) -> u64 {
-        self.output() + self.json.len() as u64
     }
 }
 

@@ -40,8 +40,9 @@ use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::app::App;
 use super::config::Listen;
-use super::routes::{self, App};
+use super::routes;
 use crate::fsx::{self, LockFile};
 
 /// After the grace period, how long cancelled executions get to stop.

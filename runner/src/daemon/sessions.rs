@@ -35,7 +35,7 @@ use serde_json::json;
 
 use std::time::{Duration, SystemTime};
 
-use super::routes::{check_length, params, read_body, ApiError, App, UrlPath};
+use super::app::{check_length, params, read_body, ApiError, App, UrlPath};
 use crate::skillhost::session::tools::{self, ToolError};
 use crate::skillhost::session::{ReadRange, ResourceQuery, SessionError, SessionHost, SkillsQuery};
 

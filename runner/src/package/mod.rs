@@ -23,3 +23,4 @@ pub mod published;
 pub mod source;
 pub mod stage;
 pub mod store;
+pub mod verify;

@@ -33,7 +33,7 @@ use crate::fsx::{self, LockFile};
 use crate::package::format::{self, Limits, PackageError, SKILL_MD};
 use crate::package::hash::{self, Binding};
 use crate::package::source::ListError;
-use crate::package::stage::{self, StageError};
+use crate::package::verify::{self, StageError};
 
 /// One file of a stored package.
 /// The hint every data-dir error carries.
@@ -259,7 +259,7 @@ impl Store {
                 fs::write(&target, bytes).map_err(io_err(&target))?;
             }
             // Re-hash what landed on disk, not what we meant to write.
-            stage::verify_tree(&tree, binding, limits, None)?;
+            verify::verify_tree(&tree, binding, limits, None)?;
             let mut index: Vec<IndexEntry> = files
                 .iter()
                 .map(|(path, bytes)| IndexEntry {

@@ -1,0 +1,343 @@
+//! What every route shares: the daemon's state ([`App`]), the API error
+//! type with its one mapping to HTTP statuses and error kinds
+//! ([`ApiError`]), and the request readers (bodies under a size and a time
+//! limit, path and query parameters). The routes ([`super::routes`],
+//! [`super::sessions`]) are built on these and never on each other.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRequestParts, Query};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use http_body_util::BodyExt;
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+use super::config::Config;
+use super::confine::{Roots, RootsError};
+use super::metrics::Metrics;
+use super::registry::{Registry, RegistryError};
+use crate::exec::Runner;
+use crate::package::bundle::BundleError;
+use crate::package::store::StoreError;
+
+/// Shared state of the handlers.
+#[derive(Debug, Clone)]
+pub struct App(Arc<AppInner>);
+
+#[derive(Debug)]
+pub struct AppInner {
+    pub runner: Arc<Runner>,
+    /// The cached verdict of a real job's sandbox (health answers from it).
+    pub selfcheck: Arc<super::selfcheck::SelfCheck>,
+    pub registry: Arc<Registry>,
+    pub metrics: Arc<Metrics>,
+    pub config: Config,
+    pub roots: Roots,
+    pub uploads: Arc<Semaphore>,
+    /// Session requests whose body is read at once (creation, tool calls).
+    pub session_bodies: Arc<Semaphore>,
+    /// The skill host (sessions, catalog), docs/skill-host.md.
+    pub sessions: Arc<crate::skillhost::session::SessionHost>,
+}
+
+impl App {
+    pub fn new(inner: AppInner) -> App {
+        App(Arc::new(inner))
+    }
+}
+
+impl std::ops::Deref for App {
+    type Target = AppInner;
+    fn deref(&self) -> &AppInner {
+        &self.0
+    }
+}
+
+/// Why a request failed; each maps to a status and an error kind.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("a valid bearer token is required: send the header Authorization: Bearer <token>")]
+    Unauthorized,
+    #[error("{0}")]
+    BadJob(String),
+    #[error("the daemon runs only built-in profiles; name one (e.g. \"default\") instead of a file path")]
+    ProfilePath,
+    #[error("limits.output_bytes {asked} is over this daemon's maximum of {max} (output is held in memory); ask for less, or raise --max-output-bytes")]
+    OutputLimit { asked: u64, max: u64 },
+    #[error("network.private is forbidden by this daemon (network_private = false): its jobs may reach public addresses only; drop \"private\": true")]
+    NetworkPrivate,
+    #[error(transparent)]
+    Path(#[from] RootsError),
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Admission(#[from] RegistryError),
+    #[error("too many package uploads at once; retry after a moment")]
+    UploadsBusy,
+    #[error("too many session requests with a body at once; retry after a moment")]
+    SessionsBusy,
+    #[error("the request body is larger than the limit of {limit} bytes; send less, or raise the daemon's body limit")]
+    TooLarge { limit: u64 },
+    #[error(
+        "the request body did not arrive within {secs} s; send it faster, or raise --body-timeout"
+    )]
+    BodyTimeout { secs: u64 },
+    #[error("cannot read the request body ({0}); send it again")]
+    BadBody(String),
+    #[error("the URL path cannot be read ({0}); percent-encode it as UTF-8")]
+    BadUrl(String),
+    #[error(
+        "{what} {id:?} is not known here; it may never have existed or its result has expired"
+    )]
+    NotFound { what: &'static str, id: String },
+    #[error("the result of execution {id:?} ({status}, exit code {code}) was dropped from retention to bound the daemon's memory; its id stays taken until it expires")]
+    Dropped {
+        id: String,
+        status: String,
+        code: String,
+    },
+    #[error("after={after} is past the last event of execution {id:?} (seq {last}); give the seq of the last event you have (0 for all)")]
+    AfterTheEnd { id: String, after: u64, last: u64 },
+    #[error("execution {0:?} has already finished; GET /v1/executions/{0} for its result")]
+    NotRunning(String),
+    #[error("no route {method} {path}; see docs/daemon.md for the routes")]
+    NoRoute { method: String, path: String },
+    #[error("method {method} is not allowed on {path}; see docs/daemon.md for the routes")]
+    Method { method: String, path: String },
+    #[error("{0}; this is a bug in the daemon, see its log")]
+    Internal(String),
+    #[error("{0}")]
+    BadQuery(String),
+    #[error("{0}")]
+    UnknownTool(String),
+    #[error(transparent)]
+    Session(#[from] crate::skillhost::session::SessionError),
+}
+
+impl ApiError {
+    fn parts(&self) -> (StatusCode, &'static str) {
+        use StatusCode as S;
+        match self {
+            ApiError::Unauthorized => (S::UNAUTHORIZED, "unauthorized"),
+            ApiError::BadJob(_)
+            | ApiError::ProfilePath
+            | ApiError::OutputLimit { .. }
+            | ApiError::NetworkPrivate => (S::BAD_REQUEST, "bad_job"),
+            ApiError::Path(_) => (S::FORBIDDEN, "path_not_allowed"),
+            ApiError::Bundle(e) => match e.kind() {
+                "hash_mismatch" => (S::UNPROCESSABLE_ENTITY, "hash_mismatch"),
+                _ => (S::BAD_REQUEST, "bad_bundle"),
+            },
+            ApiError::Store(e) => (status_for_kind(e.kind()), e.kind()),
+            ApiError::Admission(RegistryError::Busy { .. })
+            | ApiError::UploadsBusy
+            | ApiError::SessionsBusy => (S::TOO_MANY_REQUESTS, "busy"),
+            ApiError::Admission(RegistryError::Draining) => {
+                (S::SERVICE_UNAVAILABLE, "shutting_down")
+            }
+            ApiError::Admission(RegistryError::InUse { .. }) => {
+                (S::CONFLICT, "execution_id_in_use")
+            }
+            ApiError::Admission(RegistryError::Cancel(_)) | ApiError::Internal(_) => {
+                (S::INTERNAL_SERVER_ERROR, "internal")
+            }
+            ApiError::TooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "body_too_large"),
+            ApiError::BodyTimeout { .. } => (S::REQUEST_TIMEOUT, "body_timeout"),
+            ApiError::BadBody(_) | ApiError::BadUrl(_) | ApiError::BadQuery(_) => {
+                (S::BAD_REQUEST, "bad_request")
+            }
+            ApiError::NotFound { .. } | ApiError::NoRoute { .. } | ApiError::UnknownTool(_) => {
+                (S::NOT_FOUND, "not_found")
+            }
+            ApiError::NotRunning(_) => (S::CONFLICT, "not_running"),
+            ApiError::Dropped { .. } => (S::GONE, "result_dropped"),
+            ApiError::AfterTheEnd { .. } => (S::BAD_REQUEST, "bad_request"),
+            ApiError::Method { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            ApiError::Session(e) => (
+                S::from_u16(e.status()).unwrap_or(S::INTERNAL_SERVER_ERROR),
+                e.kind(),
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, kind) = self.parts();
+        if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
+            tracing::error!(kind, "{}", self.to_string().escape_debug());
+        }
+        let body = json!({"error": {"kind": kind, "message": self.to_string()}});
+        let mut resp = (status, Json(body)).into_response();
+        let retry = match self {
+            ApiError::Admission(RegistryError::Busy { .. })
+            | ApiError::UploadsBusy
+            | ApiError::SessionsBusy => Some("1"),
+            ApiError::Admission(RegistryError::Draining) => Some("5"),
+            _ => None,
+        };
+        if let Some(secs) = retry {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static(secs));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}
+
+/// The parameters in a route's path: axum's `Path`, except that a path
+/// that does not decode (`%FF` is not UTF-8) answers the error document
+/// like every other refusal, not axum's plain-text rejection.
+#[derive(Debug)]
+pub struct UrlPath<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for UrlPath<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(UrlPath(v)),
+            Err(e) => Err(ApiError::BadUrl(crate::text::single_line(&e.body_text()))),
+        }
+    }
+}
+
+/// The HTTP status of a refusal kind (of a rejected result or a store
+/// error).
+pub fn status_for_kind(kind: &str) -> StatusCode {
+    match kind {
+        "bad_job" | "bad_package" | "bad_bundle" => StatusCode::BAD_REQUEST,
+        "hash_mismatch" => StatusCode::UNPROCESSABLE_ENTITY,
+        "not_in_store" => StatusCode::NOT_FOUND,
+        "conflict" => StatusCode::CONFLICT,
+        "sandbox_unavailable" => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+/// The most bytes of a refused body read and discarded before answering.
+pub const DRAIN_MAX: u64 = 64 << 20;
+
+/// The body of a request whose declared length is over `limit` is not
+/// read; it is drained and the request refused (413).
+pub async fn check_length(
+    headers: &HeaderMap,
+    body: Body,
+    limit: u64,
+    timeout: Duration,
+) -> Result<Body, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match declared {
+        Some(n) if n > limit => {
+            if !expects_continue(headers) && n <= limit.saturating_add(DRAIN_MAX) {
+                drain(body, timeout).await;
+            }
+            Err(ApiError::TooLarge { limit })
+        }
+        _ => Ok(body),
+    }
+}
+
+fn expects_continue(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::EXPECT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("100-continue"))
+}
+
+/// Reads and discards at most [`DRAIN_MAX`] bytes of `body` within
+/// `timeout`, so a client that sends its whole body before reading gets
+/// the answer instead of a broken pipe. Past either bound, the connection
+/// is closed after the answer (hyper does that for an unread body).
+async fn drain(body: Body, timeout: Duration) {
+    let mut body = body;
+    let mut left = DRAIN_MAX;
+    let _ = tokio::time::timeout(timeout, async {
+        while let Some(Ok(frame)) = body.frame().await {
+            let n = frame.data_ref().map_or(0, |d| d.len() as u64);
+            if n >= left {
+                break;
+            }
+            left -= n;
+        }
+    })
+    .await;
+}
+
+/// Reads a whole body under a size limit and a time limit.
+pub async fn read_body(body: Body, limit: u64, timeout: Duration) -> Result<Bytes, ApiError> {
+    let mut body = body;
+    let read = tokio::time::timeout(timeout, async {
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| ApiError::BadBody(e.to_string()))?;
+            if let Some(d) = frame.data_ref() {
+                if (buf.len() + d.len()) as u64 > limit {
+                    return Err(ApiError::TooLarge { limit });
+                }
+                buf.extend_from_slice(d);
+            }
+        }
+        Ok(buf)
+    })
+    .await;
+    match read {
+        Err(_) => Err(ApiError::BodyTimeout {
+            secs: timeout.as_secs().max(1),
+        }),
+        Ok(Err(e @ ApiError::TooLarge { .. })) => {
+            // The rest of a chunked body: read and dropped, so the client
+            // that is still sending sees the 413.
+            drain(body, timeout).await;
+            Err(e)
+        }
+        Ok(Err(e)) => Err(e),
+        Ok(Ok(buf)) => Ok(Bytes::from(buf)),
+    }
+}
+
+/// Query parameters of a route, refusing those it does not know.
+pub fn params(
+    q: Result<Query<BTreeMap<String, String>>, QueryRejection>,
+    known: &[&str],
+) -> Result<BTreeMap<String, String>, ApiError> {
+    let Query(map) = q.map_err(|e| {
+        ApiError::BadQuery(format!(
+            "bad query parameters: {}",
+            crate::text::single_line(&e.body_text())
+        ))
+    })?;
+    if let Some(k) = map.keys().find(|k| !known.contains(&k.as_str())) {
+        return Err(ApiError::BadQuery(format!(
+            "unknown query parameter {:?}; this route takes {}",
+            crate::text::single_line(k),
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        )));
+    }
+    Ok(map)
+}

@@ -1,0 +1,320 @@
+//! The crate's architecture, checked: rooms form a ladder (a room uses
+//! only the rooms below it, `package` and `sandbox` never each other), no
+//! two modules import each other (directly or around a loop), and
+//! `unsafe` is allowed in `supervise::sys` alone. See the table in
+//! `runner/src/lib.rs`.
+//!
+//! The module graph is read from the sources: every `crate::…` path and
+//! every `super::…` path in code (comments and the `#[cfg(test)]` module
+//! at the end of a file are skipped) is an edge to the deepest module it
+//! names. `cargo test -p skill-runner --test architecture -- --nocapture`
+//! prints the graph.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+
+/// The rooms, lowest first; rooms of equal rank must not use each other.
+const ROOMS: &[(&str, u32)] = &[
+    ("text", 0),
+    ("fsx", 1),
+    ("supervise", 2),
+    ("package", 3),
+    ("sandbox", 3),
+    ("exec", 4),
+    ("skillhost", 5),
+    ("daemon", 6),
+];
+
+type Module = String;
+
+struct Crate {
+    /// Module path (`exec::runner`, `` for lib.rs) → source without
+    /// comments and tests.
+    modules: BTreeMap<Module, String>,
+}
+
+impl Crate {
+    fn read(src: &Path) -> Crate {
+        let mut modules = BTreeMap::new();
+        let mut files = Vec::new();
+        walk(src, &mut files);
+        for file in files {
+            let rel = file.strip_prefix(src).unwrap().with_extension("");
+            let mut parts: Vec<String> = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+                parts.pop();
+            }
+            if parts == ["main"] || parts == ["cli"] {
+                continue; // the binary, above every room
+            }
+            let text = fs::read_to_string(&file).unwrap();
+            modules.insert(parts.join("::"), code_only(&text));
+        }
+        Crate { modules }
+    }
+
+    /// The deepest module `path` (segments from the crate root) names.
+    fn resolve(&self, segments: &[&str]) -> Option<Module> {
+        (1..=segments.len())
+            .rev()
+            .map(|n| segments[..n].join("::"))
+            .find(|m| self.modules.contains_key(m))
+    }
+
+    /// Module → the modules its code names.
+    fn edges(&self) -> BTreeMap<Module, BTreeSet<Module>> {
+        let mut edges = BTreeMap::new();
+        for (module, code) in &self.modules {
+            let mut to = BTreeSet::new();
+            for path in paths(code) {
+                let mut segments: Vec<&str> = Vec::new();
+                let mut rest = path.split("::").peekable();
+                match rest.peek().copied() {
+                    Some("crate") => {
+                        rest.next();
+                    }
+                    Some("super") => {
+                        // `super` is the parent of the module, whatever file
+                        // holds it.
+                        segments.extend(module.split("::").filter(|s| !s.is_empty()));
+                        while rest.peek() == Some(&"super") {
+                            rest.next();
+                            segments.pop();
+                        }
+                    }
+                    _ => continue,
+                }
+                segments.extend(rest);
+                if let Some(target) = self.resolve(&segments) {
+                    if &target != module && !module.starts_with(&format!("{target}::")) {
+                        to.insert(target);
+                    }
+                }
+            }
+            edges.insert(module.clone(), to);
+        }
+        edges
+    }
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            walk(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The source without line comments and without the trailing
+/// `#[cfg(test)] mod tests`.
+fn code_only(text: &str) -> String {
+    let cut = text.find("#[cfg(test)]\nmod tests").unwrap_or(text.len());
+    text[..cut]
+        .lines()
+        .map(|l| match l.find("//") {
+            Some(i) => &l[..i],
+            None => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every `crate::a::b` and `super::a` path in `code`, with `use` groups
+/// (`crate::a::{b, c::d}`) expanded.
+fn paths(code: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for start in ["crate::", "super::"] {
+        let mut from = 0;
+        while let Some(i) = code[from..].find(start) {
+            let at = from + i;
+            from = at + start.len();
+            let before = code[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == ':') {
+                continue;
+            }
+            expand(&code[at..], "", &mut out);
+        }
+    }
+    out
+}
+
+/// Reads one path (and its group, if any) at the start of `text`.
+fn expand(text: &str, prefix: &str, out: &mut Vec<String>) {
+    let end = text
+        .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+        .unwrap_or(text.len());
+    let path = format!("{prefix}{}", &text[..end]);
+    if text[end..].starts_with('{') && path.ends_with("::") {
+        let group = &text[end + 1..];
+        let mut depth = 0;
+        let mut item_start = 0;
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    expand(group[item_start..i].trim_start(), &path, out);
+                    return;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    expand(group[item_start..i].trim_start(), &path, out);
+                    item_start = i + 1;
+                }
+                _ => {}
+            }
+        }
+    } else {
+        let path = path.trim_end_matches("::").trim_end_matches("::self");
+        out.push(path.to_owned());
+    }
+}
+
+fn room(module: &str) -> &str {
+    module.split("::").next().unwrap()
+}
+
+fn rank(room: &str) -> Option<u32> {
+    ROOMS.iter().find(|(r, _)| *r == room).map(|(_, n)| *n)
+}
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+#[test]
+fn rooms_use_only_the_rooms_below_them() {
+    let krate = Crate::read(&src());
+    let edges = krate.edges();
+    let mut wrong = Vec::new();
+    println!("module graph (module -> what its code names):");
+    for (from, tos) in &edges {
+        let list: Vec<&str> = tos.iter().map(String::as_str).collect();
+        println!(
+            "  {} -> {}",
+            if from.is_empty() { "lib" } else { from },
+            list.join(", ")
+        );
+        if from.is_empty() {
+            continue;
+        }
+        let Some(from_rank) = rank(room(from)) else {
+            wrong.push(format!("{from} is in no room of ROOMS"));
+            continue;
+        };
+        for to in tos {
+            if room(to) == room(from) {
+                continue;
+            }
+            match rank(room(to)) {
+                Some(r) if r < from_rank => {}
+                _ => wrong.push(format!("{from} uses {to}, which is not below it")),
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the ladder is broken:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn no_two_modules_import_each_other() {
+    let krate = Crate::read(&src());
+    let edges = krate.edges();
+    // A child naming its own parent (`super::Item`) is the module tree,
+    // not an import, and is left out of the graph (see `edges`); a parent
+    // naming a child, or siblings naming each other, are edges.
+    let mut cycles = Vec::new();
+    let mut state: BTreeMap<&str, u8> = BTreeMap::new(); // 1 on stack, 2 done
+    fn visit<'a>(
+        m: &'a str,
+        edges: &'a BTreeMap<Module, BTreeSet<Module>>,
+        state: &mut BTreeMap<&'a str, u8>,
+        stack: &mut Vec<&'a str>,
+        cycles: &mut Vec<String>,
+    ) {
+        state.insert(m, 1);
+        stack.push(m);
+        for to in edges.get(m).into_iter().flatten() {
+            match state.get(to.as_str()) {
+                Some(1) => {
+                    let from = stack.iter().position(|s| s == to).unwrap();
+                    let mut ring: Vec<&str> = stack[from..].to_vec();
+                    ring.push(to);
+                    cycles.push(ring.join(" -> "));
+                }
+                Some(_) => {}
+                None => visit(to, edges, state, stack, cycles),
+            }
+        }
+        stack.pop();
+        state.insert(m, 2);
+    }
+    for m in edges.keys() {
+        if !state.contains_key(m.as_str()) {
+            visit(m, &edges, &mut state, &mut Vec::new(), &mut cycles);
+        }
+    }
+    assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
+}
+
+#[test]
+fn unsafe_is_allowed_in_supervise_sys_alone() {
+    let lib = fs::read_to_string(src().join("lib.rs")).unwrap();
+    assert!(
+        lib.contains("#![deny(unsafe_code)]"),
+        "lib.rs must deny unsafe_code"
+    );
+    let main = fs::read_to_string(src().join("main.rs")).unwrap();
+    assert!(
+        main.contains("#![forbid(unsafe_code)]"),
+        "main.rs must forbid unsafe_code"
+    );
+    let mut files = Vec::new();
+    walk(&src(), &mut files);
+    let mut allows = Vec::new();
+    for file in files {
+        let text = fs::read_to_string(&file).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            if line.contains("allow(unsafe_code)") {
+                let next = text.lines().nth(n + 1).unwrap_or("");
+                allows.push(format!(
+                    "{}: {} {}",
+                    file.strip_prefix(src()).unwrap().display(),
+                    line.trim(),
+                    next.trim()
+                ));
+            }
+        }
+    }
+    assert_eq!(
+        allows,
+        ["supervise/mod.rs: #[allow(unsafe_code)] pub mod sys;"],
+        "unsafe_code may be allowed on supervise::sys only"
+    );
+}
+
+#[test]
+fn the_graph_reader_sees_groups_and_super() {
+    let got = paths(&code_only(
+        "use crate::a::{b, c::{d, E}};\nlet x = super::f::g(); // crate::z\n",
+    ));
+    assert_eq!(
+        got,
+        [
+            "crate::a::b",
+            "crate::a::c::d",
+            "crate::a::c::E",
+            "super::f::g"
+        ]
+    );
+    assert_eq!(code_only("a // crate::x\n#[cfg(test)]\nmod tests {}"), "a ");
+}
