@@ -317,6 +317,158 @@ fn label(v: &str) -> String {
 mod tests {
     use super::*;
 
+    /// A state that touches every family: every status, both refusals,
+    /// two response codes, an escaped host, a negative-free gauge.
+    fn known() -> Metrics {
+        let m = Metrics::default();
+        for (status, _) in STATUSES {
+            m.execution(status, Duration::from_millis(30));
+        }
+        m.execution(Status::Exited, Duration::from_secs(400));
+        m.queue_wait.observe(Duration::from_micros(1500));
+        m.staged(4096, Duration::from_millis(250));
+        m.refused(Refusal::Busy);
+        m.refused(Refusal::Draining);
+        m.refused(Refusal::Draining);
+        m.published(3);
+        m.connection_opened();
+        m.connection_opened();
+        m.connection_closed();
+        m.response(404);
+        m.response(200);
+        m.response(200);
+        let req = |host: &str, allowed| crate::sandbox::net::RequestInfo {
+            host: host.into(),
+            port: 443,
+            allowed,
+            reason: None,
+            sent_bytes: 0,
+            received_bytes: 0,
+        };
+        m.network(&crate::sandbox::net::NetworkInfo {
+            requests: vec![req("pypi.org", true), req("x\\\"\n", false)],
+            dropped: 5,
+        });
+        m
+    }
+
+    /// `/metrics` byte for byte, as scrapers and dashboards read it.
+    #[test]
+    fn renders_the_same_text_for_the_same_counters() {
+        assert_eq!(known().render(4, 7), PINNED);
+    }
+
+    /// A family without samples still declares itself.
+    #[test]
+    fn renders_empty_families_with_their_help_and_type() {
+        let text = Metrics::default().render(0, 0);
+        assert!(text.contains(
+            "# TYPE skill_runner_http_responses_total counter\n# HELP skill_runner_connections_open "
+        ));
+        assert!(text.contains(
+            "# TYPE skill_runner_network_requests_total counter\n# HELP skill_runner_network_requests_dropped_total "
+        ));
+        assert!(text.ends_with("skill_runner_network_requests_dropped_total 0\n"));
+    }
+
+    const PINNED: &str = r#"# HELP skill_runner_executions_total Finished executions by result status.
+# TYPE skill_runner_executions_total counter
+skill_runner_executions_total{status="exited"} 2
+skill_runner_executions_total{status="signaled"} 1
+skill_runner_executions_total{status="timed_out"} 1
+skill_runner_executions_total{status="limit_exceeded"} 1
+skill_runner_executions_total{status="cancelled"} 1
+skill_runner_executions_total{status="rejected"} 1
+skill_runner_executions_total{status="failed"} 1
+# HELP skill_runner_execution_duration_seconds Wall time of the sandboxed command.
+# TYPE skill_runner_execution_duration_seconds histogram
+skill_runner_execution_duration_seconds_bucket{le="0.005"} 0
+skill_runner_execution_duration_seconds_bucket{le="0.01"} 0
+skill_runner_execution_duration_seconds_bucket{le="0.025"} 0
+skill_runner_execution_duration_seconds_bucket{le="0.05"} 6
+skill_runner_execution_duration_seconds_bucket{le="0.1"} 6
+skill_runner_execution_duration_seconds_bucket{le="0.25"} 6
+skill_runner_execution_duration_seconds_bucket{le="0.5"} 6
+skill_runner_execution_duration_seconds_bucket{le="1"} 6
+skill_runner_execution_duration_seconds_bucket{le="2.5"} 6
+skill_runner_execution_duration_seconds_bucket{le="5"} 6
+skill_runner_execution_duration_seconds_bucket{le="10"} 6
+skill_runner_execution_duration_seconds_bucket{le="30"} 6
+skill_runner_execution_duration_seconds_bucket{le="60"} 6
+skill_runner_execution_duration_seconds_bucket{le="300"} 6
+skill_runner_execution_duration_seconds_bucket{le="+Inf"} 7
+skill_runner_execution_duration_seconds_sum 400.18
+skill_runner_execution_duration_seconds_count 7
+# HELP skill_runner_queue_wait_seconds Time admitted executions waited for a run slot.
+# TYPE skill_runner_queue_wait_seconds histogram
+skill_runner_queue_wait_seconds_bucket{le="0.005"} 1
+skill_runner_queue_wait_seconds_bucket{le="0.01"} 1
+skill_runner_queue_wait_seconds_bucket{le="0.025"} 1
+skill_runner_queue_wait_seconds_bucket{le="0.05"} 1
+skill_runner_queue_wait_seconds_bucket{le="0.1"} 1
+skill_runner_queue_wait_seconds_bucket{le="0.25"} 1
+skill_runner_queue_wait_seconds_bucket{le="0.5"} 1
+skill_runner_queue_wait_seconds_bucket{le="1"} 1
+skill_runner_queue_wait_seconds_bucket{le="2.5"} 1
+skill_runner_queue_wait_seconds_bucket{le="5"} 1
+skill_runner_queue_wait_seconds_bucket{le="10"} 1
+skill_runner_queue_wait_seconds_bucket{le="30"} 1
+skill_runner_queue_wait_seconds_bucket{le="60"} 1
+skill_runner_queue_wait_seconds_bucket{le="300"} 1
+skill_runner_queue_wait_seconds_bucket{le="+Inf"} 1
+skill_runner_queue_wait_seconds_sum 0.0015
+skill_runner_queue_wait_seconds_count 1
+# HELP skill_runner_staging_seconds Time spent staging snapshot roots.
+# TYPE skill_runner_staging_seconds histogram
+skill_runner_staging_seconds_bucket{le="0.005"} 0
+skill_runner_staging_seconds_bucket{le="0.01"} 0
+skill_runner_staging_seconds_bucket{le="0.025"} 0
+skill_runner_staging_seconds_bucket{le="0.05"} 0
+skill_runner_staging_seconds_bucket{le="0.1"} 0
+skill_runner_staging_seconds_bucket{le="0.25"} 1
+skill_runner_staging_seconds_bucket{le="0.5"} 1
+skill_runner_staging_seconds_bucket{le="1"} 1
+skill_runner_staging_seconds_bucket{le="2.5"} 1
+skill_runner_staging_seconds_bucket{le="5"} 1
+skill_runner_staging_seconds_bucket{le="10"} 1
+skill_runner_staging_seconds_bucket{le="30"} 1
+skill_runner_staging_seconds_bucket{le="60"} 1
+skill_runner_staging_seconds_bucket{le="300"} 1
+skill_runner_staging_seconds_bucket{le="+Inf"} 1
+skill_runner_staging_seconds_sum 0.25
+skill_runner_staging_seconds_count 1
+# HELP skill_runner_staging_bytes_total Bytes staged into snapshot roots.
+# TYPE skill_runner_staging_bytes_total counter
+skill_runner_staging_bytes_total 4096
+# HELP skill_runner_executions_running Executions running now.
+# TYPE skill_runner_executions_running gauge
+skill_runner_executions_running 4
+# HELP skill_runner_executions_queued Executions waiting for a run slot.
+# TYPE skill_runner_executions_queued gauge
+skill_runner_executions_queued 7
+# HELP skill_runner_admissions_refused_total Execution requests refused at admission.
+# TYPE skill_runner_admissions_refused_total counter
+skill_runner_admissions_refused_total{reason="busy"} 1
+skill_runner_admissions_refused_total{reason="draining"} 2
+# HELP skill_runner_packages_published_total Skills published through POST /v1/skill-packages.
+# TYPE skill_runner_packages_published_total counter
+skill_runner_packages_published_total 3
+# HELP skill_runner_http_responses_total HTTP responses by status code.
+# TYPE skill_runner_http_responses_total counter
+skill_runner_http_responses_total{code="200"} 2
+skill_runner_http_responses_total{code="404"} 1
+# HELP skill_runner_connections_open Client connections open now.
+# TYPE skill_runner_connections_open gauge
+skill_runner_connections_open 1
+# HELP skill_runner_network_requests_total Requests through the network proxy, per host, allowed or refused.
+# TYPE skill_runner_network_requests_total counter
+skill_runner_network_requests_total{host="pypi.org",allowed="true"} 1
+skill_runner_network_requests_total{host="x\\\"\n",allowed="false"} 1
+# HELP skill_runner_network_requests_dropped_total Proxy requests not listed in their result.
+# TYPE skill_runner_network_requests_dropped_total counter
+skill_runner_network_requests_dropped_total 5
+"#;
+
     #[test]
     fn renders_counters_and_cumulative_buckets() {
         let m = Metrics::default();
