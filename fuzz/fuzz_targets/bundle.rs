@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let skills = match bundle::parse(data, &limits) {
         Err(e) => {
             one_line("bundle", &e.to_string());
-            assert!(matches!(e.kind(), "bad_bundle" | "hash_mismatch"));
+            assert!(matches!(e.kind().as_str(), "bad_bundle" | "hash_mismatch"));
             return;
         }
         Ok(s) => s,

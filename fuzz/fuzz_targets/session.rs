@@ -128,9 +128,9 @@ fn outcome<T>(r: Result<T, SessionError>) -> Option<T> {
             let msg = e.to_string();
             one_line("session", &msg);
             assert!(
-                (400..500).contains(&e.status()),
+                (400..500).contains(&skill_runner::daemon::app::status(e.kind()).as_u16()),
                 "bad input answered {} ({}): {msg}",
-                e.status(),
+                skill_runner::daemon::app::status(e.kind()).as_u16(),
                 e.kind()
             );
             None

@@ -15,6 +15,7 @@
 //! | [`supervise`] | spawning and watching one process tree; cgroups; the only `unsafe` ([`supervise::sys`]) | `fsx`, `text` |
 //! | [`fsx`] | file-system primitives: no-follow opens, copies, locks | `text` |
 //! | [`text`] | small pure formatting helpers | nothing |
+//! | [`error`] | the error kinds of every error document | nothing |
 //!
 //! `package` and `sandbox` stand side by side: neither uses the other, and
 //! only `exec` brings package bytes and a sandbox together. The CLI
@@ -29,6 +30,7 @@
 #![deny(unsafe_code)]
 
 pub mod daemon;
+pub mod error;
 pub mod exec;
 pub mod fsx;
 pub mod package;

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use anyhow::bail;
 use clap::{Args, Parser, Subcommand};
 
+use skill_runner::error::ErrorKind;
 use skill_runner::exec::doctor;
 use skill_runner::exec::job::Job;
 use skill_runner::exec::result::{ErrorInfo, ExecResult, EXIT_RUNNER};
@@ -399,15 +400,18 @@ fn confine_roots(
     let Some(dir) = confine else {
         return Ok(None);
     };
-    let dir = dir
-        .canonicalize()
-        .map_err(|e| ErrorInfo::new("bad_job", format!("--confine {}: {e}", dir.display())))?;
+    let dir = dir.canonicalize().map_err(|e| {
+        ErrorInfo::new(
+            ErrorKind::BadJob,
+            format!("--confine {}: {e}", dir.display()),
+        )
+    })?;
     Ok(Some(skill_runner::daemon::confine::Roots::new(vec![dir])))
 }
 
 fn confine_error(message: String) -> ErrorInfo {
     ErrorInfo::new(
-        "bad_job",
+        ErrorKind::BadJob,
         message.replace("(skill-runner serve --root)", "(--confine)"),
     )
 }
@@ -419,7 +423,7 @@ fn load_job(path: &Path) -> Result<Job, ErrorInfo> {
 /// Reads and parses a job; with `confine`, a profile file it names must lie
 /// under that folder, checked before the file is read.
 fn load_job_confined(path: &Path, confine: Option<&Path>) -> Result<Job, ErrorInfo> {
-    let bad = |message: String| ErrorInfo::new("bad_job", message);
+    let bad = |message: String| ErrorInfo::new(ErrorKind::BadJob, message);
     let (bytes, base) = if path == Path::new("-") {
         let mut bytes = Vec::new();
         std::io::stdin()
@@ -451,7 +455,7 @@ fn load_job_confined(path: &Path, confine: Option<&Path>) -> Result<Job, ErrorIn
         let _ = roots;
         if let Some(spec) = raw["profile"].as_str().filter(|s| s.contains('/')) {
             return Err(ErrorInfo::new(
-                "bad_job",
+                ErrorKind::BadJob,
                 format!("profile {spec:?} is a file; with --confine a job may name only built-in profiles (a profile file can bind any host path into the sandbox)"),
             ));
         }
@@ -469,7 +473,7 @@ fn run(job_path: &Path, json: bool, confine: Option<&Path>, cfg: Config) -> anyh
         Err(m) => {
             return Ok(report_rejected(
                 &job.execution_id,
-                ErrorInfo::new("runner_failed", m),
+                ErrorInfo::new(ErrorKind::RunnerFailed, m),
                 json,
             ))
         }

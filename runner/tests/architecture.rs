@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 /// The rooms, lowest first; rooms of equal rank must not use each other.
 const ROOMS: &[(&str, u32)] = &[
     ("text", 0),
+    ("error", 0),
     ("fsx", 1),
     ("supervise", 2),
     ("package", 3),

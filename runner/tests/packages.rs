@@ -150,7 +150,7 @@ fn lying_hash_is_refused_and_nothing_is_left() {
     let e = stage_dir(&src, "demo", &lie, &root).unwrap_err();
     let msg = e.to_string();
     assert!(msg.contains("\"demo\"") && msg.contains(&lie), "{msg}");
-    assert_eq!(e.kind(), "hash_mismatch");
+    assert_eq!(e.kind().as_str(), "hash_mismatch");
     assert!(!root.exists(), "partial root left behind");
 }
 
@@ -316,7 +316,7 @@ fn edits_during_staging_never_produce_a_mix() {
             }
             Err(e) => {
                 refused += 1;
-                assert_eq!(e.kind(), "hash_mismatch", "{e}");
+                assert_eq!(e.kind().as_str(), "hash_mismatch", "{e}");
                 assert!(!root.exists());
             }
         }
@@ -381,7 +381,7 @@ fn bundle_tampering_is_caught() {
     f["size"] = 6.into();
     f["hash"] = hash::file_hash(b"HELLO!").into();
     let e = bundle::parse(j.to_string().as_bytes(), &Limits::default()).unwrap_err();
-    assert_eq!(e.kind(), "hash_mismatch");
+    assert_eq!(e.kind().as_str(), "hash_mismatch");
     assert!(e.to_string().contains("package hash"), "{e}");
 
     // Tampered bytes alone: the file hash catches it.

@@ -146,7 +146,11 @@ fn read(host: &SessionHost, id: &str, path: &str) -> Result<String, SessionError
 
 fn kind_of<T: std::fmt::Debug>(r: Result<T, SessionError>) -> (&'static str, u16, String) {
     let e = r.expect_err("expected an error");
-    (e.kind(), e.status(), e.to_string())
+    (
+        e.kind().as_str(),
+        skill_runner::daemon::app::status(e.kind()).as_u16(),
+        e.to_string(),
+    )
 }
 
 // ---------------------------------------------------------------------------
@@ -197,8 +201,8 @@ fn delivery_decision_table() {
                 }
                 (false, true) => {
                     let e = got.expect_err("a skill with files and no file tool is refused");
-                    assert_eq!(e.kind(), "composition_rejected");
-                    assert_eq!(e.status(), 422);
+                    assert_eq!(e.kind().as_str(), "composition_rejected");
+                    assert_eq!(skill_runner::daemon::app::status(e.kind()).as_u16(), 422);
                     let m = e.to_string();
                     for (n, k) in s {
                         assert_eq!(
@@ -517,7 +521,11 @@ fn bad_session_requests_are_refused() {
         } else {
             400
         };
-        assert_eq!(e.status(), want, "{body}: {e}");
+        assert_eq!(
+            skill_runner::daemon::app::status(e.kind()).as_u16(),
+            want,
+            "{body}: {e}"
+        );
     }
 }
 

@@ -234,7 +234,7 @@ impl World {
 
 /// Package hash of a folder, via the library.
 pub fn hash_of(dir: &Path) -> String {
-    skill_runner::package::stage::hash_dir(dir, &Default::default()).expect("hash")
+    skill_runner::package::verify::hash_dir(dir, &Default::default()).expect("hash")
 }
 
 /// A skill entry for a job: `{id, revision 1, version "1.0.0", hash, path}`.

@@ -22,6 +22,7 @@ use super::config::Config;
 use super::confine::{Roots, RootsError};
 use super::metrics::Metrics;
 use super::registry::{Registry, RegistryError};
+use crate::error::ErrorKind;
 use crate::exec::Runner;
 use crate::package::bundle::BundleError;
 use crate::package::store::StoreError;
@@ -123,57 +124,78 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    fn parts(&self) -> (StatusCode, &'static str) {
-        use StatusCode as S;
+    /// The error kind of the document; [`status`] gives its HTTP status.
+    pub fn kind(&self) -> ErrorKind {
+        use ErrorKind as K;
         match self {
-            ApiError::Unauthorized => (S::UNAUTHORIZED, "unauthorized"),
+            ApiError::Unauthorized => K::Unauthorized,
             ApiError::BadJob(_)
             | ApiError::ProfilePath
             | ApiError::OutputLimit { .. }
-            | ApiError::NetworkPrivate => (S::BAD_REQUEST, "bad_job"),
-            ApiError::Path(_) => (S::FORBIDDEN, "path_not_allowed"),
-            ApiError::Bundle(e) => match e.kind() {
-                "hash_mismatch" => (S::UNPROCESSABLE_ENTITY, "hash_mismatch"),
-                _ => (S::BAD_REQUEST, "bad_bundle"),
-            },
-            ApiError::Store(e) => (status_for_kind(e.kind()), e.kind()),
+            | ApiError::NetworkPrivate => K::BadJob,
+            ApiError::Path(_) => K::PathNotAllowed,
+            ApiError::Bundle(e) => e.kind(),
+            ApiError::Store(e) => e.kind(),
+            ApiError::Session(e) => e.kind(),
             ApiError::Admission(RegistryError::Busy { .. })
             | ApiError::UploadsBusy
-            | ApiError::SessionsBusy => (S::TOO_MANY_REQUESTS, "busy"),
-            ApiError::Admission(RegistryError::Draining) => {
-                (S::SERVICE_UNAVAILABLE, "shutting_down")
-            }
-            ApiError::Admission(RegistryError::InUse { .. }) => {
-                (S::CONFLICT, "execution_id_in_use")
-            }
-            ApiError::Admission(RegistryError::Cancel(_)) | ApiError::Internal(_) => {
-                (S::INTERNAL_SERVER_ERROR, "internal")
-            }
-            ApiError::TooLarge { .. } => (S::PAYLOAD_TOO_LARGE, "body_too_large"),
-            ApiError::BodyTimeout { .. } => (S::REQUEST_TIMEOUT, "body_timeout"),
-            ApiError::BadBody(_) | ApiError::BadUrl(_) | ApiError::BadQuery(_) => {
-                (S::BAD_REQUEST, "bad_request")
-            }
+            | ApiError::SessionsBusy => K::Busy,
+            ApiError::Admission(RegistryError::Draining) => K::ShuttingDown,
+            ApiError::Admission(RegistryError::InUse { .. }) => K::ExecutionIdInUse,
+            ApiError::Admission(RegistryError::Cancel(_)) | ApiError::Internal(_) => K::Internal,
+            ApiError::TooLarge { .. } => K::BodyTooLarge,
+            ApiError::BodyTimeout { .. } => K::BodyTimeout,
+            ApiError::BadBody(_)
+            | ApiError::BadUrl(_)
+            | ApiError::BadQuery(_)
+            | ApiError::AfterTheEnd { .. } => K::BadRequest,
             ApiError::NotFound { .. } | ApiError::NoRoute { .. } | ApiError::UnknownTool(_) => {
-                (S::NOT_FOUND, "not_found")
+                K::NotFound
             }
-            ApiError::NotRunning(_) => (S::CONFLICT, "not_running"),
-            ApiError::Dropped { .. } => (S::GONE, "result_dropped"),
-            ApiError::AfterTheEnd { .. } => (S::BAD_REQUEST, "bad_request"),
-            ApiError::Method { .. } => (S::METHOD_NOT_ALLOWED, "method_not_allowed"),
-            ApiError::Session(e) => (
-                S::from_u16(e.status()).unwrap_or(S::INTERNAL_SERVER_ERROR),
-                e.kind(),
-            ),
+            ApiError::NotRunning(_) => K::NotRunning,
+            ApiError::Dropped { .. } => K::ResultDropped,
+            ApiError::Method { .. } => K::MethodNotAllowed,
+        }
+    }
+}
+
+/// The HTTP status of every error kind: of an API error, of a rejected
+/// execution's result, of a store, bundle or session error. The one place
+/// kinds become statuses.
+pub fn status(kind: ErrorKind) -> StatusCode {
+    use ErrorKind as K;
+    use StatusCode as S;
+    match kind {
+        K::BadJob | K::BadPackage | K::BadBundle | K::BadRequest => S::BAD_REQUEST,
+        K::Unauthorized => S::UNAUTHORIZED,
+        K::PathNotAllowed => S::FORBIDDEN,
+        K::NotInStore | K::NotFound => S::NOT_FOUND,
+        K::MethodNotAllowed => S::METHOD_NOT_ALLOWED,
+        K::BodyTimeout => S::REQUEST_TIMEOUT,
+        K::Conflict | K::ExecutionIdInUse | K::NotRunning => S::CONFLICT,
+        K::ResultDropped => S::GONE,
+        K::BodyTooLarge => S::PAYLOAD_TOO_LARGE,
+        K::BinaryFile => S::UNSUPPORTED_MEDIA_TYPE,
+        K::HashMismatch | K::CompositionRejected => S::UNPROCESSABLE_ENTITY,
+        K::Busy => S::TOO_MANY_REQUESTS,
+        K::SandboxUnavailable | K::ShuttingDown => S::SERVICE_UNAVAILABLE,
+        K::StagingFailed | K::StoreFailed | K::RunnerFailed | K::Internal => {
+            S::INTERNAL_SERVER_ERROR
+        }
+        // Outcomes of an execution that ran: its result answers 200, so
+        // these pick no status; if one ever reaches here it is our bug.
+        K::SandboxFailed | K::NotExecutable | K::TimedOut | K::LimitExceeded | K::Cancelled => {
+            S::INTERNAL_SERVER_ERROR
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, kind) = self.parts();
+        let kind = self.kind();
+        let status = status(kind);
         if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
-            tracing::error!(kind, "{}", self.to_string().escape_debug());
+            tracing::error!(kind = kind.as_str(), "{}", self.to_string().escape_debug());
         }
         let body = json!({"error": {"kind": kind, "message": self.to_string()}});
         let mut resp = (status, Json(body)).into_response();
@@ -217,19 +239,6 @@ where
             Ok(axum::extract::Path(v)) => Ok(UrlPath(v)),
             Err(e) => Err(ApiError::BadUrl(crate::text::single_line(&e.body_text()))),
         }
-    }
-}
-
-/// The HTTP status of a refusal kind (of a rejected result or a store
-/// error).
-pub fn status_for_kind(kind: &str) -> StatusCode {
-    match kind {
-        "bad_job" | "bad_package" | "bad_bundle" => StatusCode::BAD_REQUEST,
-        "hash_mismatch" => StatusCode::UNPROCESSABLE_ENTITY,
-        "not_in_store" => StatusCode::NOT_FOUND,
-        "conflict" => StatusCode::CONFLICT,
-        "sandbox_unavailable" => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 
@@ -340,4 +349,23 @@ pub fn params(
         )));
     }
     Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_host_fault_is_a_server_error_and_nothing_else_is() {
+        use ErrorKind as K;
+        for &k in ErrorKind::ALL {
+            let outcome = matches!(
+                k,
+                K::SandboxFailed | K::NotExecutable | K::TimedOut | K::LimitExceeded | K::Cancelled
+            );
+            if !outcome {
+                assert_eq!(status(k).is_server_error(), k.is_host_fault(), "{k}");
+            }
+        }
+    }
 }

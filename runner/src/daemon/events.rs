@@ -673,7 +673,7 @@ mod tests {
         let mut result = crate::exec::result::ExecResult::rejected(
             "x",
             "bubblewrap",
-            crate::exec::result::ErrorInfo::new("k", "m"),
+            crate::exec::result::ErrorInfo::new(crate::error::ErrorKind::Internal, "m"),
         );
         result.stdout = "\u{1}".repeat(100_000);
         let enc = Encoded::new(Arc::new(result));

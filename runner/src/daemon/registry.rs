@@ -617,7 +617,11 @@ mod tests {
     }
 
     fn result(id: &str) -> ExecResult {
-        let mut r = ExecResult::rejected(id, "bubblewrap", ErrorInfo::new("k", "m"));
+        let mut r = ExecResult::rejected(
+            id,
+            "bubblewrap",
+            ErrorInfo::new(crate::error::ErrorKind::Internal, "m"),
+        );
         r.status = Status::Exited;
         r
     }

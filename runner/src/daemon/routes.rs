@@ -49,11 +49,12 @@ use axum::{Json, Router};
 use serde_json::json;
 use tracing::Instrument;
 
-use super::app::{check_length, params, read_body, status_for_kind, ApiError, App, UrlPath};
+use super::app::{check_length, params, read_body, status, ApiError, App, UrlPath};
 use super::events::{exit_line, Chunks, Encoded};
 use super::metrics::Refusal;
 use super::registry::{status_name, Admitted, Done, Lookup, RegistryError, StatusFilter, Ticket};
 use super::stream::{attach, own_stream, CancelOnDrop, DaemonSink, Progress};
+use crate::error::ErrorKind;
 use crate::exec::job::{Job, JobError, RawJob};
 use crate::exec::result::{ErrorInfo, ExecResult, Status};
 use crate::exec::{OutputMode, RunOptions};
@@ -436,7 +437,7 @@ async fn execute(
             &job.execution_id,
             "bubblewrap",
             ErrorInfo::new(
-                "cancelled",
+                ErrorKind::Cancelled,
                 "the execution was cancelled while it waited for a run slot; nothing ran",
             ),
         );
@@ -527,7 +528,7 @@ async fn execute(
 /// A result as JSON: 200, or the refusal's status for a rejected job.
 fn result_response(result: &Encoded) -> Response {
     let status = match (&result.result.status, &result.result.error) {
-        (Status::Rejected, Some(e)) => status_for_kind(&e.kind),
+        (Status::Rejected, Some(e)) => status(e.kind),
         (Status::Rejected, None) => StatusCode::INTERNAL_SERVER_ERROR,
         _ => StatusCode::OK,
     };

@@ -9,6 +9,7 @@
 //! (change a sysctl or the user). docs/containers.md has the same table
 //! with the measured `docker run` matrix.
 
+use crate::error::ErrorKind;
 use crate::exec::result::ErrorInfo;
 
 /// One known way for bubblewrap's setup to fail.
@@ -163,7 +164,7 @@ pub fn setup_failed(stderr: &[u8], status: Result<i32, i32>, container: Option<&
             "bubblewrap exited ({code}) before starting the command, without a message; run skill-runner doctor"
         ),
     };
-    ErrorInfo::new("sandbox_failed", message)
+    ErrorInfo::new(ErrorKind::SandboxFailed, message)
 }
 
 #[cfg(test)]
@@ -187,7 +188,7 @@ mod tests {
     fn every_measured_message_names_its_fix() {
         for (line, fix) in SEEN {
             let e = setup_failed(line.as_bytes(), Ok(1), Some("docker"));
-            assert_eq!(e.kind, "sandbox_failed");
+            assert_eq!(e.kind, ErrorKind::SandboxFailed);
             assert!(e.message.contains(line), "{line}: {}", e.message);
             assert!(e.message.contains(fix), "{line}: {}", e.message);
             assert!(e.message.contains("docs/containers.md"), "{}", e.message);

@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+pub use crate::error::ErrorKind;
 use crate::package::stage::Manifest;
 
 /// How an execution ended.
@@ -20,14 +21,14 @@ pub enum Status {
 /// `{kind, message}`: why an execution was rejected, failed or was cut.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ErrorInfo {
-    pub kind: String,
+    pub kind: ErrorKind,
     pub message: String,
 }
 
 impl ErrorInfo {
-    pub fn new(kind: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         ErrorInfo {
-            kind: kind.into(),
+            kind,
             message: message.into(),
         }
     }
@@ -166,7 +167,11 @@ mod tests {
     use super::*;
 
     fn with(status: Status, code: Option<i32>, signal: Option<i32>) -> ExecResult {
-        let mut r = ExecResult::rejected("x", "bubblewrap", ErrorInfo::new("k", "m"));
+        let mut r = ExecResult::rejected(
+            "x",
+            "bubblewrap",
+            ErrorInfo::new(crate::error::ErrorKind::Internal, "m"),
+        );
         r.status = status;
         r.exit_code = code;
         r.signal = signal;

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::error::ErrorKind;
 use crate::exec::job::Job;
 use crate::exec::result::{
     Applied, AppliedLimits, ErrorInfo, ExecResult, SkillsInfo, Status, Usage, EXIT_NOT_FOUND,
@@ -238,11 +239,11 @@ impl Runner {
             .host
             .bwrap
             .clone()
-            .map_err(|m| ErrorInfo::new("sandbox_unavailable", m))?;
+            .map_err(|m| ErrorInfo::new(ErrorKind::SandboxUnavailable, m))?;
         self.host
             .userns
             .clone()
-            .map_err(|m| ErrorInfo::new("sandbox_unavailable", m))?;
+            .map_err(|m| ErrorInfo::new(ErrorKind::SandboxUnavailable, m))?;
         Ok(Some(bwrap))
     }
 
@@ -253,7 +254,7 @@ impl Runner {
             Ok(None)
         } else {
             Err(ErrorInfo::new(
-                "sandbox_unavailable",
+                ErrorKind::SandboxUnavailable,
                 format!("{} is missing; it ships with macOS", seatbelt::SANDBOX_EXEC),
             ))
         }
@@ -269,7 +270,7 @@ impl Runner {
         let inside = real.starts_with(data) && !real.starts_with(&jobs);
         if inside || data.starts_with(real) {
             return Err(ErrorInfo::new(
-                "bad_job",
+                ErrorKind::BadJob,
                 format!(
                     "{field} {} is {} the runner's data dir {}, which holds the store and published snapshot roots; name a folder outside it{}",
                     real.display(),
@@ -291,7 +292,7 @@ impl Runner {
         self.host
             .identity
             .clone()
-            .map_err(|m| ErrorInfo::new("sandbox_unavailable", m))
+            .map_err(|m| ErrorInfo::new(ErrorKind::SandboxUnavailable, m))
     }
 
     /// Everything before the launch: checks, staging, folders.
@@ -359,7 +360,7 @@ impl Runner {
             .transpose()
             .map_err(|e| {
                 ErrorInfo::new(
-                    "staging_failed",
+                    ErrorKind::StagingFailed,
                     format!("cannot create the execution folder: {e}"),
                 )
             })?;
@@ -376,7 +377,7 @@ impl Runner {
             .transpose()
             .map_err(|e| {
                 ErrorInfo::new(
-                    "sandbox_unavailable",
+                    ErrorKind::SandboxUnavailable,
                     format!("cannot prepare the execution's network folder: {e}"),
                 )
             })?;
@@ -419,7 +420,7 @@ impl Runner {
         if !job.cwd.is_empty() {
             let Some(workspace) = &workspace else {
                 return Err(ErrorInfo::new(
-                    "bad_job",
+                    ErrorKind::BadJob,
                     format!(
                         "cwd {:?} does not exist in the workspace (a fresh workspace is empty)",
                         job.cwd
@@ -429,13 +430,13 @@ impl Runner {
             let cwd = workspace.join(&job.cwd);
             let real = cwd.canonicalize().map_err(|_| {
                 ErrorInfo::new(
-                    "bad_job",
+                    ErrorKind::BadJob,
                     format!("cwd {:?} does not exist in the workspace", job.cwd),
                 )
             })?;
             if !real.starts_with(workspace) || !real.is_dir() {
                 return Err(ErrorInfo::new(
-                    "bad_job",
+                    ErrorKind::BadJob,
                     format!("cwd {:?} leaves the workspace or is not a folder", job.cwd),
                 ));
             }
@@ -458,13 +459,13 @@ impl Runner {
         if let Some(id) = &job.session {
             let sessions = self.config.sessions.as_ref().ok_or_else(|| {
                 ErrorInfo::new(
-                    "bad_job",
+                    ErrorKind::BadJob,
                     format!("the job names session {id:?}, but this runner has no skill host"),
                 )
             })?;
             let bindings = sessions
                 .bindings(id)
-                .map_err(|e| ErrorInfo::new("bad_job", e))?;
+                .map_err(|e| ErrorInfo::new(ErrorKind::BadJob, e))?;
             return bindings
                 .into_iter()
                 .map(|binding| {
@@ -486,7 +487,7 @@ impl Runner {
                     Some(p) => {
                         let real = p.canonicalize().map_err(|e| {
                             ErrorInfo::new(
-                                "bad_job",
+                                ErrorKind::BadJob,
                                 format!(
                                     "skill {:?}: cannot open its folder {}: {e}",
                                     s.binding.id,
@@ -529,7 +530,7 @@ impl Runner {
     ) -> Result<Vec<std::ffi::OsString>, ErrorInfo> {
         let mounts = job.profile.resolve_mounts(profile::host_entry);
         let argv = paths::rewrite_argv(&job.argv, Spelling::Sandbox)
-            .map_err(|e| ErrorInfo::new("bad_job", e.to_string()))?;
+            .map_err(|e| ErrorInfo::new(ErrorKind::BadJob, e.to_string()))?;
         let mut env = bwrap::environment(&job.env);
         let proxy = job.network.allowlist().is_some();
         if proxy {
@@ -565,10 +566,9 @@ impl Runner {
     /// bubblewrap: the argv, the seccomp programs and account files on fds.
     #[cfg(not(target_os = "macos"))]
     fn launcher(&self, job: &Job, p: &Prepared, nproc: Option<u64>) -> Result<Launcher, ErrorInfo> {
-        let bwrap = p
-            .bwrap
-            .as_ref()
-            .ok_or_else(|| ErrorInfo::new("sandbox_unavailable", "bubblewrap was not found"))?;
+        let bwrap = p.bwrap.as_ref().ok_or_else(|| {
+            ErrorInfo::new(ErrorKind::SandboxUnavailable, "bubblewrap was not found")
+        })?;
         let args = Runner::plan_args(
             job,
             bwrap,
@@ -581,11 +581,11 @@ impl Runner {
             job.network.mode(),
             p.identity.root_mapped,
         )
-        .map_err(|e| ErrorInfo::new("sandbox_unavailable", e.to_string()))?;
+        .map_err(|e| ErrorInfo::new(ErrorKind::SandboxUnavailable, e.to_string()))?;
         let network = job.network.allowlist().is_some();
         let mut fds = sandbox_fds(&filters, network).map_err(|e| {
             ErrorInfo::new(
-                "sandbox_unavailable",
+                ErrorKind::SandboxUnavailable,
                 format!("cannot prepare the sandbox's descriptors: {e}"),
             )
         })?;
@@ -623,7 +623,7 @@ impl Runner {
             if let Some(path) = path {
                 let dir = crate::fsx::open_dir_no_symlinks(path).map_err(|e| {
                     ErrorInfo::new(
-                        "bad_job",
+                        ErrorKind::BadJob,
                         format!(
                             "{field} {} changed since it was checked or cannot be opened without following a symlink ({e}); name a folder no running command can rename",
                             path.display()
@@ -636,7 +636,7 @@ impl Runner {
         if let Some((path, dir)) = p.net.as_ref().and_then(|n| n.dir.as_ref()) {
             let dir = dir.try_clone().map_err(|e| {
                 ErrorInfo::new(
-                    "sandbox_unavailable",
+                    ErrorKind::SandboxUnavailable,
                     format!("cannot hand over {}: {e}", path.display()),
                 )
             })?;
@@ -664,16 +664,22 @@ impl Runner {
             snapshot_root: p.lease.snapshot.root.clone(),
             // Always folders under Seatbelt (prepare makes a fresh one).
             workspace: p.workspace.clone().ok_or_else(|| {
-                ErrorInfo::new("sandbox_unavailable", "Seatbelt needs a workspace folder")
+                ErrorInfo::new(
+                    ErrorKind::SandboxUnavailable,
+                    "Seatbelt needs a workspace folder",
+                )
             })?,
             extensions: p.extensions.clone().ok_or_else(|| {
-                ErrorInfo::new("sandbox_unavailable", "Seatbelt needs an extensions folder")
+                ErrorInfo::new(
+                    ErrorKind::SandboxUnavailable,
+                    "Seatbelt needs an extensions folder",
+                )
             })?,
             tmp,
             proxy_port: p.net.as_ref().and_then(|n| n.port),
         };
         let bad = |e: crate::sandbox::macos::MacosError| {
-            ErrorInfo::new("sandbox_unavailable", e.to_string())
+            ErrorInfo::new(ErrorKind::SandboxUnavailable, e.to_string())
         };
         let (_, argv) =
             crate::sandbox::macos::plan(&job.seatbelt_request(), &folders).map_err(bad)?;
@@ -711,7 +717,7 @@ impl Runner {
                 Ok(cg) => (Some(cg), None),
                 Err(e) => {
                     return rejected(ErrorInfo::new(
-                        "sandbox_unavailable",
+                        ErrorKind::SandboxUnavailable,
                         format!("cannot create the execution's cgroup: {e}"),
                     ))
                 }
@@ -721,7 +727,7 @@ impl Runner {
             Ok(f) => f.unwrap_or_default(),
             Err(e) => {
                 return rejected(ErrorInfo::new(
-                    "sandbox_unavailable",
+                    ErrorKind::SandboxUnavailable,
                     format!("cannot open the execution's cgroup: {e}"),
                 ))
             }
@@ -749,7 +755,7 @@ impl Runner {
                 Ok(c) => Some(c),
                 Err(e) => {
                     return rejected(ErrorInfo::new(
-                        "sandbox_unavailable",
+                        ErrorKind::SandboxUnavailable,
                         format!("cannot make the execution's cancel switch: {e}"),
                     ))
                 }
@@ -785,7 +791,7 @@ impl Runner {
                     Ok(session) => Some(session),
                     Err(e) => {
                         return rejected(ErrorInfo::new(
-                            "sandbox_unavailable",
+                            ErrorKind::SandboxUnavailable,
                             format!("cannot start the network proxy: {e}"),
                         ))
                     }
@@ -835,7 +841,7 @@ impl Runner {
             Ok(o) => o,
             Err(e) => {
                 return rejected(ErrorInfo::new(
-                    "sandbox_unavailable",
+                    ErrorKind::SandboxUnavailable,
                     format!("cannot start {}: {e}", program.display()),
                 ))
             }
@@ -971,7 +977,7 @@ struct Prepared {
 fn execution_folder(dir: &Option<PrivateDir>) -> Result<&Path, ErrorInfo> {
     dir.as_ref().map(|d| d.path.as_path()).ok_or_else(|| {
         ErrorInfo::new(
-            "sandbox_unavailable",
+            ErrorKind::SandboxUnavailable,
             "the execution has no folder of its own",
         )
     })
@@ -1004,7 +1010,7 @@ fn default_extensions_dir(
             Ok(fd) => fs::File::from(fd),
             Err(nix::errno::Errno::ELOOP) | Err(nix::errno::Errno::ENOTDIR) => {
                 return Err(ErrorInfo::new(
-                    "bad_job",
+                    ErrorKind::BadJob,
                     format!(
                         "the default extensions dir {} is a symlink or not a folder; remove it from the workspace or name extensions_dir explicitly",
                         path.display()
@@ -1044,7 +1050,7 @@ fn named_folder(
             format!("cannot be used ({e})")
         };
         ErrorInfo::new(
-            "bad_job",
+            ErrorKind::BadJob,
             format!(
                 "{field} {} {why}; create the folder first, or leave {field} out for {default}",
                 path.display()
@@ -1056,7 +1062,7 @@ fn named_folder(
     }
     if !real.is_dir() {
         return Err(ErrorInfo::new(
-            "bad_job",
+            ErrorKind::BadJob,
             format!("{field} {} is not a folder; name a folder", path.display()),
         ));
     }
@@ -1067,7 +1073,7 @@ fn named_folder(
 /// was swapped (for a symlink) after the check.
 fn changed(field: &str, path: &Path) -> ErrorInfo {
     ErrorInfo::new(
-        "bad_job",
+        ErrorKind::BadJob,
         format!(
             "{field} {} changed since it was checked (a folder on the way is now a symlink); name a folder no running command can rename",
             path.display()
@@ -1150,7 +1156,7 @@ fn reachable_by(field: &str, dir: &Path, uid: u32, gid: u32) -> Result<(), Error
         };
         if !crate::sandbox::identity::may_search(uid, gid, meta.uid(), meta.gid(), meta.mode()) {
             return Err(ErrorInfo::new(
-                "sandbox_unavailable",
+                ErrorKind::SandboxUnavailable,
                 format!(
                     "{field} {} cannot be reached by the sandbox user (host uid {uid}, gid {gid}), which a root runner launches bubblewrap as: {} does not let it pass; allow it (chmod o+x {}, or give the folder's group to gid {gid} with g+x), or use folders below ones it may pass",
                     dir.display(),
@@ -1172,7 +1178,7 @@ fn writable_by(field: &str, dir: &Path, uid: u32, gid: u32) -> Result<(), ErrorI
         return Ok(());
     }
     Err(ErrorInfo::new(
-        "bad_job",
+        ErrorKind::BadJob,
         format!(
             "{field} {} is not writable by the sandbox user (host uid {uid}, gid {gid}), which a root runner launches commands as; give the folder to it (chown -R {uid}:{gid} {}) or set {} to the folder's owner",
             dir.display(),
@@ -1184,7 +1190,7 @@ fn writable_by(field: &str, dir: &Path, uid: u32, gid: u32) -> Result<(), ErrorI
 
 fn bad_path(field: &str, path: &Path, e: io::Error) -> ErrorInfo {
     ErrorInfo::new(
-        "bad_job",
+        ErrorKind::BadJob,
         format!("{field} {} cannot be used: {e}", path.display()),
     )
 }
@@ -1348,7 +1354,7 @@ fn limits_plan(
         #[cfg(target_os = "linux")]
         None => {
             return Err(ErrorInfo::new(
-                "sandbox_unavailable",
+                ErrorKind::SandboxUnavailable,
                 format!(
                     "the pids limit cannot be enforced here: there is no pids cgroup{}, and RLIMIT_NPROC does not bind the sandbox's uid, which maps to host root; give the runner a writable cgroup (cgroup v2 with Delegate=yes, or the pids controller) or run it as root with user namespaces that map the sandbox user",
                     cg_note
@@ -1432,7 +1438,7 @@ fn classify(r: &mut ExecResult, o: &supervise::Outcome, l: &crate::exec::job::Li
         // The watcher ended the run (through the cancel switch).
         r.status = Status::LimitExceeded;
         r.error = Some(ErrorInfo::new(
-            "limit_exceeded",
+            ErrorKind::LimitExceeded,
             format!(
                 "the command added more than its disk_bytes limit ({}) to the workspace and extensions dir, and its sandbox was killed",
                 l.disk_bytes
@@ -1441,13 +1447,13 @@ fn classify(r: &mut ExecResult, o: &supervise::Outcome, l: &crate::exec::job::Li
     } else if o.cancelled {
         r.status = Status::Cancelled;
         r.error = Some(ErrorInfo::new(
-            "cancelled",
+            ErrorKind::Cancelled,
             "the execution was cancelled and its sandbox killed",
         ));
     } else if o.timed_out {
         r.status = Status::TimedOut;
         r.error = Some(ErrorInfo::new(
-            "timed_out",
+            ErrorKind::TimedOut,
             format!(
                 "the command ran past timeout_ms ({}) and its sandbox was killed",
                 l.timeout_ms
@@ -1471,7 +1477,7 @@ fn classify(r: &mut ExecResult, o: &supervise::Outcome, l: &crate::exec::job::Li
         r.exit_code = Some(crate::sandbox::shim::exit_code_for(errno));
         r.signal = None;
         r.error = Some(ErrorInfo::new(
-            if not_found { "not_found" } else { "not_executable" },
+            if not_found { ErrorKind::NotFound } else { ErrorKind::NotExecutable },
             format!(
                 "the command could not be started ({}); argv[0] is looked up in PATH=/usr/bin:/bin inside the sandbox, and staged files are 0444, so run scripts through their interpreter",
                 io::Error::from_raw_os_error(errno)
@@ -1501,7 +1507,7 @@ fn classify(r: &mut ExecResult, o: &supervise::Outcome, l: &crate::exec::job::Li
         if !hit.is_empty() {
             r.status = Status::LimitExceeded;
             r.error = Some(ErrorInfo::new(
-                "limit_exceeded",
+                ErrorKind::LimitExceeded,
                 format!("the command passed its {} limit", hit.join(" and ")),
             ));
         } else if signal.is_some() {

@@ -13,6 +13,7 @@
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
+use crate::error::ErrorKind;
 use crate::package::format::{self, LimitTally, Limits, PackageError, SkillDoc, SKILL_MD};
 use crate::package::hash::{self, Binding};
 
@@ -104,10 +105,12 @@ pub enum BundleError {
 
 impl BundleError {
     /// Machine-readable kind for results and HTTP errors.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            BundleError::FileHash { .. } | BundleError::PackageHash { .. } => "hash_mismatch",
-            _ => "bad_bundle",
+            BundleError::FileHash { .. } | BundleError::PackageHash { .. } => {
+                ErrorKind::HashMismatch
+            }
+            _ => ErrorKind::BadBundle,
         }
     }
 }

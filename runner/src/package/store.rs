@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::ErrorKind;
 use crate::fsx::{self, LockFile};
 use crate::package::format::{self, Limits, PackageError, SKILL_MD};
 use crate::package::hash::{self, Binding};
@@ -106,15 +107,15 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            StoreError::NotFound { .. } => "not_in_store",
-            StoreError::Mismatch { .. } => "hash_mismatch",
-            StoreError::Conflict { .. } => "conflict",
+            StoreError::NotFound { .. } => ErrorKind::NotInStore,
+            StoreError::Mismatch { .. } => ErrorKind::HashMismatch,
+            StoreError::Conflict { .. } => ErrorKind::Conflict,
             StoreError::Verify(e) => e.kind(),
-            StoreError::Package { .. } | StoreError::List { .. } => "bad_package",
+            StoreError::Package { .. } | StoreError::List { .. } => ErrorKind::BadPackage,
             StoreError::Io { .. } | StoreError::Open { .. } | StoreError::Corrupt { .. } => {
-                "store_failed"
+                ErrorKind::StoreFailed
             }
         }
     }

@@ -8,6 +8,7 @@ use std::fs::{self, File};
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use crate::error::ErrorKind;
 use crate::package::format::{Limits, PackageError};
 use crate::package::hash::{Binding, HashError, PackageHasher};
 use crate::package::source::{self, ListError, ListedFile};
@@ -53,11 +54,11 @@ fn file_note(file: &Option<String>) -> String {
 
 impl StageError {
     /// Short machine name for results and HTTP errors.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            StageError::HashMismatch { .. } | StageError::Changed { .. } => "hash_mismatch",
-            StageError::Io { .. } | StageError::Root { .. } => "staging_failed",
-            _ => "bad_package",
+            StageError::HashMismatch { .. } | StageError::Changed { .. } => ErrorKind::HashMismatch,
+            StageError::Io { .. } | StageError::Root { .. } => ErrorKind::StagingFailed,
+            _ => ErrorKind::BadPackage,
         }
     }
 }

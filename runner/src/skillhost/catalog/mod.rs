@@ -35,6 +35,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::ErrorKind;
 use crate::package::format::{self, Limits, PackageError};
 use crate::package::source::ListError;
 pub use rank::{Doc, FindResult, Hit, RankIndex, Rankable};
@@ -277,11 +278,11 @@ pub enum CatalogError {
 
 impl CatalogError {
     /// The error kind of the error documents (docs/formats.md).
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            CatalogError::BadName { .. } => "bad_request",
-            CatalogError::NotFound { .. } => "not_found",
-            CatalogError::ReadSkill { .. } => "bad_package",
+            CatalogError::BadName { .. } => ErrorKind::BadRequest,
+            CatalogError::NotFound { .. } => ErrorKind::NotFound,
+            CatalogError::ReadSkill { .. } => ErrorKind::BadPackage,
         }
     }
 }

@@ -186,7 +186,7 @@ fn enabled(tools: &[String]) -> String {
 
 impl SessionError {
     /// The error kind of the error document.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> ErrorKind {
         use SessionError as E;
         match self {
             E::Request(_)
@@ -201,32 +201,20 @@ impl SessionError {
             | E::OffsetPastEnd { .. }
             | E::OffsetSplitsChar { .. }
             | E::LimitSplitsChar { .. }
-            | E::BadLimit { .. } => "bad_request",
+            | E::BadLimit { .. } => ErrorKind::BadRequest,
             E::NotFound(_)
             | E::UnknownSkill { .. }
             | E::UnknownSection { .. }
             | E::NotAFile { .. }
-            | E::NoSuchFile { .. } => "not_found",
-            E::Binary { .. } => "binary_file",
-            E::CompositionRejected { .. } => "composition_rejected",
-            E::FreezeRace { .. } | E::LastRevision { .. } => "conflict",
+            | E::NoSuchFile { .. } => ErrorKind::NotFound,
+            E::Binary { .. } => ErrorKind::BinaryFile,
+            E::CompositionRejected { .. } => ErrorKind::CompositionRejected,
+            E::FreezeRace { .. } | E::LastRevision { .. } => ErrorKind::Conflict,
             E::Catalog(e) => e.kind(),
             E::Store(e) => e.kind(),
-            E::Package { .. } => "bad_package",
-            E::Tampered { .. } => "hash_mismatch",
-            E::Io { .. } | E::Corrupt { .. } => "internal",
-        }
-    }
-
-    /// The HTTP status for [`SessionError::kind`].
-    pub fn status(&self) -> u16 {
-        match self.kind() {
-            "bad_request" | "bad_package" => 400,
-            "not_found" | "not_in_store" => 404,
-            "conflict" => 409,
-            "binary_file" => 415,
-            "composition_rejected" | "hash_mismatch" => 422,
-            _ => 500,
+            E::Package { .. } => ErrorKind::BadPackage,
+            E::Tampered { .. } => ErrorKind::HashMismatch,
+            E::Io { .. } | E::Corrupt { .. } => ErrorKind::Internal,
         }
     }
 
@@ -510,6 +498,7 @@ pub struct EventLog {
 // ---------------------------------------------------------------------------
 
 use crate::exec::job::valid_session_id;
+use crate::error::ErrorKind;
 
 /// A fresh session id.
 pub fn new_session_id() -> String {
@@ -1331,7 +1320,7 @@ mod tests {
         assert!(m.contains("skill \"csv\" needs files"), "{m}");
         assert!(m.contains("no tool is enabled"), "{m}");
         assert!(m.contains("bash, read"), "{m}");
-        assert_eq!(e.status(), 422);
+        assert_eq!(e.kind(), ErrorKind::CompositionRejected);
         assert_eq!(e.document()["error"]["kind"], "composition_rejected");
     }
 }

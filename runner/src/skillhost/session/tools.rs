@@ -95,7 +95,7 @@ fn session_level(e: &SessionError) -> bool {
             | SessionError::BadId(_)
             | SessionError::Io { .. }
             | SessionError::Corrupt { .. }
-    ) || e.status() >= 500
+    ) || e.kind().is_host_fault()
 }
 
 fn error(content: String) -> ToolAnswer {
