@@ -1,13 +1,13 @@
 //! One execution end to end: a job is parsed and validated ([`job`]), its
-//! limits are planned ([`limits`]), the [`runner`] stages its packages,
-//! plans and launches its sandbox and supervises it, and the outcome is
-//! classified into a [`result`]; [`diagnose`] turns a launcher's failure
-//! into a fix, [`doctor`] checks a host.
+//! limits are given their mechanisms ([`limits`]), the [`runner`] stages
+//! its packages, plans and launches its sandbox and supervises it, and how
+//! it ended is classified ([`outcome`]) into a [`result`]; [`diagnose`]
+//! turns a launcher's failure into a fix, [`doctor`] checks a host.
 //!
 //! Invariants of the room:
 //! - fail closed: anything that cannot be set up as asked rejects the
 //!   execution before anything runs, with one sentence and a typed
-//!   [`result::ErrorKind`];
+//!   [`crate::error::ErrorKind`];
 //! - a result names the exact package bytes the command saw (the manifest
 //!   of the snapshot root it was launched with);
 //! - the runner takes frozen bindings: sessions are resolved by the front
@@ -16,7 +16,8 @@
 pub mod diagnose;
 pub mod doctor;
 pub mod job;
-// pub mod limits;
+pub mod limits;
+pub mod outcome;
 pub mod result;
 pub mod runner;
 

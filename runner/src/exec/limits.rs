@@ -1,0 +1,181 @@
+//! The limit policy of an execution: which mechanism enforces each limit
+//! of the job on this host (a cgroup, an rlimit set on bubblewrap, the
+//! exec shim's `RLIMIT_NPROC`, a sized tmpfs, the disk watcher), and a
+//! refusal when one cannot be enforced: a limit is never dropped. The
+//! choice is reported in the result (`limits`, docs/formats.md).
+
+use crate::error::ErrorKind;
+use crate::exec::result::{Applied, AppliedLimits, ErrorInfo};
+use crate::sandbox::identity::Identity;
+use crate::supervise::cgroup::Cgroup;
+
+/// The resource limits of an execution.
+#[derive(Debug, Default)]
+pub struct Rlimits {
+    /// Set by the runner's spawn on bubblewrap (and so on everything in
+    /// the sandbox).
+    pub runner: Vec<(nix::sys::resource::Resource, u64, u64)>,
+    /// `RLIMIT_NPROC`, set by the exec shim inside the sandbox's user
+    /// namespace (see [`crate::sandbox::shim::NPROC_OPT`]).
+    pub nproc: Option<u64>,
+}
+
+/// Whether this kernel counts `RLIMIT_NPROC` per user namespace (Linux
+/// 5.14 and later), so that the shim's limit counts the execution's own
+/// processes alone.
+#[cfg(target_os = "linux")]
+pub fn nproc_per_namespace() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let version = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    version >= (5, 14)
+}
+
+/// How `disk_bytes` is enforced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disk {
+    /// A fresh workspace: a tmpfs of that size (writes fail past it).
+    Tmpfs,
+    /// A host workspace: [`crate::supervise::diskwatch`] ends the run past it.
+    Watcher,
+}
+
+/// Chooses the mechanism for each limit, or refuses the execution when a
+/// limit cannot be enforced on this host: a limit is never dropped.
+pub fn limits_plan(
+    l: &crate::exec::job::Limits,
+    cg: Option<&Cgroup>,
+    cg_note: Option<String>,
+    identity: &Identity,
+    disk: Disk,
+) -> Result<(Rlimits, AppliedLimits), ErrorInfo> {
+    use nix::sys::resource::Resource;
+    #[cfg(not(target_os = "linux"))]
+    let _ = identity; // only the Linux pids fallback asks who the sandbox is
+    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
+    let mut nproc = None;
+    let mut r = vec![
+        (Resource::RLIMIT_CORE, 0, 0),
+        (Resource::RLIMIT_FSIZE, l.file_size_bytes, l.file_size_bytes),
+        (Resource::RLIMIT_NOFILE, l.open_files, l.open_files),
+    ];
+    let cg_name = cg.map(|c| c.version().name());
+    let memory = match cg_name.filter(|_| cg.is_some_and(Cgroup::limits_memory)) {
+        Some(name) => Applied::by(Some(l.memory_bytes), name),
+        // macOS accepts RLIMIT_AS but does not enforce it: say so.
+        None if cfg!(target_os = "macos") => Applied {
+            value: Some(l.memory_bytes),
+            enforced_by: "none",
+            note: Some("macOS has no cgroups and does not enforce RLIMIT_AS".into()),
+        },
+        None => {
+            r.push((Resource::RLIMIT_AS, l.memory_bytes, l.memory_bytes));
+            Applied {
+                value: Some(l.memory_bytes),
+                enforced_by: "rlimit",
+                note: Some(format!(
+                    "RLIMIT_AS per process (address space, not resident memory; memfd files and pipe buffers lie outside it, while /tmp, /dev/shm and a fresh workspace are bounded by their own sizes){}",
+                    cg_note
+                        .as_ref()
+                        .map(|n| format!("; no cgroup: {n}"))
+                        .unwrap_or_default()
+                )),
+            }
+        }
+    };
+    let pids = match cg_name.filter(|_| cg.is_some_and(Cgroup::limits_pids)) {
+        Some(name) => Applied::by(Some(l.pids), name),
+        // The kernel exempts host root from RLIMIT_NPROC; any other uid
+        // is bound by it.
+        #[cfg(target_os = "linux")]
+        None if !identity.root_mapped => {
+            nproc = Some(l.pids);
+            let counted = if nproc_per_namespace() {
+                "this execution's processes and threads (the shim sets it inside the execution's own user namespace)".to_owned()
+            } else {
+                format!(
+                    "every process of host uid {} (concurrent executions together: this kernel is older than 5.14)",
+                    identity.uid
+                )
+            };
+            Applied {
+                value: Some(l.pids),
+                enforced_by: "rlimit",
+                note: Some(format!(
+                    "RLIMIT_NPROC counts {counted}, and a refused fork is not reported as limit_exceeded{}",
+                    cg_note
+                        .as_ref()
+                        .map(|n| format!("; no cgroup: {n}"))
+                        .unwrap_or_default()
+                )),
+            }
+        }
+        #[cfg(target_os = "linux")]
+        None => {
+            return Err(ErrorInfo::new(
+                ErrorKind::SandboxUnavailable,
+                format!(
+                    "the pids limit cannot be enforced here: there is no pids cgroup{}, and RLIMIT_NPROC does not bind the sandbox's uid, which maps to host root; give the runner a writable cgroup (cgroup v2 with Delegate=yes, or the pids controller) or run it as root with user namespaces that map the sandbox user",
+                    cg_note
+                        .as_ref()
+                        .map(|n| format!(" ({n})"))
+                        .unwrap_or_default()
+                ),
+            ))
+        }
+        #[cfg(not(target_os = "linux"))]
+        None => Applied {
+            value: Some(l.pids),
+            enforced_by: "none",
+            note: Some(
+                "no cgroups on this OS; RLIMIT_NPROC would count every process of the user".into(),
+            ),
+        },
+    };
+    let disk_bytes = match disk {
+        Disk::Tmpfs => Applied {
+            value: Some(l.disk_bytes),
+            enforced_by: "tmpfs",
+            note: Some(
+                "the fresh workspace is a tmpfs of this size (memory, charged to the memory limit where a cgroup enforces it); nothing reaches the host disk".into(),
+            ),
+        },
+        Disk::Watcher => Applied {
+            value: Some(l.disk_bytes),
+            enforced_by: "watcher",
+            note: Some(format!(
+                "the runner measures the host workspace and extensions dir every {} ms or more, and once the command has ended, and ends the run past the limit (a best-effort bound: between two measurements a command may write more; a fresh workspace is a tmpfs of this size)",
+                crate::supervise::diskwatch::MIN_INTERVAL.as_millis()
+            )),
+        },
+    };
+    let cpu = match l.cpu_ms {
+        Some(ms) => {
+            let secs = ms.div_ceil(1000);
+            r.push((Resource::RLIMIT_CPU, secs, secs + 1));
+            Applied {
+                value: Some(ms),
+                enforced_by: "rlimit",
+                note: Some(format!("RLIMIT_CPU per process, rounded up to {secs} s")),
+            }
+        }
+        None => Applied::by(None, "none"),
+    };
+    Ok((
+        Rlimits { runner: r, nproc },
+        AppliedLimits {
+            timeout_ms: Applied::by(Some(l.timeout_ms), "supervisor"),
+            output_bytes: Applied::by(Some(l.output_bytes), "supervisor"),
+            memory_bytes: memory,
+            pids,
+            cpu_ms: cpu,
+            file_size_bytes: Applied::by(Some(l.file_size_bytes), "rlimit"),
+            tmp_bytes: Applied::by(Some(l.tmp_bytes), "tmpfs"),
+            open_files: Applied::by(Some(l.open_files), "rlimit"),
+            disk_bytes,
+        },
+    ))
+}
