@@ -10,8 +10,9 @@
 //!   [`crate::error::ErrorKind`];
 //! - a result names the exact package bytes the command saw (the manifest
 //!   of the snapshot root it was launched with);
-//! - the runner takes frozen bindings: sessions are resolved by the front
-//!   ends (the CLI, the daemon) before a job reaches it.
+//! - the runner never reaches up into the skill host: a job naming a
+//!   session gets its frozen bindings through [`runner::SessionBindings`],
+//!   which the front ends (the CLI, the daemon) hand to the runner.
 
 pub mod diagnose;
 pub mod doctor;
