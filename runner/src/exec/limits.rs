@@ -4,7 +4,6 @@
 //! refusal when one cannot be enforced: a limit is never dropped. The
 //! choice is reported in the result (`limits`, docs/formats.md).
 
-use crate::error::ErrorKind;
 use crate::exec::result::{Applied, AppliedLimits, ErrorInfo};
 use crate::sandbox::identity::Identity;
 use crate::supervise::cgroup::Cgroup;
@@ -116,7 +115,7 @@ pub fn limits_plan(
         #[cfg(target_os = "linux")]
         None => {
             return Err(ErrorInfo::new(
-                ErrorKind::SandboxUnavailable,
+                crate::error::ErrorKind::SandboxUnavailable,
                 format!(
                     "the pids limit cannot be enforced here: there is no pids cgroup{}, and RLIMIT_NPROC does not bind the sandbox's uid, which maps to host root; give the runner a writable cgroup (cgroup v2 with Delegate=yes, or the pids controller) or run it as root with user namespaces that map the sandbox user",
                     cg_note
