@@ -2,23 +2,14 @@
 //!
 //! Counters and histograms are plain atomics updated where the event
 //! happens; gauges that describe state (running, queued) are read from the
-//! registry at render time, so they can never drift. Names:
+//! registry at render time, so they can never drift.
 //!
-//! | name | type | meaning |
-//! |---|---|---|
-//! | `skill_runner_executions_total{status}` | counter | finished executions by result status |
-//! | `skill_runner_execution_duration_seconds` | histogram | wall time of the sandboxed command |
-//! | `skill_runner_queue_wait_seconds` | histogram | time admitted executions waited for a run slot |
-//! | `skill_runner_staging_seconds` | histogram | time spent staging snapshot roots |
-//! | `skill_runner_staging_bytes_total` | counter | bytes staged into snapshot roots |
-//! | `skill_runner_executions_running` | gauge | executions running now |
-//! | `skill_runner_executions_queued` | gauge | executions waiting for a run slot |
-//! | `skill_runner_admissions_refused_total{reason}` | counter | requests refused as `busy` or `draining` |
-//! | `skill_runner_packages_published_total` | counter | skills published by `POST /v1/skill-packages` |
-//! | `skill_runner_http_responses_total{code}` | counter | responses by HTTP status code |
-//! | `skill_runner_connections_open` | gauge | client connections open now |
-//! | `skill_runner_network_requests_total{host,allowed}` | counter | requests through the proxy of jobs with a network allowlist, per host; hosts past the first 1,000 count as `host="_other"` |
-//! | `skill_runner_network_requests_dropped_total` | counter | proxy requests not listed in their result (past its bound, or not understood) |
+//! The metric set is one table, `FAMILIES`: each family's name, labels,
+//! help and reader, whose variant is its type. Rendering walks the table in
+//! order, so every family has one `# HELP` and one `# TYPE` line followed by
+//! its samples (none yet is fine), and a metric cannot be sampled without
+//! being declared. The tests hold the table to unique names, `_total` on
+//! counters, and the list in docs/daemon.md.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -70,9 +61,8 @@ impl Histogram {
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} histogram");
+    /// The cumulative buckets, sum and count under `name`.
+    fn samples(&self, out: &mut String, name: &str) {
         let mut cumulative = 0;
         for (i, bound) in BUCKETS.iter().enumerate() {
             cumulative += self.counts[i].load(Ordering::Relaxed);
@@ -169,142 +159,183 @@ impl Metrics {
     /// The Prometheus text exposition; `running` and `queued` come from the
     /// registry.
     pub fn render(&self, running: usize, queued: usize) -> String {
+        let now = Counts { running, queued };
         let mut out = String::with_capacity(4096);
-        let counter = |out: &mut String, name: &str, help: &str| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} counter");
-        };
-        let gauge = |out: &mut String, name: &str, help: &str, v: i64| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} gauge");
-            let _ = writeln!(out, "{name} {v}");
-        };
-        counter(
-            &mut out,
-            "skill_runner_executions_total",
-            "Finished executions by result status.",
-        );
-        for (i, (_, name)) in STATUSES.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "skill_runner_executions_total{{status=\"{name}\"}} {}",
-                self.executions[i].load(Ordering::Relaxed)
-            );
+        for f in FAMILIES {
+            let name = f.name;
+            let _ = writeln!(out, "# HELP {name} {}", f.help);
+            let _ = writeln!(out, "# TYPE {name} {}", f.read.kind());
+            match f.read {
+                Read::Counter(read) => {
+                    let _ = writeln!(out, "{name} {}", read(self));
+                }
+                Read::LabelledCounter(read) => {
+                    for (values, n) in read(self) {
+                        let pairs: Vec<String> = f
+                            .labels
+                            .iter()
+                            .zip(&values)
+                            .map(|(l, v)| format!("{l}=\"{}\"", label(v)))
+                            .collect();
+                        let _ = writeln!(out, "{name}{{{}}} {n}", pairs.join(","));
+                    }
+                }
+                Read::Gauge(read) => {
+                    let _ = writeln!(out, "{name} {}", read(self, now));
+                }
+                Read::Histogram(read) => read(self).samples(&mut out, name),
+            }
         }
-        self.duration.render(
-            &mut out,
-            "skill_runner_execution_duration_seconds",
-            "Wall time of the sandboxed command.",
-        );
-        self.queue_wait.render(
-            &mut out,
-            "skill_runner_queue_wait_seconds",
-            "Time admitted executions waited for a run slot.",
-        );
-        self.staging.render(
-            &mut out,
-            "skill_runner_staging_seconds",
-            "Time spent staging snapshot roots.",
-        );
-        counter(
-            &mut out,
-            "skill_runner_staging_bytes_total",
-            "Bytes staged into snapshot roots.",
-        );
-        let _ = writeln!(
-            out,
-            "skill_runner_staging_bytes_total {}",
-            self.staging_bytes.load(Ordering::Relaxed)
-        );
-        gauge(
-            &mut out,
-            "skill_runner_executions_running",
-            "Executions running now.",
-            running as i64,
-        );
-        gauge(
-            &mut out,
-            "skill_runner_executions_queued",
-            "Executions waiting for a run slot.",
-            queued as i64,
-        );
-        counter(
-            &mut out,
-            "skill_runner_admissions_refused_total",
-            "Execution requests refused at admission.",
-        );
-        let _ = writeln!(
-            out,
-            "skill_runner_admissions_refused_total{{reason=\"busy\"}} {}",
-            self.refused_busy.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "skill_runner_admissions_refused_total{{reason=\"draining\"}} {}",
-            self.refused_draining.load(Ordering::Relaxed)
-        );
-        counter(
-            &mut out,
-            "skill_runner_packages_published_total",
-            "Skills published through POST /v1/skill-packages.",
-        );
-        let _ = writeln!(
-            out,
-            "skill_runner_packages_published_total {}",
-            self.published.load(Ordering::Relaxed)
-        );
-        counter(
-            &mut out,
-            "skill_runner_http_responses_total",
-            "HTTP responses by status code.",
-        );
-        let responses = self
-            .responses
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        for (code, n) in responses {
-            let _ = writeln!(
-                out,
-                "skill_runner_http_responses_total{{code=\"{code}\"}} {n}"
-            );
-        }
-        gauge(
-            &mut out,
-            "skill_runner_connections_open",
-            "Client connections open now.",
-            self.connections.load(Ordering::Relaxed),
-        );
-        counter(
-            &mut out,
-            "skill_runner_network_requests_total",
-            "Requests through the network proxy, per host, allowed or refused.",
-        );
-        let network = self
-            .network
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        for ((host, allowed), n) in network {
-            let _ = writeln!(
-                out,
-                "skill_runner_network_requests_total{{host=\"{}\",allowed=\"{allowed}\"}} {n}",
-                label(&host)
-            );
-        }
-        counter(
-            &mut out,
-            "skill_runner_network_requests_dropped_total",
-            "Proxy requests not listed in their result.",
-        );
-        let _ = writeln!(
-            out,
-            "skill_runner_network_requests_dropped_total {}",
-            self.network_dropped.load(Ordering::Relaxed)
-        );
         out
     }
 }
+
+/// One metric family of `/metrics`.
+struct Family {
+    name: &'static str,
+    /// Label names, in the order a [`Read::LabelledCounter`] gives values.
+    labels: &'static [&'static str],
+    help: &'static str,
+    read: Read,
+}
+
+/// How a family reads its samples at render time; the variant is the
+/// family's type, so the two cannot disagree.
+enum Read {
+    Counter(fn(&Metrics) -> u64),
+    LabelledCounter(fn(&Metrics) -> Vec<Sample>),
+    Gauge(fn(&Metrics, Counts) -> i64),
+    Histogram(fn(&Metrics) -> &Histogram),
+}
+
+impl Read {
+    /// The `# TYPE` word.
+    fn kind(&self) -> &'static str {
+        match self {
+            Read::Counter(_) | Read::LabelledCounter(_) => "counter",
+            Read::Gauge(_) => "gauge",
+            Read::Histogram(_) => "histogram",
+        }
+    }
+}
+
+/// One sample of a labelled counter: its label values, in the order of
+/// [`Family::labels`], and its count. Samples render in the order given.
+type Sample = (Vec<String>, u64);
+
+/// The registry's counts at render time.
+#[derive(Debug, Clone, Copy)]
+struct Counts {
+    running: usize,
+    queued: usize,
+}
+
+fn load(n: &AtomicU64) -> u64 {
+    n.load(Ordering::Relaxed)
+}
+
+/// Every metric, in the order `/metrics` renders them.
+const FAMILIES: &[Family] = &[
+    Family {
+        name: "skill_runner_executions_total",
+        labels: &["status"],
+        help: "Finished executions by result status.",
+        read: Read::LabelledCounter(|m| {
+            STATUSES
+                .iter()
+                .zip(&m.executions)
+                .map(|((_, status), n)| (vec![(*status).to_owned()], load(n)))
+                .collect()
+        }),
+    },
+    Family {
+        name: "skill_runner_execution_duration_seconds",
+        labels: &[],
+        help: "Wall time of the sandboxed command.",
+        read: Read::Histogram(|m| &m.duration),
+    },
+    Family {
+        name: "skill_runner_queue_wait_seconds",
+        labels: &[],
+        help: "Time admitted executions waited for a run slot.",
+        read: Read::Histogram(|m| &m.queue_wait),
+    },
+    Family {
+        name: "skill_runner_staging_seconds",
+        labels: &[],
+        help: "Time spent staging snapshot roots.",
+        read: Read::Histogram(|m| &m.staging),
+    },
+    Family {
+        name: "skill_runner_staging_bytes_total",
+        labels: &[],
+        help: "Bytes staged into snapshot roots.",
+        read: Read::Counter(|m| load(&m.staging_bytes)),
+    },
+    Family {
+        name: "skill_runner_executions_running",
+        labels: &[],
+        help: "Executions running now.",
+        read: Read::Gauge(|_, now| now.running as i64),
+    },
+    Family {
+        name: "skill_runner_executions_queued",
+        labels: &[],
+        help: "Executions waiting for a run slot.",
+        read: Read::Gauge(|_, now| now.queued as i64),
+    },
+    Family {
+        name: "skill_runner_admissions_refused_total",
+        labels: &["reason"],
+        help: "Execution requests refused at admission.",
+        read: Read::LabelledCounter(|m| {
+            vec![
+                (vec!["busy".to_owned()], load(&m.refused_busy)),
+                (vec!["draining".to_owned()], load(&m.refused_draining)),
+            ]
+        }),
+    },
+    Family {
+        name: "skill_runner_packages_published_total",
+        labels: &[],
+        help: "Skills published through POST /v1/skill-packages.",
+        read: Read::Counter(|m| load(&m.published)),
+    },
+    Family {
+        name: "skill_runner_http_responses_total",
+        labels: &["code"],
+        help: "HTTP responses by status code.",
+        read: Read::LabelledCounter(|m| {
+            let map = m.responses.lock().unwrap_or_else(|e| e.into_inner());
+            map.iter()
+                .map(|(code, n)| (vec![code.to_string()], *n))
+                .collect()
+        }),
+    },
+    Family {
+        name: "skill_runner_connections_open",
+        labels: &[],
+        help: "Client connections open now.",
+        read: Read::Gauge(|m, _| m.connections.load(Ordering::Relaxed)),
+    },
+    Family {
+        name: "skill_runner_network_requests_total",
+        labels: &["host", "allowed"],
+        help: "Requests through the network proxy, per host, allowed or refused.",
+        read: Read::LabelledCounter(|m| {
+            let map = m.network.lock().unwrap_or_else(|e| e.into_inner());
+            map.iter()
+                .map(|((host, allowed), n)| (vec![host.clone(), allowed.to_string()], *n))
+                .collect()
+        }),
+    },
+    Family {
+        name: "skill_runner_network_requests_dropped_total",
+        labels: &[],
+        help: "Proxy requests not listed in their result.",
+        read: Read::Counter(|m| load(&m.network_dropped)),
+    },
+];
 
 /// A label value escaped for the text format.
 fn label(v: &str) -> String {
@@ -318,7 +349,7 @@ mod tests {
     use super::*;
 
     /// A state that touches every family: every status, both refusals,
-    /// two response codes, an escaped host, a negative-free gauge.
+    /// two response codes, a host that needs escaping.
     fn known() -> Metrics {
         let m = Metrics::default();
         for (status, _) in STATUSES {
@@ -369,6 +400,81 @@ mod tests {
             "# TYPE skill_runner_network_requests_total counter\n# HELP skill_runner_network_requests_dropped_total "
         ));
         assert!(text.ends_with("skill_runner_network_requests_dropped_total 0\n"));
+    }
+
+    #[test]
+    fn every_family_has_a_unique_name_and_fitting_labels() {
+        let mut seen = std::collections::BTreeSet::new();
+        for f in FAMILIES {
+            assert!(seen.insert(f.name), "{} twice", f.name);
+            assert!(f.name.starts_with("skill_runner_"), "{}", f.name);
+            assert!(
+                f.name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{}",
+                f.name
+            );
+            assert!(!f.help.is_empty() && !f.help.contains('\n'), "{}", f.name);
+            match f.read {
+                Read::Counter(_) | Read::LabelledCounter(_) => {
+                    assert!(f.name.ends_with("_total"), "{}", f.name)
+                }
+                Read::Histogram(_) => assert!(f.name.ends_with("_seconds"), "{}", f.name),
+                Read::Gauge(_) => {}
+            }
+            let labelled = matches!(f.read, Read::LabelledCounter(_));
+            assert_eq!(labelled, !f.labels.is_empty(), "{}", f.name);
+        }
+    }
+
+    #[test]
+    fn every_family_renders_help_then_type_then_its_samples() {
+        let m = known();
+        let text = m.render(4, 7);
+        let mut lines = text.lines().peekable();
+        for f in FAMILIES {
+            let help = format!("# HELP {} {}", f.name, f.help);
+            let kind = format!("# TYPE {} {}", f.name, f.read.kind());
+            assert_eq!(lines.next(), Some(help.as_str()));
+            assert_eq!(lines.next(), Some(kind.as_str()));
+            while let Some(line) = lines.next_if(|l| !l.starts_with('#')) {
+                let (series, _) = line.rsplit_once(' ').unwrap();
+                let (name, labels) = series.split_once('{').unwrap_or((series, ""));
+                let names: Vec<&str> = labels
+                    .trim_end_matches('}')
+                    .split("\",")
+                    .filter(|p| !p.is_empty())
+                    .map(|p| p.split('=').next().unwrap())
+                    .collect();
+                if let Read::Histogram(_) = f.read {
+                    let suffix = name.strip_prefix(f.name).unwrap();
+                    assert!(["_bucket", "_sum", "_count"].contains(&suffix), "{line}");
+                } else {
+                    assert_eq!(name, f.name);
+                    assert_eq!(names, f.labels, "{line}");
+                }
+            }
+        }
+        assert_eq!(lines.next(), None);
+    }
+
+    /// The user's list of metrics names each family with its labels and type.
+    #[test]
+    fn docs_list_every_family() {
+        let docs = include_str!("../../../docs/daemon.md");
+        let listed: Vec<&str> = docs
+            .lines()
+            .filter(|l| l.starts_with("| `skill_runner_"))
+            .collect();
+        assert_eq!(listed.len(), FAMILIES.len(), "{listed:#?}");
+        for (line, f) in listed.iter().zip(FAMILIES) {
+            let labels = if f.labels.is_empty() {
+                String::new()
+            } else {
+                format!("{{{}}}", f.labels.join(","))
+            };
+            let row = format!("| `{}{labels}` | {} |", f.name, f.read.kind());
+            assert!(line.starts_with(&row), "{line} should start with {row}");
+        }
     }
 
     const PINNED: &str = r#"# HELP skill_runner_executions_total Finished executions by result status.
