@@ -1,0 +1,172 @@
+//! Records and answers: the session record, the events of its activation
+//! log, and the documents the routes answer with.
+//!
+//! The record holds everything a session serves (its bindings, delivery
+//! mode, prompt and tool schemas), fixed when it is created; the answers
+//! are views of a record or of what a route read. [`FORMAT`] names the
+//! record's shape: a record of another format is refused as corrupt, not
+//! guessed at.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::delivery::{Delivery, Prompt};
+use crate::package::hash::Binding;
+use crate::skillhost::catalog::rank::FindResult;
+use crate::skillhost::catalog::SkillKind;
+
+/// Bumped when the record's shape changes.
+pub(super) const FORMAT: u32 = 1;
+
+/// Where a session's skill came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    pub id: String,
+    /// `store` for a binding given as such; else the catalog layer.
+    pub from: String,
+    /// The catalog folder it was read from.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub path: Option<PathBuf>,
+    /// True when this session published a new revision.
+    pub published: bool,
+}
+
+/// One skill of a session record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSkill {
+    pub binding: Binding,
+    pub description: String,
+    #[serde(default)]
+    pub category: Option<String>,
+    pub kind: SkillKind,
+    pub provenance: Provenance,
+    /// The headings of its `SKILL.md` body, one a line: what
+    /// `find_skills` ranks besides name and description. Absent from
+    /// records made before it was kept.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub headings: String,
+}
+
+/// What `<data-dir>/sessions/<id>.json` holds; written once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionRecord {
+    pub format: u32,
+    pub id: String,
+    pub created_at: String,
+    pub delivery: Delivery,
+    /// The enabled tools, as given.
+    pub enabled_tools: Vec<String>,
+    pub skills: Vec<SessionSkill>,
+    pub identity: String,
+    pub prompt: Prompt,
+    pub tools: Vec<Value>,
+    pub warnings: Vec<String>,
+}
+
+/// The answer of `POST /v1/sessions` and `GET /v1/sessions/{id}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionDoc {
+    pub id: String,
+    pub delivery: Delivery,
+    /// The frozen bindings, in request order.
+    pub skills: Vec<Binding>,
+    pub prompt: Prompt,
+    pub tools: Vec<Value>,
+    /// Set identity of the bindings (docs/formats.md).
+    pub identity: String,
+    pub created_at: String,
+    pub enabled_tools: Vec<String>,
+    pub provenance: Vec<Provenance>,
+    pub warnings: Vec<String>,
+}
+
+impl From<&SessionRecord> for SessionDoc {
+    fn from(r: &SessionRecord) -> SessionDoc {
+        SessionDoc {
+            id: r.id.clone(),
+            delivery: r.delivery,
+            skills: r.skills.iter().map(|s| s.binding.clone()).collect(),
+            prompt: r.prompt.clone(),
+            tools: r.tools.clone(),
+            identity: r.identity.clone(),
+            created_at: r.created_at.clone(),
+            enabled_tools: r.enabled_tools.clone(),
+            provenance: r.skills.iter().map(|s| s.provenance.clone()).collect(),
+            warnings: r.warnings.clone(),
+        }
+    }
+}
+
+/// The answer of `GET /v1/sessions/{id}/skills`: the session's skills,
+/// ranked when a query is given.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SkillList {
+    pub session: String,
+    pub delivery: Delivery,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    #[serde(flatten)]
+    pub result: FindResult,
+}
+
+/// A supplementary file of a skill.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Section {
+    pub name: String,
+    pub size: u64,
+}
+
+/// The answer of `GET /v1/sessions/{id}/skills/{name}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoadedSkill {
+    pub name: String,
+    pub description: String,
+    pub version: String,
+    pub revision: u64,
+    pub package_hash: String,
+    pub package_path: String,
+    /// `SKILL.md` after its front matter.
+    pub body: String,
+    /// Every file besides `SKILL.md`, for `load_skill_section`.
+    pub sections: Vec<Section>,
+}
+
+/// What an event records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    LoadSkill,
+    LoadSection,
+    ReadResource,
+}
+
+/// One activation: a load or a read that returned content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Event {
+    pub at: String,
+    pub kind: EventKind,
+    pub skill: String,
+    pub revision: u64,
+    pub package_hash: String,
+    /// The file read: `SKILL.md` for a load.
+    pub file: String,
+    /// Where the read started; absent for a load (the whole body).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub offset: Option<u64>,
+    /// Bytes returned.
+    pub bytes: u64,
+    pub truncated: bool,
+}
+
+/// The answer of `GET /v1/sessions/{id}/events`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EventLog {
+    pub session: String,
+    pub events: Vec<Event>,
+}
