@@ -1,0 +1,245 @@
+//! The command line's surface: every subcommand and flag of `skill-runner`,
+//! parsed by clap (README "Using it"). `main.rs` dispatches what is parsed
+//! here; nothing here acts.
+//!
+//! The doc comments on these types are the `--help` text: editing one
+//! changes the CLI's output. The flags of `serve` live with the daemon's
+//! other settings, in [`skill_runner::daemon::ServeArgs`].
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "skill-runner",
+    version,
+    about = "Run AI-agent Skill commands in a sandbox, with exactly the pinned package bytes"
+)]
+pub struct Cli {
+    /// Data dir holding the store and per-execution folders.
+    #[arg(long, global = true, env = "SKILL_RUNNER_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run a job: stage its skills, start the sandbox, stream its output,
+    /// exit with its code.
+    Run {
+        /// The job document (JSON, docs/formats.md). `-` reads it from
+        /// stdin; relative paths in it then resolve against the current
+        /// folder instead of the job file's folder.
+        #[arg(value_name = "JOB")]
+        job: PathBuf,
+        /// Print the result document instead of streaming output.
+        #[arg(long)]
+        json: bool,
+        /// Keep the execution's private folder afterwards (debugging).
+        #[arg(long)]
+        keep: bool,
+        /// Confine the job's host paths (workspace, extensions_dir, skill
+        /// paths, a profile file) to this folder, for job files that are
+        /// not as trusted as a command line; a path outside is refused.
+        #[arg(long, value_name = "DIR", env = "SKILL_RUNNER_CONFINE")]
+        confine: Option<PathBuf>,
+    },
+    /// Print what a job would run, without running it.
+    Explain {
+        /// The job document (JSON), as for `run`; `-` reads it from stdin.
+        #[arg(value_name = "JOB")]
+        job: PathBuf,
+        /// Print JSON instead of a shell-quoted command.
+        #[arg(long)]
+        json: bool,
+        /// Platform to explain for: linux (bubblewrap) or macos (Seatbelt).
+        #[arg(long, default_value = "linux")]
+        platform: String,
+        /// Also write what the sandbox reads on fds 3-6 (seccomp programs,
+        /// /etc/passwd, /etc/group) into this folder, as `3-seccomp-rules.bpf`
+        /// and so on, so the printed command can be run by hand (linux).
+        #[arg(long, value_name = "DIR")]
+        fds_dir: Option<PathBuf>,
+    },
+    /// Print the package hash of a folder.
+    Hash {
+        /// The package folder (SKILL.md at its root).
+        dir: PathBuf,
+    },
+    /// Print a bundle (transport JSON, docs/formats.md) of a folder, to
+    /// publish with POST /v1/skill-packages.
+    Pack {
+        /// The package folder (SKILL.md at its root).
+        dir: PathBuf,
+        #[command(flatten)]
+        meta: BindingArgs,
+    },
+    /// Publish into, or list, the local store.
+    #[command(subcommand)]
+    Store(StoreCommand),
+    /// Report what this host supports and what that means.
+    Doctor,
+    /// Serve the HTTP API on a Unix socket (default) or TCP; see docs/daemon.md.
+    Serve(Box<skill_runner::daemon::ServeArgs>),
+    /// The skill catalog: built-in, user and project skills by name; see
+    /// docs/skill-host.md.
+    #[command(subcommand)]
+    Catalog(CatalogCommand),
+    /// Skill-host sessions: the command-line form of POST /v1/sessions and
+    /// its routes (JSON out); see docs/skill-host.md.
+    #[command(subcommand)]
+    Session(SessionCommand),
+}
+
+#[derive(Subcommand)]
+pub enum CatalogCommand {
+    /// List every skill: name, source, kind, description.
+    List {
+        /// Print JSON instead of one line per skill.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rank the skills against a query, by name, description and the
+    /// headings of SKILL.md (docs/skill-host.md, "Ranking").
+    Find {
+        /// Words describing the task.
+        query: String,
+        /// How many skills to print at most.
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        /// Print JSON instead of one line per skill.
+        #[arg(long)]
+        json: bool,
+        /// Show why each skill ranked where it did: each query term's
+        /// weight, and per skill the points of each term it has.
+        #[arg(long)]
+        explain: bool,
+    },
+    /// Show one skill: where it comes from, what it shadows, its SKILL.md.
+    Show {
+        /// The skill's catalog name.
+        name: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum SessionCommand {
+    /// Create a session: freeze the skills, derive the delivery mode.
+    Create {
+        /// A catalog name, ID@REVISION of a stored binding, or a JSON binding.
+        #[arg(long = "skill", value_name = "SKILL")]
+        skills: Vec<String>,
+        /// A tool the agent has enabled (bash, read, write, edit, glob, grep, …).
+        #[arg(long = "tool", value_name = "TOOL")]
+        tools: Vec<String>,
+    },
+    /// Print a session as created.
+    Show {
+        /// The session id (ses-…), as `session create` printed it.
+        id: String,
+    },
+    /// List a session's skills, or rank them with --query.
+    Skills {
+        /// The session id (ses-…).
+        id: String,
+        /// Rank the skills against these words instead of listing them all.
+        #[arg(long)]
+        query: Option<String>,
+        /// How many skills to return at most.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Only skills of this category (front matter metadata.category).
+        #[arg(long)]
+        category: Option<String>,
+    },
+    /// Load a skill's body (load_skill / Skill).
+    Load {
+        /// The session id (ses-…).
+        id: String,
+        /// The skill's name in the session (its id).
+        name: String,
+    },
+    /// Load one supplementary file of a skill (load_skill_section).
+    Section {
+        /// The session id (ses-…).
+        id: String,
+        /// The skill's name in the session (its id).
+        name: String,
+        /// The file, as load_skill lists it (e.g. references/guide.md).
+        section: String,
+        /// First byte to return.
+        #[arg(long)]
+        offset: Option<u64>,
+        /// How many bytes to return at most.
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+    /// Read a package file by its alias path (read_skill_resource).
+    Resource {
+        /// The session id (ses-…).
+        id: String,
+        /// The file: /skills/ID/PATH, $SCIENCEDISCOVERY_SKILLS_DIR/ID/PATH
+        /// or ${SCIENCEDISCOVERY_SKILLS_DIR}/ID/PATH.
+        path: String,
+        /// First byte to return.
+        #[arg(long)]
+        offset: Option<u64>,
+        /// How many bytes to return at most.
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+    /// Print the session's activation events.
+    Events {
+        /// The session id (ses-…).
+        id: String,
+    },
+}
+
+/// The frozen binding a folder is published under; its hash is computed.
+#[derive(Args)]
+pub struct BindingArgs {
+    /// Skill id: lowercase letters and digits in dash-separated words
+    /// (e.g. hello, alpha-tools); the folder it is staged as, /skills/ID.
+    #[arg(long)]
+    pub id: String,
+    /// Revision, an integer >= 1; a published (id, revision) never changes,
+    /// so publish other bytes under a new revision.
+    #[arg(long)]
+    pub revision: u64,
+    /// Version, any string (e.g. 1.0.0); recorded in the binding, not
+    /// interpreted.
+    #[arg(long)]
+    pub version: String,
+}
+
+#[derive(Subcommand)]
+pub enum StoreCommand {
+    /// Publish folders as packages: `store add DIR --id ID --revision N --version V`.
+    Add {
+        /// The package folder (SKILL.md at its root).
+        dir: PathBuf,
+        #[command(flatten)]
+        meta: BindingArgs,
+    },
+    /// List published bindings.
+    List,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// clap's own consistency checks (conflicting names, bad defaults, …)
+    /// on every subcommand, not only on those a test happens to parse.
+    #[test]
+    fn definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}
