@@ -36,6 +36,7 @@ pub mod selfcheck;
 pub mod server;
 pub mod sessions;
 pub mod stream;
+pub mod wire;
 
 use std::path::PathBuf;
 use std::sync::Arc;

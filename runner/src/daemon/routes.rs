@@ -1,4 +1,5 @@
-//! The HTTP routes of docs/daemon.md: JSON in, JSON (or NDJSON) out.
+//! The HTTP routes of docs/daemon.md: JSON in, JSON (or NDJSON) out. The
+//! bodies they answer with are the types of [`super::wire`].
 //!
 //! | route | does |
 //! |---|---|
@@ -46,7 +47,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use serde_json::json;
 use tracing::Instrument;
 
 use super::app::{check_length, params, read_body, status, ApiError, App, UrlPath};
@@ -54,6 +54,7 @@ use super::events::{exit_line, Chunks, Encoded};
 use super::metrics::Refusal;
 use super::registry::{status_name, Admitted, Done, Lookup, RegistryError, StatusFilter, Ticket};
 use super::stream::{attach, own_stream, CancelOnDrop, DaemonSink, Progress};
+use super::wire::{self, HealthStatus, Phase};
 use crate::error::ErrorKind;
 use crate::exec::job::{Job, JobError, RawJob};
 use crate::exec::result::{ErrorInfo, ExecResult, Status};
@@ -124,29 +125,38 @@ async fn health(State(app): State<App>) -> Response {
     let verdict = app.selfcheck.verdict();
     let checked_at = crate::text::rfc3339(verdict.checked_at);
     let sandbox = match (&host.bwrap, &host.userns, &verdict.result) {
-        (Ok(b), Ok(()), Ok(())) => {
-            json!({"available": true, "bwrap": b.version, "checked_at": checked_at})
-        }
-        (Err(m), _, _) | (_, Err(m), _) | (_, _, Err(m)) => {
-            json!({"available": false, "reason": m, "checked_at": checked_at})
-        }
+        (Ok(b), Ok(()), Ok(())) => wire::Sandbox {
+            available: true,
+            bwrap: Some(&b.version),
+            checked_at,
+            reason: None,
+        },
+        (Err(m), _, _) | (_, Err(m), _) | (_, _, Err(m)) => wire::Sandbox {
+            available: false,
+            bwrap: None,
+            checked_at,
+            reason: Some(m),
+        },
     };
     let available = host.bwrap.is_ok() && host.userns.is_ok();
     let (status, code) = if app.registry.is_draining() {
-        ("shutting_down", StatusCode::SERVICE_UNAVAILABLE)
+        (HealthStatus::ShuttingDown, StatusCode::SERVICE_UNAVAILABLE)
     } else if !available {
-        ("sandbox_unavailable", StatusCode::SERVICE_UNAVAILABLE)
+        (
+            HealthStatus::SandboxUnavailable,
+            StatusCode::SERVICE_UNAVAILABLE,
+        )
     } else if verdict.result.is_err() {
-        ("sandbox_failed", StatusCode::SERVICE_UNAVAILABLE)
+        (HealthStatus::SandboxFailed, StatusCode::SERVICE_UNAVAILABLE)
     } else {
-        ("ok", StatusCode::OK)
+        (HealthStatus::Ok, StatusCode::OK)
     };
-    let body = json!({
-        "status": status,
-        "version": env!("CARGO_PKG_VERSION"),
-        "sandbox": sandbox,
-        "executions": {"running": running, "queued": queued},
-    });
+    let body = wire::Health {
+        executions: wire::Executions { queued, running },
+        sandbox,
+        status,
+        version: env!("CARGO_PKG_VERSION"),
+    };
     (code, Json(body)).into_response()
 }
 
@@ -194,7 +204,7 @@ async fn post_package(
 }
 
 /// Verifies a bundle and publishes its skills and their set.
-fn publish(app: &App, bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
+fn publish(app: &App, bytes: &[u8]) -> Result<wire::Published, ApiError> {
     let limits = app.runner.config.package_limits;
     let skills = bundle::parse(bytes, &limits)?;
     let mut bindings: Vec<Binding> = Vec::with_capacity(skills.len());
@@ -215,12 +225,12 @@ fn publish(app: &App, bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
     let identity = app.runner.store.put_set(&bindings)?;
     app.metrics.published(bindings.len() as u64);
     tracing::info!(%identity, skills = bindings.len(), new_packages, "published a skill set");
-    Ok(json!({
-        "identity": identity,
-        "skills": bindings,
-        "new_packages": new_packages,
-        "warnings": warnings,
-    }))
+    Ok(wire::Published {
+        identity,
+        new_packages,
+        skills: wire::bindings(bindings),
+        warnings,
+    })
 }
 
 async fn get_package(
@@ -228,7 +238,11 @@ async fn get_package(
     UrlPath(identity): UrlPath<String>,
 ) -> Result<Response, ApiError> {
     match app.runner.store.set(&identity)? {
-        Some(skills) => Ok(Json(json!({"identity": identity, "skills": skills})).into_response()),
+        Some(skills) => Ok(Json(wire::SkillSet {
+            identity,
+            skills: wire::bindings(skills),
+        })
+        .into_response()),
         None => Err(ApiError::NotFound {
             what: "skill set",
             id: identity,
@@ -269,9 +283,17 @@ fn job_digest(bytes: &[u8]) -> String {
 
 /// 202 with the `Location` of an execution and its status.
 fn accepted(id: &str, running: bool) -> Response {
+    let status = if running {
+        Phase::Running
+    } else {
+        Phase::Queued
+    };
     let mut resp = (
         StatusCode::ACCEPTED,
-        Json(json!({"execution_id": id, "status": if running { "running" } else { "queued" }})),
+        Json(wire::Accepted {
+            execution_id: id,
+            status,
+        }),
     )
         .into_response();
     if let Ok(v) = HeaderValue::from_str(&format!("/v1/executions/{id}")) {
@@ -706,7 +728,10 @@ async fn list_packages(State(app): State<App>) -> Result<Response, ApiError> {
     let skills = tokio::task::spawn_blocking(move || worker.runner.store.bindings())
         .await
         .map_err(|e| ApiError::Internal(format!("the store thread failed: {e}")))??;
-    Ok(Json(json!({ "skills": skills })).into_response())
+    Ok(Json(wire::BindingList {
+        skills: wire::bindings(skills),
+    })
+    .into_response())
 }
 
 /// The OpenAPI document of every route.
@@ -746,39 +771,46 @@ async fn version(State(app): State<App>) -> Response {
         ),
         Support::None { .. } => ("rlimit", "rlimit"),
     };
-    let sandbox_kinds: Vec<&str> = if host.bwrap.is_ok() && host.userns.is_ok() {
-        vec!["bubblewrap"]
+    let sandbox_kinds: &[&str] = if host.bwrap.is_ok() && host.userns.is_ok() {
+        &["bubblewrap"]
     } else {
-        Vec::new()
+        &[]
     };
-    Json(json!({
-        "name": "skill-runner",
-        "version": env!("CARGO_PKG_VERSION"),
-        "api_version": API_VERSION,
-        "capabilities": {
-            "sandbox_kinds": sandbox_kinds,
-            "network_modes": ["none", "allowlist"],
-            "network_private": app.config.network.private,
-            "limit_mechanisms": {
-                "timeout_ms": "supervisor",
-                "output_bytes": "supervisor",
-                "memory_bytes": memory,
-                "pids": pids,
-                "cpu_ms": "rlimit",
-                "file_size_bytes": "rlimit",
-                "tmp_bytes": "tmpfs",
-                "disk_bytes": "tmpfs_or_watcher",
-                "open_files": "rlimit",
+    Json(wire::Version {
+        api_version: API_VERSION,
+        capabilities: wire::Capabilities {
+            detached_runs: true,
+            heartbeat_ms: app.config.heartbeat.as_millis() as u64,
+            job_body_limit: app.config.job_body_limit,
+            limit_mechanisms: wire::LimitMechanisms {
+                cpu_ms: "rlimit",
+                disk_bytes: "tmpfs_or_watcher",
+                file_size_bytes: "rlimit",
+                memory_bytes: memory,
+                open_files: "rlimit",
+                output_bytes: "supervisor",
+                pids,
+                timeout_ms: "supervisor",
+                tmp_bytes: "tmpfs",
             },
-            "stream_formats": ["application/x-ndjson"],
-            "detached_runs": true,
-            "max_wait_ms": MAX_WAIT.as_millis() as u64,
-            "heartbeat_ms": app.config.heartbeat.as_millis() as u64,
-            "max_output_bytes": app.config.max_output_bytes,
-            "job_body_limit": app.config.job_body_limit,
-            "session_tools": ["list_skills", "Skill", "find_skills", "load_skill", "load_skill_section", "read_skill_resource"],
+            max_output_bytes: app.config.max_output_bytes,
+            max_wait_ms: MAX_WAIT.as_millis() as u64,
+            network_modes: &["none", "allowlist"],
+            network_private: app.config.network.private,
+            sandbox_kinds,
+            session_tools: &[
+                "list_skills",
+                "Skill",
+                "find_skills",
+                "load_skill",
+                "load_skill_section",
+                "read_skill_resource",
+            ],
+            stream_formats: &["application/x-ndjson"],
         },
-    }))
+        name: "skill-runner",
+        version: env!("CARGO_PKG_VERSION"),
+    })
     .into_response()
 }
 
@@ -792,7 +824,10 @@ async fn delete_execution(
             live.cancel();
             Ok((
                 StatusCode::ACCEPTED,
-                Json(json!({"execution_id": id, "status": "cancelling"})),
+                Json(wire::Accepted {
+                    execution_id: &id,
+                    status: Phase::Cancelling,
+                }),
             )
                 .into_response())
         }
