@@ -13,11 +13,14 @@
 //! |---|---|
 //! | [`config`] | settings: flags, environment, file; validated once |
 //! | [`auth`] | bearer token, constant-time check |
-//! | [`roots`] | which host paths a job may name |
+//! | [`confine`] | which host paths a job may name |
+//! | [`app`] | shared state, the API error and its one status mapping, request readers |
 //! | [`registry`] | admission, queue, cancel by id, retained results |
-//! | [`stream`] | the output sink and the NDJSON event stream |
-//! | [`metrics`] | Prometheus text |
-//! | [`routes`] | the HTTP routes and their errors |
+//! | [`events`] | an execution's event log and its shared result document |
+//! | [`stream`] | the output sink and the NDJSON event streams |
+//! | [`metrics`] | Prometheus text, from one table of families |
+//! | [`wire`] | the response bodies, field by field |
+//! | [`routes`] | the execution and package routes |
 //! | [`selfcheck`] | the sandbox verdict health answers from |
 //! | [`sessions`] | the skill-host routes, tool calls, session expiry |
 //! | [`server`] | listening, connections, signals, graceful shutdown |
