@@ -1,9 +1,21 @@
 //! Daemon settings: flags, environment variables and an optional TOML file,
-//! parsed raw and then validated into a [`Config`] before anything listens.
+//! declared once in a table, merged, and validated into a [`Config`]
+//! before anything listens.
 //!
 //! Precedence, per setting: the flag, else its environment variable (clap
 //! reads both into [`ServeArgs`]), else the config file, else the default.
 //! Relative paths in the config file resolve against the file's folder.
+//!
+//! Each setting is one row of the `settings!` table below: its `--help`
+//! text, flag, variable, file key, default and check. The flags
+//! ([`ServeArgs`]), the file's keys and one merge per setting (precedence,
+//! default, check) all come from that row, so whichever way a value
+//! arrives it meets the same default and the same check.
+//! What spans settings (one listen address, the token, the roots against
+//! the data dir, output against retention) is checked in [`Config::build`].
+//! `SKILL_RUNNER_TOKEN`, the token itself, is the one setting outside the
+//! table: it is a secret with neither flag nor file key, read by the caller
+//! and handed to [`Config::build`].
 //!
 //! Invariants of a [`Config`]:
 //! - it listens on exactly one address: a Unix socket (the default) or TCP;
@@ -19,107 +31,507 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::auth::{AuthError, Token};
 
-/// Flags of `skill-runner serve`; each also reads an environment variable.
-#[derive(Debug, Clone, Default, Args)]
-pub struct ServeArgs {
-    /// TOML config file; flags and environment variables override its settings.
-    #[arg(long, env = "SKILL_RUNNER_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Unix socket to listen on [default: DATA_DIR/run/skill-runner.sock].
-    #[arg(long, env = "SKILL_RUNNER_SOCKET", value_name = "PATH")]
-    pub socket: Option<PathBuf>,
-    /// Listen on TCP at ADDR (e.g. 127.0.0.1:8787) instead of a Unix socket;
-    /// needs a bearer token.
-    #[arg(long, env = "SKILL_RUNNER_LISTEN", value_name = "ADDR")]
-    pub listen: Option<String>,
-    /// File holding the bearer token (SKILL_RUNNER_TOKEN may hold the token
-    /// itself instead). Required with --listen; enforced on the socket too
-    /// when given.
-    #[arg(long, env = "SKILL_RUNNER_TOKEN_FILE", value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
-    /// Host folder under which jobs may name workspace, extensions_dir and
-    /// skill paths; repeat it, or separate folders with ':' in the
-    /// variable [default: DATA_DIR/roots].
-    #[arg(
-        long = "root",
-        env = "SKILL_RUNNER_ROOTS",
-        value_name = "DIR",
-        value_delimiter = ':'
-    )]
-    pub roots: Vec<PathBuf>,
-    /// Executions running at once [default: twice the CPUs, at least 4].
-    #[arg(long, env = "SKILL_RUNNER_MAX_RUNNING", value_name = "N")]
-    pub max_running: Option<usize>,
-    /// Executions waiting for a free slot; past it, 429 [default: 64].
-    #[arg(long, env = "SKILL_RUNNER_MAX_QUEUED", value_name = "N")]
-    pub max_queued: Option<usize>,
-    /// Open client connections [default: 256].
-    #[arg(long, env = "SKILL_RUNNER_MAX_CONNECTIONS", value_name = "N")]
-    pub max_connections: Option<usize>,
-    /// Package uploads verified at once [default: 2].
-    #[arg(long, env = "SKILL_RUNNER_MAX_UPLOADS", value_name = "N")]
-    pub max_uploads: Option<usize>,
-    /// Largest job body, e.g. 4MiB [default: 4MiB].
-    #[arg(long, env = "SKILL_RUNNER_JOB_BODY_LIMIT", value_name = "SIZE", value_parser = parse_size)]
-    pub job_body_limit: Option<u64>,
-    /// Largest `limits.output_bytes` a job may ask for, per stream; output
-    /// is held in memory [default: 16MiB].
-    #[arg(long, env = "SKILL_RUNNER_MAX_OUTPUT_BYTES", value_name = "SIZE", value_parser = parse_size)]
-    pub max_output_bytes: Option<u64>,
-    /// Largest bundle body [default: 64MiB].
-    #[arg(long, env = "SKILL_RUNNER_PACKAGE_BODY_LIMIT", value_name = "SIZE", value_parser = parse_size)]
-    pub package_body_limit: Option<u64>,
-    /// Time a client has to send a request's headers, e.g. 10s [default: 10s].
-    #[arg(long, env = "SKILL_RUNNER_HEADER_TIMEOUT", value_name = "DURATION", value_parser = humantime::parse_duration)]
-    pub header_timeout: Option<Duration>,
-    /// Time a client has to send a request's body [default: 30s].
-    #[arg(long, env = "SKILL_RUNNER_BODY_TIMEOUT", value_name = "DURATION", value_parser = humantime::parse_duration)]
-    pub body_timeout: Option<Duration>,
-    /// A streaming client that reads nothing for this long is treated as
-    /// gone and its execution cancelled [default: 30s].
-    #[arg(long, env = "SKILL_RUNNER_STALL_TIMEOUT", value_name = "DURATION", value_parser = humantime::parse_duration)]
-    pub stall_timeout: Option<Duration>,
-    /// On SIGTERM/SIGINT, time running executions get to finish before
-    /// they are cancelled [default: 10s].
-    #[arg(long, env = "SKILL_RUNNER_GRACE", value_name = "DURATION", value_parser = humantime::parse_duration)]
-    pub grace: Option<Duration>,
-    /// Finished results kept for GET /v1/executions/{id} [default: 1000].
-    #[arg(long, env = "SKILL_RUNNER_RETAIN", value_name = "N")]
-    pub retain: Option<usize>,
-    /// Total size of the kept results [default: 64MiB].
-    #[arg(long, env = "SKILL_RUNNER_RETAIN_BYTES", value_name = "SIZE", value_parser = parse_size)]
-    pub retain_bytes: Option<u64>,
-    /// How long a finished result is kept [default: 15m].
-    #[arg(long, env = "SKILL_RUNNER_RETAIN_FOR", value_name = "DURATION", value_parser = humantime::parse_duration)]
-    pub retain_for: Option<Duration>,
-    /// A stream quiet for this long gets a heartbeat event [default: 10s].
-    #[arg(long, env = "SKILL_RUNNER_HEARTBEAT", value_name = "DURATION", value_parser = humantime::parse_duration)]
-    pub heartbeat: Option<Duration>,
-    /// A session no request has used for this long is deleted [default: 24h].
-    #[arg(long, env = "SKILL_RUNNER_SESSION_IDLE", value_name = "DURATION", value_parser = humantime::parse_duration)]
-    pub session_idle: Option<Duration>,
-    /// Log format [default: human].
-    #[arg(long, env = "SKILL_RUNNER_LOG_FORMAT", value_name = "FORMAT")]
-    pub log_format: Option<LogFormat>,
-    /// Whether jobs with a network allowlist may reach loopback, private,
-    /// link-local and other non-public addresses ("private": true, or an
-    /// entry naming such an address) [default: true].
-    #[arg(long, env = "SKILL_RUNNER_NETWORK_PRIVATE", value_name = "BOOL")]
-    pub network_private: Option<bool>,
-    /// An allow entry every request of every job must also match (a cap on
-    /// jobs' allowlists); repeat it, or separate entries with ',' in the
-    /// variable [default: no cap].
-    #[arg(
-        long = "network-allow",
-        env = "SKILL_RUNNER_NETWORK_ALLOW",
-        value_name = "ENTRY",
-        value_delimiter = ','
-    )]
-    pub network_allow: Vec<String>,
+/// Declares the settings, one row each:
+///
+/// ```text
+/// name: FlagType {
+///     /// `--help` text
+///     flag: "long-name" <"VALUE"> [more clap `arg` attributes],
+///     global: "long-name",   // instead of `flag`: a flag of the whole command
+///     env: "SKILL_RUNNER_…",
+///     file: "key",           // absent: the file cannot set it
+///     default: expr,         // absent: the setting stays an `Option`
+///     check: fn(&'static str, value) -> Result<value, ConfigError>,
+/// }
+/// ```
+///
+/// A row with a `flag` becomes a [`ServeArgs`] field, one with a `file` key
+/// a `FileConfig` field, and every row a `Layers` method of its name that
+/// merges the flag (or variable) with the file, then applies the default
+/// and the check. Rows stand in the order of the file's keys, which its
+/// "unknown field" error lists; `--help` lists the flags in the same order
+/// unless a row says otherwise.
+macro_rules! settings {
+    (
+        $(
+            $name:ident: $ty:ty {
+                $(
+                    $(#[doc = $doc:literal])*
+                    flag: $flag:literal <$value:literal> $([$($clap:tt)*])?,
+                )?
+                $(global: $global:literal,)?
+                env: $env:literal,
+                $(file: $file:literal,)?
+                $(default: $default:expr,)?
+                $(check: $check:expr,)?
+            }
+        )*
+    ) => {
+        /// Flags of `skill-runner serve`; each also reads an environment variable.
+        #[derive(Debug, Clone, Default, Args)]
+        pub struct ServeArgs {
+            $($(
+                $(#[doc = $doc])*
+                #[arg(long = $flag, env = $env, value_name = $value $(, $($clap)*)?)]
+                pub $name: $ty,
+            )?)*
+        }
+
+        /// The config file as written.
+        #[derive(Debug, Default, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct FileConfig {
+            $($(
+                #[serde(rename = $file)]
+                $name: Option<<$ty as Layered>::File>,
+            )?)*
+        }
+
+        impl Layers {
+            $(
+                fn $name(&self) -> Result<settings!(@value $ty $(, $default)?), ConfigError> {
+                    let name = stringify!($name);
+                    let flag: $ty = settings!(@flag
+                        [self.args.$name.clone()] [self.global.$name.clone()]
+                        $($flag)? $(global $global)?);
+                    let file = settings!(@file [self.file.$name.clone()] $($file)?);
+                    let value = Layered::merge(flag, file, name, &self.dir)?;
+                    $(let value = value.unwrap_or_else(|| $default);)?
+                    $(let value = ($check)(name, value)?;)?
+                    Ok(value)
+                }
+            )*
+        }
+
+        /// The table as data, for the tests that hold it to `--help`, the
+        /// file and docs/daemon.md.
+        #[cfg(test)]
+        const SETTINGS: &[Setting] = &[$(
+            Setting {
+                name: stringify!($name),
+                flag: settings!(@some $($flag)?),
+                global: settings!(@some $($global)?),
+                env: $env,
+                file: settings!(@some $($file)?),
+            },
+        )*];
+    };
+    (@value $ty:ty) => { Option<<$ty as Layered>::Value> };
+    (@value $ty:ty, $default:expr) => { <$ty as Layered>::Value };
+    (@flag [$($args:tt)*] [$($global:tt)*] $flag:literal) => { $($args)* };
+    (@flag [$($args:tt)*] [$($global:tt)*] global $name:literal) => { $($global)* };
+    (@file [$($file:tt)*] $key:literal) => { $($file)* };
+    (@file [$($file:tt)*]) => { None };
+    (@some $text:literal) => { Some($text) };
+    (@some) => { None };
+}
+
+settings! {
+    config: Option<PathBuf> {
+        /// TOML config file; flags and environment variables override its settings.
+        flag: "config" <"FILE">,
+        env: "SKILL_RUNNER_CONFIG",
+    }
+    // The global `--data-dir` (main.rs), which `Config::build` is given.
+    data_dir: Option<PathBuf> {
+        global: "data-dir",
+        env: "SKILL_RUNNER_DATA_DIR",
+        file: "data_dir",
+        default: crate::exec::default_data_dir(),
+    }
+    socket: Option<PathBuf> {
+        /// Unix socket to listen on [default: DATA_DIR/run/skill-runner.sock].
+        flag: "socket" <"PATH">,
+        env: "SKILL_RUNNER_SOCKET",
+        file: "socket",
+    }
+    listen: Option<String> {
+        /// Listen on TCP at ADDR (e.g. 127.0.0.1:8787) instead of a Unix socket;
+        /// needs a bearer token.
+        flag: "listen" <"ADDR">,
+        env: "SKILL_RUNNER_LISTEN",
+        file: "listen",
+    }
+    token_file: Option<PathBuf> {
+        /// File holding the bearer token (SKILL_RUNNER_TOKEN may hold the token
+        /// itself instead). Required with --listen; enforced on the socket too
+        /// when given.
+        flag: "token-file" <"FILE">,
+        env: "SKILL_RUNNER_TOKEN_FILE",
+        file: "token_file",
+    }
+    // No default here: the default folder depends on the data dir and is
+    // created, so `Config::build` supplies it.
+    roots: Vec<PathBuf> {
+        /// Host folder under which jobs may name workspace, extensions_dir and
+        /// skill paths; repeat it, or separate folders with ':' in the
+        /// variable [default: DATA_DIR/roots].
+        flag: "root" <"DIR"> [value_delimiter = ':'],
+        env: "SKILL_RUNNER_ROOTS",
+        file: "roots",
+    }
+    max_running: Option<usize> {
+        /// Executions running at once [default: twice the CPUs, at least 4].
+        flag: "max-running" <"N">,
+        env: "SKILL_RUNNER_MAX_RUNNING",
+        file: "max_running",
+        default: (2 * cpus()).max(4),
+        check: within(1, 4096),
+    }
+    max_queued: Option<usize> {
+        /// Executions waiting for a free slot; past it, 429 [default: 64].
+        flag: "max-queued" <"N">,
+        env: "SKILL_RUNNER_MAX_QUEUED",
+        file: "max_queued",
+        default: 64,
+        check: within(0, 100_000),
+    }
+    max_connections: Option<usize> {
+        /// Open client connections [default: 256].
+        flag: "max-connections" <"N">,
+        env: "SKILL_RUNNER_MAX_CONNECTIONS",
+        file: "max_connections",
+        default: 256,
+        check: within(1, 100_000),
+    }
+    max_uploads: Option<usize> {
+        /// Package uploads verified at once [default: 2].
+        flag: "max-uploads" <"N">,
+        env: "SKILL_RUNNER_MAX_UPLOADS",
+        file: "max_uploads",
+        default: 2,
+        check: within(1, 64),
+    }
+    job_body_limit: Option<u64> {
+        /// Largest job body, e.g. 4MiB [default: 4MiB].
+        flag: "job-body-limit" <"SIZE"> [value_parser = parse_size],
+        env: "SKILL_RUNNER_JOB_BODY_LIMIT",
+        file: "job_body_limit",
+        default: 4 << 20,
+        check: at_least(1024),
+    }
+    // `--help` has always listed this flag after --max-output-bytes.
+    package_body_limit: Option<u64> {
+        /// Largest bundle body [default: 64MiB].
+        flag: "package-body-limit" <"SIZE"> [value_parser = parse_size, display_order = 11],
+        env: "SKILL_RUNNER_PACKAGE_BODY_LIMIT",
+        file: "package_body_limit",
+        default: 64 << 20,
+        check: at_least(1024),
+    }
+    max_output_bytes: Option<u64> {
+        /// Largest `limits.output_bytes` a job may ask for, per stream; output
+        /// is held in memory [default: 16MiB].
+        flag: "max-output-bytes" <"SIZE"> [value_parser = parse_size, display_order = 10],
+        env: "SKILL_RUNNER_MAX_OUTPUT_BYTES",
+        file: "max_output_bytes",
+        default: 16 << 20,
+        check: at_least(1024),
+    }
+    header_timeout: Option<Duration> {
+        /// Time a client has to send a request's headers, e.g. 10s [default: 10s].
+        flag: "header-timeout" <"DURATION"> [value_parser = humantime::parse_duration],
+        env: "SKILL_RUNNER_HEADER_TIMEOUT",
+        file: "header_timeout",
+        default: Duration::from_secs(10),
+        check: longer_than_zero,
+    }
+    body_timeout: Option<Duration> {
+        /// Time a client has to send a request's body [default: 30s].
+        flag: "body-timeout" <"DURATION"> [value_parser = humantime::parse_duration],
+        env: "SKILL_RUNNER_BODY_TIMEOUT",
+        file: "body_timeout",
+        default: Duration::from_secs(30),
+        check: longer_than_zero,
+    }
+    stall_timeout: Option<Duration> {
+        /// A streaming client that reads nothing for this long is treated as
+        /// gone and its execution cancelled [default: 30s].
+        flag: "stall-timeout" <"DURATION"> [value_parser = humantime::parse_duration],
+        env: "SKILL_RUNNER_STALL_TIMEOUT",
+        file: "stall_timeout",
+        default: Duration::from_secs(30),
+        check: longer_than_zero,
+    }
+    grace: Option<Duration> {
+        /// On SIGTERM/SIGINT, time running executions get to finish before
+        /// they are cancelled [default: 10s].
+        flag: "grace" <"DURATION"> [value_parser = humantime::parse_duration],
+        env: "SKILL_RUNNER_GRACE",
+        file: "grace",
+        default: Duration::from_secs(10),
+        check: longer_than_zero,
+    }
+    retain: Option<usize> {
+        /// Finished results kept for GET /v1/executions/{id} [default: 1000].
+        flag: "retain" <"N">,
+        env: "SKILL_RUNNER_RETAIN",
+        file: "retain",
+        default: 1000,
+        check: within(1, 1_000_000),
+    }
+    // Its bound (twice max_output_bytes) spans two settings: `Config::build`.
+    retain_bytes: Option<u64> {
+        /// Total size of the kept results [default: 64MiB].
+        flag: "retain-bytes" <"SIZE"> [value_parser = parse_size],
+        env: "SKILL_RUNNER_RETAIN_BYTES",
+        file: "retain_bytes",
+        default: 64 << 20,
+    }
+    retain_for: Option<Duration> {
+        /// How long a finished result is kept [default: 15m].
+        flag: "retain-for" <"DURATION"> [value_parser = humantime::parse_duration],
+        env: "SKILL_RUNNER_RETAIN_FOR",
+        file: "retain_for",
+        default: Duration::from_secs(15 * 60),
+        check: longer_than_zero,
+    }
+    heartbeat: Option<Duration> {
+        /// A stream quiet for this long gets a heartbeat event [default: 10s].
+        flag: "heartbeat" <"DURATION"> [value_parser = humantime::parse_duration],
+        env: "SKILL_RUNNER_HEARTBEAT",
+        file: "heartbeat",
+        default: Duration::from_secs(10),
+        check: longer_than_zero,
+    }
+    session_idle: Option<Duration> {
+        /// A session no request has used for this long is deleted [default: 24h].
+        flag: "session-idle" <"DURATION"> [value_parser = humantime::parse_duration],
+        env: "SKILL_RUNNER_SESSION_IDLE",
+        file: "session_idle",
+        default: Duration::from_secs(24 * 3600),
+        check: longer_than_zero,
+    }
+    log_format: Option<LogFormat> {
+        /// Log format [default: human].
+        flag: "log-format" <"FORMAT">,
+        env: "SKILL_RUNNER_LOG_FORMAT",
+        file: "log_format",
+        default: LogFormat::default(),
+    }
+    network_private: Option<bool> {
+        /// Whether jobs with a network allowlist may reach loopback, private,
+        /// link-local and other non-public addresses ("private": true, or an
+        /// entry naming such an address) [default: true].
+        flag: "network-private" <"BOOL">,
+        env: "SKILL_RUNNER_NETWORK_PRIVATE",
+        file: "network_private",
+        default: true,
+    }
+    // Each entry is parsed in `Config::build`, into the sandbox's policy type.
+    network_allow: Vec<String> {
+        /// An allow entry every request of every job must also match (a cap on
+        /// jobs' allowlists); repeat it, or separate entries with ',' in the
+        /// variable [default: no cap].
+        flag: "network-allow" <"ENTRY"> [value_delimiter = ','],
+        env: "SKILL_RUNNER_NETWORK_ALLOW",
+        file: "network_allow",
+    }
+}
+
+/// One setting's sources before its default: the flag or its variable
+/// (clap read them into `args`, main.rs into `global`) and the config file.
+struct Layers {
+    args: ServeArgs,
+    global: GlobalArgs,
+    file: FileConfig,
+    /// The config file's folder: relative paths in the file resolve here.
+    dir: PathBuf,
+}
+
+/// Flags of the whole command that are also daemon settings.
+struct GlobalArgs {
+    data_dir: Option<PathBuf>,
+}
+
+impl Layers {
+    /// Reads the config file that `--config` (or its variable) names, if any.
+    fn read(args: ServeArgs, global: GlobalArgs) -> Result<Layers, ConfigError> {
+        let mut layers = Layers {
+            args,
+            global,
+            file: FileConfig::default(),
+            dir: PathBuf::from("."),
+        };
+        if let Some(path) = layers.config()? {
+            let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::ReadFile {
+                path: path.clone(),
+                source,
+            })?;
+            layers.file = toml::from_str(&text).map_err(|e| ConfigError::ParseFile {
+                path: path.clone(),
+                reason: e.message().to_owned(),
+            })?;
+            layers.dir = path
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from("."));
+        }
+        Ok(layers)
+    }
+}
+
+/// How one setting's flag value and file value merge: the flag (or its
+/// variable) wins when given; a flag that repeats (`Vec`) counts as given
+/// when it has at least one value.
+trait Layered {
+    /// The setting's value once merged.
+    type Value;
+    /// The value as the config file spells it.
+    type File: DeserializeOwned;
+    /// The file's value is converted, and refused if bad, even when the
+    /// flag wins.
+    fn merge(
+        self,
+        file: Option<Self::File>,
+        name: &'static str,
+        dir: &Path,
+    ) -> Result<Option<Self::Value>, ConfigError>;
+}
+
+impl<T: FileValue> Layered for Option<T> {
+    type Value = T;
+    type File = T::Raw;
+    fn merge(
+        self,
+        file: Option<T::Raw>,
+        name: &'static str,
+        dir: &Path,
+    ) -> Result<Option<T>, ConfigError> {
+        let file = file.map(|raw| T::from_file(raw, name, dir)).transpose()?;
+        Ok(self.or(file))
+    }
+}
+
+impl<T: FileValue> Layered for Vec<T> {
+    type Value = Vec<T>;
+    type File = Vec<T::Raw>;
+    fn merge(
+        self,
+        file: Option<Vec<T::Raw>>,
+        name: &'static str,
+        dir: &Path,
+    ) -> Result<Option<Vec<T>>, ConfigError> {
+        let file = file
+            .map(|raws| {
+                raws.into_iter()
+                    .map(|raw| T::from_file(raw, name, dir))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        Ok(if self.is_empty() { file } else { Some(self) })
+    }
+}
+
+/// A value as the config file holds it, made into what the flag would give.
+trait FileValue: Sized {
+    type Raw: DeserializeOwned;
+    fn from_file(raw: Self::Raw, name: &'static str, dir: &Path) -> Result<Self, ConfigError>;
+}
+
+/// Values the file holds exactly as a flag gives them.
+macro_rules! as_written {
+    ($($t:ty),*) => {$(
+        impl FileValue for $t {
+            type Raw = $t;
+            fn from_file(raw: $t, _: &'static str, _: &Path) -> Result<$t, ConfigError> {
+                Ok(raw)
+            }
+        }
+    )*};
+}
+as_written!(String, usize, bool, LogFormat);
+
+/// A relative path in the file resolves against the file's folder.
+impl FileValue for PathBuf {
+    type Raw = PathBuf;
+    fn from_file(raw: PathBuf, _: &'static str, dir: &Path) -> Result<PathBuf, ConfigError> {
+        Ok(if raw.is_absolute() {
+            raw
+        } else {
+            dir.join(raw)
+        })
+    }
+}
+
+/// Every `u64` setting is a size: bytes, or a text such as `"64MiB"`.
+impl FileValue for u64 {
+    type Raw = SizeText;
+    fn from_file(raw: SizeText, name: &'static str, _: &Path) -> Result<u64, ConfigError> {
+        match raw {
+            SizeText::Bytes(n) => Ok(n),
+            SizeText::Text(t) => parse_size(&t).map_err(|r| invalid(name, r)),
+        }
+    }
+}
+
+/// A duration is a text such as `"10s"`, as for the flag.
+impl FileValue for Duration {
+    type Raw = String;
+    fn from_file(raw: String, name: &'static str, _: &Path) -> Result<Duration, ConfigError> {
+        humantime::parse_duration(&raw).map_err(|e| {
+            invalid(
+                name,
+                format!("{raw:?} is not a duration ({e}); write e.g. 10s or 2m"),
+            )
+        })
+    }
+}
+
+/// A check: the count is in `min..=max`.
+fn within(min: usize, max: usize) -> impl Fn(&'static str, usize) -> Result<usize, ConfigError> {
+    move |name, v| {
+        if v < min || v > max {
+            Err(invalid(
+                name,
+                format!("{v} is out of range; use {min} to {max}"),
+            ))
+        } else {
+            Ok(v)
+        }
+    }
+}
+
+/// A check: the size is at least `min` bytes.
+fn at_least(min: u64) -> impl Fn(&'static str, u64) -> Result<u64, ConfigError> {
+    move |name, v| {
+        if v < min {
+            Err(invalid(
+                name,
+                format!("{v} bytes is too small; use at least {min}"),
+            ))
+        } else {
+            Ok(v)
+        }
+    }
+}
+
+/// A check: the duration is longer than zero.
+fn longer_than_zero(name: &'static str, v: Duration) -> Result<Duration, ConfigError> {
+    if v.is_zero() {
+        Err(invalid(name, "must be longer than zero"))
+    } else {
+        Ok(v)
+    }
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+/// One row of the table, as the tests read it.
+#[cfg(test)]
+struct Setting {
+    name: &'static str,
+    flag: Option<&'static str>,
+    global: Option<&'static str>,
+    env: &'static str,
+    file: Option<&'static str>,
 }
 
 /// How log lines are written (to stderr).
@@ -186,38 +598,8 @@ pub struct Config {
     pub warnings: Vec<String>,
 }
 
-/// The config file as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    data_dir: Option<PathBuf>,
-    socket: Option<PathBuf>,
-    listen: Option<String>,
-    token_file: Option<PathBuf>,
-    roots: Option<Vec<PathBuf>>,
-    max_running: Option<usize>,
-    max_queued: Option<usize>,
-    max_connections: Option<usize>,
-    max_uploads: Option<usize>,
-    job_body_limit: Option<SizeText>,
-    package_body_limit: Option<SizeText>,
-    max_output_bytes: Option<SizeText>,
-    header_timeout: Option<String>,
-    body_timeout: Option<String>,
-    stall_timeout: Option<String>,
-    grace: Option<String>,
-    retain: Option<usize>,
-    retain_bytes: Option<SizeText>,
-    retain_for: Option<String>,
-    heartbeat: Option<String>,
-    session_idle: Option<String>,
-    log_format: Option<LogFormat>,
-    network_private: Option<bool>,
-    network_allow: Option<Vec<String>>,
-}
-
 /// A size in a config file: a number of bytes or a text like `"64MiB"`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 enum SizeText {
     Bytes(u64),
@@ -300,66 +682,18 @@ impl Config {
     /// with the config file and defaults, and validates the result.
     /// `env_token` is the value of `SKILL_RUNNER_TOKEN`. Creates the default
     /// root folder when it is missing.
+    ///
+    /// Settings are read in a fixed order, so of several bad ones the same
+    /// one is always reported.
     pub fn build(
         args: ServeArgs,
         data_dir: Option<PathBuf>,
         env_token: Option<String>,
     ) -> Result<Config, ConfigError> {
-        let (file, file_dir) = match &args.config {
-            Some(path) => {
-                let text =
-                    std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
-                        path: path.clone(),
-                        source,
-                    })?;
-                let file: FileConfig =
-                    toml::from_str(&text).map_err(|e| ConfigError::ParseFile {
-                        path: path.clone(),
-                        reason: e.message().to_owned(),
-                    })?;
-                let dir = path
-                    .parent()
-                    .map(Path::to_path_buf)
-                    .unwrap_or_else(|| PathBuf::from("."));
-                (file, dir)
-            }
-            None => (FileConfig::default(), PathBuf::from(".")),
-        };
-        let from_file = |p: PathBuf| {
-            if p.is_absolute() {
-                p
-            } else {
-                file_dir.join(p)
-            }
-        };
-        let size = |name: &'static str, s: Option<SizeText>| -> Result<Option<u64>, ConfigError> {
-            match s {
-                None => Ok(None),
-                Some(SizeText::Bytes(n)) => Ok(Some(n)),
-                Some(SizeText::Text(t)) => parse_size(&t).map(Some).map_err(|r| invalid(name, r)),
-            }
-        };
-        let duration =
-            |name: &'static str, s: Option<String>| -> Result<Option<Duration>, ConfigError> {
-                s.map(|t| {
-                    humantime::parse_duration(&t).map_err(|e| {
-                        invalid(
-                            name,
-                            format!("{t:?} is not a duration ({e}); write e.g. 10s or 2m"),
-                        )
-                    })
-                })
-                .transpose()
-            };
+        let s = Layers::read(args, GlobalArgs { data_dir })?;
+        let data_dir = absolute(&s.data_dir()?);
 
-        let data_dir = data_dir
-            .or(file.data_dir.map(from_file))
-            .unwrap_or_else(crate::exec::default_data_dir);
-        let data_dir = absolute(&data_dir);
-
-        let socket = args.socket.or(file.socket.map(from_file));
-        let listen_text = args.listen.or(file.listen);
-        let listen = match (socket, listen_text) {
+        let listen = match (s.socket()?, s.listen()?) {
             (Some(_), Some(_)) => return Err(ConfigError::SocketAndListen),
             (None, Some(addr)) => Listen::Tcp(
                 addr.trim()
@@ -378,8 +712,7 @@ impl Config {
         };
 
         let mut warnings = Vec::new();
-        let token_file = args.token_file.or(file.token_file.map(from_file));
-        let token = match (token_file, env_token.filter(|t| !t.is_empty())) {
+        let token = match (s.token_file()?, env_token.filter(|t| !t.is_empty())) {
             (Some(path), _) => {
                 use std::os::unix::fs::PermissionsExt;
                 let token = Token::from_file(&path)?;
@@ -405,17 +738,16 @@ impl Config {
             }
         }
 
-        let roots = if !args.roots.is_empty() {
-            args.roots
-        } else if let Some(r) = file.roots {
-            r.into_iter().map(from_file).collect()
-        } else {
-            let default = data_dir.join("roots");
-            std::fs::create_dir_all(&default).map_err(|source| ConfigError::Root {
-                path: default.clone(),
-                source,
-            })?;
-            vec![default]
+        let roots = match s.roots()? {
+            Some(roots) => roots,
+            None => {
+                let default = data_dir.join("roots");
+                std::fs::create_dir_all(&default).map_err(|source| ConfigError::Root {
+                    path: default.clone(),
+                    source,
+                })?;
+                vec![default]
+            }
         };
         let roots = roots
             .iter()
@@ -449,17 +781,10 @@ impl Config {
             });
         }
 
-        let network_allow = if !args.network_allow.is_empty() {
-            Some(args.network_allow)
-        } else {
-            file.network_allow
-        };
         let network = crate::sandbox::net::RunnerNetwork {
-            private: args
-                .network_private
-                .or(file.network_private)
-                .unwrap_or(true),
-            allow: network_allow
+            private: s.network_private()?,
+            allow: s
+                .network_allow()?
                 .map(|entries| {
                     entries
                         .iter()
@@ -473,139 +798,29 @@ impl Config {
                 .transpose()?,
         };
 
-        let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let count =
-            |name: &'static str, v: Option<usize>, default: usize, min: usize, max: usize| {
-                let v = v.unwrap_or(default);
-                if v < min || v > max {
-                    Err(invalid(
-                        name,
-                        format!("{v} is out of range; use {min} to {max}"),
-                    ))
-                } else {
-                    Ok(v)
-                }
-            };
-        let bytes = |name: &'static str, v: Option<u64>, default: u64, min: u64| {
-            let v = v.unwrap_or(default);
-            if v < min {
-                Err(invalid(
-                    name,
-                    format!("{v} bytes is too small; use at least {min}"),
-                ))
-            } else {
-                Ok(v)
-            }
-        };
-        let time = |name: &'static str, v: Option<Duration>, default: Duration| {
-            let v = v.unwrap_or(default);
-            if v.is_zero() {
-                Err(invalid(name, "must be longer than zero"))
-            } else {
-                Ok(v)
-            }
-        };
-
         let config = Config {
             listen,
             token,
             roots,
-            max_running: count(
-                "max_running",
-                args.max_running.or(file.max_running),
-                (2 * cpus).max(4),
-                1,
-                4096,
-            )?,
-            max_queued: count(
-                "max_queued",
-                args.max_queued.or(file.max_queued),
-                64,
-                0,
-                100_000,
-            )?,
-            max_connections: count(
-                "max_connections",
-                args.max_connections.or(file.max_connections),
-                256,
-                1,
-                100_000,
-            )?,
-            max_uploads: count(
-                "max_uploads",
-                args.max_uploads.or(file.max_uploads),
-                2,
-                1,
-                64,
-            )?,
-            job_body_limit: bytes(
-                "job_body_limit",
-                args.job_body_limit
-                    .or(size("job_body_limit", file.job_body_limit)?),
-                4 << 20,
-                1024,
-            )?,
-            package_body_limit: bytes(
-                "package_body_limit",
-                args.package_body_limit
-                    .or(size("package_body_limit", file.package_body_limit)?),
-                64 << 20,
-                1024,
-            )?,
-            max_output_bytes: bytes(
-                "max_output_bytes",
-                args.max_output_bytes
-                    .or(size("max_output_bytes", file.max_output_bytes)?),
-                16 << 20,
-                1024,
-            )?,
-            header_timeout: time(
-                "header_timeout",
-                args.header_timeout
-                    .or(duration("header_timeout", file.header_timeout)?),
-                Duration::from_secs(10),
-            )?,
-            body_timeout: time(
-                "body_timeout",
-                args.body_timeout
-                    .or(duration("body_timeout", file.body_timeout)?),
-                Duration::from_secs(30),
-            )?,
-            stall_timeout: time(
-                "stall_timeout",
-                args.stall_timeout
-                    .or(duration("stall_timeout", file.stall_timeout)?),
-                Duration::from_secs(30),
-            )?,
-            grace: time(
-                "grace",
-                args.grace.or(duration("grace", file.grace)?),
-                Duration::from_secs(10),
-            )?,
+            max_running: s.max_running()?,
+            max_queued: s.max_queued()?,
+            max_connections: s.max_connections()?,
+            max_uploads: s.max_uploads()?,
+            job_body_limit: s.job_body_limit()?,
+            package_body_limit: s.package_body_limit()?,
+            max_output_bytes: s.max_output_bytes()?,
+            header_timeout: s.header_timeout()?,
+            body_timeout: s.body_timeout()?,
+            stall_timeout: s.stall_timeout()?,
+            grace: s.grace()?,
             retention: Retention {
-                count: count("retain", args.retain.or(file.retain), 1000, 1, 1_000_000)?,
-                bytes: args
-                    .retain_bytes
-                    .or(size("retain_bytes", file.retain_bytes)?)
-                    .unwrap_or(64 << 20),
-                age: time(
-                    "retain_for",
-                    args.retain_for.or(duration("retain_for", file.retain_for)?),
-                    Duration::from_secs(15 * 60),
-                )?,
+                count: s.retain()?,
+                bytes: s.retain_bytes()?,
+                age: s.retain_for()?,
             },
-            heartbeat: time(
-                "heartbeat",
-                args.heartbeat.or(duration("heartbeat", file.heartbeat)?),
-                Duration::from_secs(10),
-            )?,
-            session_idle: time(
-                "session_idle",
-                args.session_idle
-                    .or(duration("session_idle", file.session_idle)?),
-                Duration::from_secs(24 * 3600),
-            )?,
-            log_format: args.log_format.or(file.log_format).unwrap_or_default(),
+            heartbeat: s.heartbeat()?,
+            session_idle: s.session_idle()?,
+            log_format: s.log_format()?,
             network,
             data_dir,
             warnings,
@@ -813,5 +1028,146 @@ mod tests {
         a.socket = Some(dir.path().join("s.sock"));
         let e = Config::build(a, Some(dir.path().to_owned()), Some("x".repeat(32))).unwrap_err();
         assert!(matches!(e, ConfigError::SocketAndListen), "{e}");
+    }
+
+    #[test]
+    fn every_setting_is_declared_once() {
+        let (mut names, mut flags, mut envs, mut keys) = Default::default();
+        let once = |seen: &mut std::collections::HashSet<&str>, word: &'static str| {
+            assert!(seen.insert(word), "{word} is declared twice");
+        };
+        for s in SETTINGS {
+            once(&mut names, s.name);
+            assert!(
+                s.flag.is_some() != s.global.is_some(),
+                "{}: give either a serve flag or a global one",
+                s.name
+            );
+            once(&mut flags, s.flag.or(s.global).unwrap_or_default());
+            assert!(s.env.starts_with("SKILL_RUNNER_"), "{}", s.env);
+            once(&mut envs, s.env);
+            if let Some(key) = s.file {
+                // Errors name the setting; the file key is that name.
+                assert_eq!(key, s.name);
+                once(&mut keys, key);
+            }
+        }
+        // The one setting outside the table.
+        once(&mut envs, "SKILL_RUNNER_TOKEN");
+    }
+
+    #[test]
+    fn serve_help_shows_every_flag_with_its_variable() {
+        let mut serve = ServeArgs::augment_args(clap::Command::new("serve"));
+        let help = serve.render_help().to_string();
+        for s in SETTINGS {
+            let Some(flag) = s.flag else { continue };
+            assert!(help.contains(&format!("--{flag} <")), "--{flag}:\n{help}");
+            assert!(
+                help.contains(&format!("[env: {}=", s.env)),
+                "{}:\n{help}",
+                s.env
+            );
+        }
+        let at = |flag: &str| help.find(&format!("--{flag} <")).unwrap();
+        assert!(at("max-output-bytes") < at("package-body-limit"), "{help}");
+        let clap_flags: Vec<_> = serve
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .filter(|&long| long != "help")
+            .collect();
+        let table_flags: Vec<_> = SETTINGS.iter().filter_map(|s| s.flag).collect();
+        assert_eq!(clap_flags, table_flags);
+    }
+
+    #[test]
+    fn the_file_takes_the_table_keys() {
+        // Its "unknown field" error lists every key it takes, in order.
+        let e = toml::from_str::<FileConfig>("no_such_setting = 1\n").unwrap_err();
+        let keys: Vec<_> = SETTINGS
+            .iter()
+            .filter_map(|s| s.file)
+            .map(|k| format!("`{k}`"))
+            .collect();
+        let expected = format!("expected one of {}", keys.join(", "));
+        assert!(e.message().ends_with(&expected), "{}", e.message());
+    }
+
+    #[test]
+    fn docs_list_every_setting() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/daemon.md");
+        let docs = std::fs::read_to_string(path).unwrap();
+        for s in SETTINGS {
+            let flag = format!("`--{} ", s.flag.or(s.global).unwrap_or_default());
+            let row = docs
+                .lines()
+                .find(|l| l.starts_with("| ") && l.contains(&flag))
+                .unwrap_or_else(|| panic!("docs/daemon.md has no row for {flag}`"));
+            assert!(row.contains(&format!("`{}`", s.env)), "{row}");
+            if let Some(key) = s.file {
+                let listed =
+                    row.contains(&format!("`{key}`")) || row.contains(&format!("`{key} = "));
+                assert!(listed, "{row}");
+            } else {
+                assert!(row.contains("| — |"), "{row}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_flag_beats_the_file() {
+        let dir = Path::new("/etc/skill-runner");
+        let merge = |flag: Option<usize>, file| Layered::merge(flag, file, "n", dir).unwrap();
+        assert_eq!(merge(Some(5), Some(3)), Some(5));
+        assert_eq!(merge(None, Some(3)), Some(3));
+        assert_eq!(merge(None, None), None);
+        // A repeatable flag is given when it has a value.
+        let given = |flag: Vec<String>| {
+            Layered::merge(flag, Some(vec!["file".to_owned()]), "n", dir).unwrap()
+        };
+        assert_eq!(given(vec![]), Some(vec!["file".to_owned()]));
+        assert_eq!(given(vec!["flag".into()]), Some(vec!["flag".to_owned()]));
+        // Relative paths resolve against the file's folder, a flag's do not.
+        let path = |flag: Option<PathBuf>, file: Option<PathBuf>| {
+            Layered::merge(flag, file, "n", dir).unwrap()
+        };
+        assert_eq!(path(None, Some("roots".into())), Some(dir.join("roots")));
+        assert_eq!(
+            path(Some("roots".into()), None),
+            Some(PathBuf::from("roots"))
+        );
+        // A bad value in the file is refused even when the flag wins.
+        let e = Layered::merge(
+            Some(8192_u64),
+            Some(SizeText::Text("huge".into())),
+            "job_body_limit",
+            dir,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "setting job_body_limit: \"huge\" is not a size; write e.g. 1048576, 512KiB or 64MiB"
+        );
+    }
+
+    #[test]
+    fn checks_name_the_setting_and_the_bounds() {
+        assert_eq!(
+            within(1, 64)("max_uploads", 65).unwrap_err().to_string(),
+            "setting max_uploads: 65 is out of range; use 1 to 64"
+        );
+        assert_eq!(within(0, 10)("max_queued", 0).unwrap(), 0);
+        assert_eq!(
+            at_least(1024)("job_body_limit", 1000)
+                .unwrap_err()
+                .to_string(),
+            "setting job_body_limit: 1000 bytes is too small; use at least 1024"
+        );
+        assert_eq!(
+            longer_than_zero("grace", Duration::ZERO)
+                .unwrap_err()
+                .to_string(),
+            "setting grace: must be longer than zero"
+        );
     }
 }
