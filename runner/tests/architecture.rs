@@ -66,31 +66,98 @@ impl Crate {
             .find(|m| self.modules.contains_key(m))
     }
 
+    /// The absolute segments of `path` as written in `module`: `crate::…`,
+    /// `super::…`, `self::…`, or a child of `module` named bare (`use
+    /// child::Item`); `None` for anything else (std, other crates).
+    fn absolute<'a>(&self, module: &'a str, path: &'a str) -> Option<Vec<&'a str>> {
+        let own = || module.split("::").filter(|s| !s.is_empty());
+        let mut rest = path.split("::").peekable();
+        let mut segments: Vec<&str> = Vec::new();
+        match rest.peek().copied()? {
+            "crate" => {
+                rest.next();
+            }
+            // `super` is the parent of the module, whatever file holds it.
+            "super" => {
+                segments.extend(own());
+                while rest.peek() == Some(&"super") {
+                    rest.next();
+                    segments.pop();
+                }
+            }
+            "self" => {
+                rest.next();
+                segments.extend(own());
+            }
+            first => {
+                let child = if module.is_empty() {
+                    first.to_owned()
+                } else {
+                    format!("{module}::{first}")
+                };
+                if !self.modules.contains_key(&child) {
+                    return None;
+                }
+                segments.extend(own());
+            }
+        }
+        segments.extend(rest);
+        Some(segments)
+    }
+
+    /// The module `segments` name, seen through the faces' re-exports: an
+    /// item a face re-exports from one of its children (`pub use
+    /// child::Item`) belongs to that child, so `super::Item` cannot hide a
+    /// dependency on a sibling.
+    fn target(
+        &self,
+        segments: &[&str],
+        reexports: &BTreeMap<(Module, String), Module>,
+    ) -> Option<Module> {
+        let found = self.resolve(segments)?;
+        let depth = found.split("::").count();
+        match segments.get(depth) {
+            Some(item) => Some(
+                reexports
+                    .get(&(found.clone(), (*item).to_owned()))
+                    .cloned()
+                    .unwrap_or(found),
+            ),
+            None => Some(found),
+        }
+    }
+
+    /// (face, item) → the child module the face re-exports the item from.
+    fn reexports(&self) -> BTreeMap<(Module, String), Module> {
+        let mut map = BTreeMap::new();
+        for (module, code) in &self.modules {
+            for (path, public) in uses(code) {
+                let Some(segments) = self.absolute(module, &path).filter(|_| public) else {
+                    continue;
+                };
+                let (Some(item), Some(child)) = (segments.last(), self.resolve(&segments)) else {
+                    continue;
+                };
+                if child.starts_with(&format!("{module}::")) || module.is_empty() {
+                    map.insert((module.clone(), (*item).to_owned()), child);
+                }
+            }
+        }
+        map
+    }
+
     /// Module → the modules its code names.
     fn edges(&self) -> BTreeMap<Module, BTreeSet<Module>> {
+        let reexports = self.reexports();
         let mut edges = BTreeMap::new();
         for (module, code) in &self.modules {
             let mut to = BTreeSet::new();
-            for path in paths(code) {
-                let mut segments: Vec<&str> = Vec::new();
-                let mut rest = path.split("::").peekable();
-                match rest.peek().copied() {
-                    Some("crate") => {
-                        rest.next();
-                    }
-                    Some("super") => {
-                        // `super` is the parent of the module, whatever file
-                        // holds it.
-                        segments.extend(module.split("::").filter(|s| !s.is_empty()));
-                        while rest.peek() == Some(&"super") {
-                            rest.next();
-                            segments.pop();
-                        }
-                    }
-                    _ => continue,
-                }
-                segments.extend(rest);
-                if let Some(target) = self.resolve(&segments) {
+            let used = uses(code).into_iter().map(|(p, _)| p);
+            for path in paths(code).into_iter().chain(used) {
+                let Some(segments) = self.absolute(module, &path) else {
+                    continue;
+                };
+                if let Some(target) = self.target(&segments, &reexports) {
                     if &target != module && !module.starts_with(&format!("{target}::")) {
                         to.insert(target);
                     }
@@ -142,6 +209,24 @@ fn paths(code: &str) -> Vec<String> {
             }
             expand(&code[at..], "", &mut out);
         }
+    }
+    out
+}
+
+/// The paths of every `use` statement in `code` (groups expanded), and
+/// whether it is a `pub use` (a re-export).
+fn uses(code: &str) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    for (i, _) in code.match_indices("use ") {
+        let line_start = code[..i].rfind('\n').map_or(0, |n| n + 1);
+        let head = code[line_start..i].trim();
+        let public = head.starts_with("pub");
+        if !(head.is_empty() || public) {
+            continue;
+        }
+        let mut found = Vec::new();
+        expand(&code[i + 4..], "", &mut found);
+        out.extend(found.into_iter().map(|p| (p, public)));
     }
     out
 }
@@ -301,6 +386,23 @@ fn unsafe_is_allowed_in_supervise_sys_alone() {
         ["supervise/mod.rs: #[allow(unsafe_code)] pub mod sys;"],
         "unsafe_code may be allowed on supervise::sys only"
     );
+}
+
+#[test]
+fn a_face_cannot_hide_a_sibling_import() {
+    let krate = Crate {
+        modules: [
+            ("r", "pub mod a;\npub mod b;\npub use b::Thing;\n"),
+            ("r::a", "use super::Thing;\n"),
+            ("r::b", "use super::a::Other;\n"),
+        ]
+        .into_iter()
+        .map(|(m, c)| (m.to_owned(), c.to_owned()))
+        .collect(),
+    };
+    let edges = krate.edges();
+    assert!(edges["r::a"].contains("r::b"), "{edges:?}");
+    assert!(edges["r"].contains("r::b"), "{edges:?}");
 }
 
 #[test]

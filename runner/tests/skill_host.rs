@@ -15,7 +15,8 @@ use serde_json::json;
 use skill_runner::package::format::Limits;
 use skill_runner::package::hash::Binding;
 use skill_runner::skillhost::catalog::{Catalog, CatalogConfig, Layer, SkillKind};
-use skill_runner::skillhost::session::delivery::{self, Delivery, FILE_TOOLS};
+use skill_runner::skillhost::session::delivery::{self, FILE_TOOLS};
+use skill_runner::skillhost::session::Delivery;
 use skill_runner::skillhost::session::{
     EventKind, ReadRange, ResourceQuery, SessionError, SessionHost, SessionRequest, SkillSpec,
     SkillsQuery, DEFAULT_READ_LIMIT, MAX_READ_LIMIT,

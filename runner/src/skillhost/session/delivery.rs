@@ -18,36 +18,15 @@
 //!
 //! Pure code: no I/O.
 
-use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use super::{SessionError, SessionSkill};
+use super::records::{Delivery, Prompt, PromptSkill, SessionSkill};
+use super::SessionError;
 use crate::sandbox::paths::SKILLS_VAR;
 use crate::skillhost::catalog::SkillKind;
 
 /// The tools that give an agent the file system.
 pub const FILE_TOOLS: [&str; 6] = ["bash", "read", "write", "edit", "glob", "grep"];
-
-/// How a session's skills are delivered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Delivery {
-    /// The agent reads staged packages with its file tools; the prompt
-    /// lists `package_path` and `package_hash` per skill.
-    ManagedFilesystem,
-    /// The agent has no file tool: instruction-only skills are served by
-    /// `list_skills` and `Skill`.
-    SemanticTools,
-}
-
-impl Delivery {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Delivery::ManagedFilesystem => "managed_filesystem",
-            Delivery::SemanticTools => "semantic_tools",
-        }
-    }
-}
 
 /// True when `tool` is one of [`FILE_TOOLS`] (any case).
 pub fn is_file_tool(tool: &str) -> bool {
@@ -72,26 +51,6 @@ pub fn decide(tools: &[String], skills: &[(&str, SkillKind)]) -> Result<Delivery
             tools: tools.to_vec(),
         })
     }
-}
-
-/// One skill as the prompt lists it: never the body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PromptSkill {
-    pub name: String,
-    pub description: String,
-    pub version: String,
-    pub revision: u64,
-    pub package_path: String,
-    pub package_hash: String,
-}
-
-/// The prompt metadata block: as JSON, and rendered as text.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Prompt {
-    pub skills: Vec<PromptSkill>,
-    pub text: String,
 }
 
 /// `$SCIENCEDISCOVERY_SKILLS_DIR/<id>`, the logical package path.

@@ -63,12 +63,12 @@ use crate::skillhost::catalog::CatalogError;
 use crate::text::single_line;
 use freeze::FREEZE_TRIES;
 
-pub use delivery::{Delivery, Prompt, PromptSkill, FILE_TOOLS};
+pub use delivery::FILE_TOOLS;
 pub use disk::{new_session_id, Sessions};
 pub use host::SessionHost;
 pub use records::{
-    Event, EventKind, EventLog, LoadedSkill, Provenance, Section, SessionDoc, SessionRecord,
-    SessionSkill, SkillList,
+    Delivery, Event, EventKind, EventLog, LoadedSkill, Prompt, PromptSkill, Provenance, Section,
+    SessionDoc, SessionRecord, SessionSkill, SkillList,
 };
 pub use request::{ResourceQuery, SessionRequest, SkillSpec, SkillsQuery};
 pub use resource::{Chunk, ReadRange, DEFAULT_READ_LIMIT, MAX_READ_LIMIT};

@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::delivery::{Delivery, Prompt};
 use crate::package::hash::Binding;
 use crate::skillhost::catalog::rank::FindResult;
 use crate::skillhost::catalog::SkillKind;
@@ -32,6 +31,47 @@ pub struct Provenance {
     pub path: Option<PathBuf>,
     /// True when this session published a new revision.
     pub published: bool,
+}
+
+/// How a session's skills are delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// The agent reads staged packages with its file tools; the prompt
+    /// lists `package_path` and `package_hash` per skill.
+    ManagedFilesystem,
+    /// The agent has no file tool: instruction-only skills are served by
+    /// `list_skills` and `Skill`.
+    SemanticTools,
+}
+
+impl Delivery {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::ManagedFilesystem => "managed_filesystem",
+            Delivery::SemanticTools => "semantic_tools",
+        }
+    }
+}
+
+/// One skill as the prompt lists it: never the body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PromptSkill {
+    pub name: String,
+    pub description: String,
+    pub version: String,
+    pub revision: u64,
+    pub package_path: String,
+    pub package_hash: String,
+}
+
+/// The prompt metadata block: as JSON, and rendered as text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Prompt {
+    pub skills: Vec<PromptSkill>,
+    pub text: String,
 }
 
 /// One skill of a session record.
