@@ -380,7 +380,7 @@ fn execution_leftovers(world: &World) -> Vec<String> {
 
 /// A bundle (docs/formats.md) of one skill folder, and its binding.
 fn bundle_of(id: &str, dir: &Path) -> (Value, Value) {
-    let limits = skill_runner::package::format::Limits::default();
+    let limits = skill_runner::package::format::PackageLimits::default();
     let files = skill_runner::package::source::read_dir_files(dir, &limits).unwrap();
     let binding = skill_runner::package::hash::Binding {
         id: id.to_owned(),

@@ -10,12 +10,12 @@
 
 use libfuzzer_sys::fuzz_target;
 use skill_runner::package::bundle::{self, BundleSkill, Files};
-use skill_runner::package::format::{self, Limits, SKILL_MD};
+use skill_runner::package::format::{self, PackageLimits, SKILL_MD};
 use skill_runner::package::hash::{self, Binding};
 use skill_runner_fuzz::one_line;
 
 fuzz_target!(|data: &[u8]| {
-    let limits = Limits::default();
+    let limits = PackageLimits::default();
     let skills = match bundle::parse(data, &limits) {
         Err(e) => {
             one_line("bundle", &e.to_string());

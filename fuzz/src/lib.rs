@@ -17,7 +17,7 @@ use std::time::Duration;
 use skill_runner::daemon::config::{Config, ServeArgs};
 use skill_runner::daemon::{app, confine, metrics, registry, selfcheck};
 use skill_runner::exec::{self, Runner};
-use skill_runner::package::format::Limits;
+use skill_runner::package::format::PackageLimits;
 use skill_runner::skillhost::catalog::CatalogConfig;
 use skill_runner::skillhost::session::{SessionHost, SessionRequest, SkillSpec};
 
@@ -131,7 +131,7 @@ impl Fixture {
         let host = SessionHost::open(&data, config).expect("open the session host");
         // The binding of examples/hello-job.json, as `store add` makes it.
         host.store()
-            .publish_dir(&hello_dir(), "hello", 1, "1.0.0", &Limits::default())
+            .publish_dir(&hello_dir(), "hello", 1, "1.0.0", &PackageLimits::default())
             .expect("publish hello");
         let sessions = [
             (
@@ -194,9 +194,9 @@ impl Fixture {
     /// check (503) after everything the HTTP layer does. Build one app per
     /// input with [`Fixture::app`]; the runner is shared.
     pub fn runner(&self) -> (Arc<Runner>, Config) {
-        let mut runner = Runner::new(exec::Config {
+        let mut runner = Runner::new(exec::RunnerConfig {
             data_dir: self.data.clone(),
-            package_limits: Limits::default(),
+            package_limits: PackageLimits::default(),
             keep: false,
             reuse_cgroups: false,
             network: Default::default(),
@@ -226,7 +226,7 @@ impl Fixture {
                 config.retention,
             ),
             metrics: Arc::new(metrics::Metrics::default()),
-            roots: confine::Roots::new(config.roots.clone()),
+            roots: confine::Confinement::new(config.roots.clone()),
             uploads: Arc::new(tokio::sync::Semaphore::new(config.max_uploads)),
             session_bodies: Arc::new(tokio::sync::Semaphore::new(
                 skill_runner::daemon::SESSION_BODIES,

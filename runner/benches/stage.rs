@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use skill_runner::package::format::Limits;
+use skill_runner::package::format::PackageLimits;
 use skill_runner::package::hash::Binding;
 use skill_runner::package::stage::{self, Selected, SkillSource};
 use skill_runner::package::verify;
@@ -89,7 +89,12 @@ struct Case {
     binding: Binding,
 }
 
-fn case(base: &Path, name: &'static str, files: Vec<(String, usize)>, limits: &Limits) -> Case {
+fn case(
+    base: &Path,
+    name: &'static str,
+    files: Vec<(String, usize)>,
+    limits: &PackageLimits,
+) -> Case {
     let src = base.join(name);
     write_pkg(&src, &files);
     let hash = verify::hash_dir(&src, limits).unwrap();
@@ -116,10 +121,10 @@ fn main() {
         .join(format!("skill-runner-bench-{}", std::process::id()));
     let _ = fs::remove_dir_all(&base);
     fs::create_dir_all(&base).unwrap();
-    let big_limits = Limits {
+    let big_limits = PackageLimits {
         max_file_bytes: 64 * MIB as u64,
         max_package_bytes: 128 * MIB as u64,
-        ..Limits::default()
+        ..PackageLimits::default()
     };
 
     let mut mixed: Vec<(String, usize)> = vec![("assets/big.bin".into(), 40 * MIB)];

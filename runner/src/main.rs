@@ -21,8 +21,8 @@ use skill_runner::error::ErrorKind;
 use skill_runner::exec::doctor;
 use skill_runner::exec::job::Job;
 use skill_runner::exec::result::{ErrorInfo, ExecResult, EXIT_RUNNER};
-use skill_runner::exec::{self, Config, OutputMode, RunOptions, Runner};
-use skill_runner::package::format::{self, Limits as PackageLimits};
+use skill_runner::exec::{self, OutputMode, RunOptions, Runner, RunnerConfig};
+use skill_runner::package::format::{self, PackageLimits};
 use skill_runner::package::hash::Binding;
 use skill_runner::package::{bundle, hash, source, verify};
 use skill_runner::skillhost::catalog::{Catalog, CatalogConfig};
@@ -60,9 +60,9 @@ fn init_tracing() {
         .init();
 }
 
-fn config(cli_data_dir: Option<PathBuf>, keep: bool) -> Config {
+fn config(cli_data_dir: Option<PathBuf>, keep: bool) -> RunnerConfig {
     let data_dir = cli_data_dir.unwrap_or_else(exec::default_data_dir);
-    Config {
+    RunnerConfig {
         sessions: Some(std::sync::Arc::new(Sessions::new(&data_dir))),
         data_dir,
         package_limits: PackageLimits::default(),
@@ -181,7 +181,7 @@ fn confined(mut job: Job, confine: Option<&Path>) -> Result<Job, ErrorInfo> {
 
 fn confine_roots(
     confine: Option<&Path>,
-) -> Result<Option<skill_runner::daemon::confine::Roots>, ErrorInfo> {
+) -> Result<Option<skill_runner::daemon::confine::Confinement>, ErrorInfo> {
     let Some(dir) = confine else {
         return Ok(None);
     };
@@ -191,7 +191,9 @@ fn confine_roots(
             format!("--confine {}: {e}", dir.display()),
         )
     })?;
-    Ok(Some(skill_runner::daemon::confine::Roots::new(vec![dir])))
+    Ok(Some(skill_runner::daemon::confine::Confinement::new(vec![
+        dir,
+    ])))
 }
 
 fn confine_error(message: String) -> ErrorInfo {
@@ -248,7 +250,12 @@ fn load_job_confined(path: &Path, confine: Option<&Path>) -> Result<Job, ErrorIn
     Job::from_json(&bytes, base.as_deref()).map_err(|e| bad(e.to_string()))
 }
 
-fn run(job_path: &Path, json: bool, confine: Option<&Path>, cfg: Config) -> anyhow::Result<i32> {
+fn run(
+    job_path: &Path,
+    json: bool,
+    confine: Option<&Path>,
+    cfg: RunnerConfig,
+) -> anyhow::Result<i32> {
     let job = match load_job_confined(job_path, confine).and_then(|job| confined(job, confine)) {
         Ok(j) => j,
         Err(e) => return Ok(report_rejected("", e, json)),
@@ -335,7 +342,7 @@ fn explain(
     json: bool,
     platform: &str,
     fds_dir: Option<&Path>,
-    cfg: Config,
+    cfg: RunnerConfig,
 ) -> anyhow::Result<i32> {
     let job = load_job(job_path).map_err(|e| anyhow::anyhow!(e.message))?;
     if fds_dir.is_some() && platform != "linux" {

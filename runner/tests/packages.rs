@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use skill_runner::package::bundle;
-use skill_runner::package::format::Limits;
+use skill_runner::package::format::PackageLimits;
 use skill_runner::package::hash::{self, Binding};
 use skill_runner::package::stage::{self, Selected, SkillSource, MANIFEST_NAME};
 use skill_runner::package::store::Store;
@@ -59,7 +59,7 @@ fn stage_dir(
             source: SkillSource::Dir(src.to_owned()),
         }],
         root,
-        &Limits::default(),
+        &PackageLimits::default(),
     )
 }
 
@@ -80,7 +80,7 @@ fn entries(dir: &Path) -> Vec<String> {
 fn staged_root_is_exact_sealed_and_verified() {
     let t = tempfile::tempdir().unwrap();
     let src = demo(&t.path().join("src/demo"));
-    let pin = verify::hash_dir(&src, &Limits::default()).unwrap();
+    let pin = verify::hash_dir(&src, &PackageLimits::default()).unwrap();
     let root = t.path().join("root");
     let snap = stage_dir(&src, "demo", &pin, &root).unwrap();
     // Exactly the selected package and the manifest.
@@ -106,7 +106,7 @@ fn staged_root_is_exact_sealed_and_verified() {
     assert_eq!(snap.identity, hash::set_identity(&[binding("demo", &pin)]));
     // The staged copy re-hashes to the pin.
     assert_eq!(
-        verify::hash_dir(&root.join("demo"), &Limits::default()).unwrap(),
+        verify::hash_dir(&root.join("demo"), &PackageLimits::default()).unwrap(),
         pin
     );
 }
@@ -116,7 +116,7 @@ fn manifest_sorts_skills_by_id() {
     let t = tempfile::tempdir().unwrap();
     let a = demo(&t.path().join("zeta"));
     let b = demo(&t.path().join("alpha"));
-    let ha = verify::hash_dir(&a, &Limits::default()).unwrap();
+    let ha = verify::hash_dir(&a, &PackageLimits::default()).unwrap();
     let root = t.path().join("root");
     let snap = stage::stage(
         &[
@@ -130,7 +130,7 @@ fn manifest_sorts_skills_by_id() {
             },
         ],
         &root,
-        &Limits::default(),
+        &PackageLimits::default(),
     )
     .unwrap();
     let ids: Vec<&str> = snap.manifest.skills.iter().map(|s| s.id.as_str()).collect();
@@ -222,7 +222,8 @@ fn bad_folders_are_refused_naming_the_path() {
         let root = t.path().join("root");
         // Pin the true hash where the folder can be hashed at all, so the
         // refusal is about the package, not the pin.
-        let pin = verify::hash_dir(&src, &Limits::default()).unwrap_or_else(|_| "a".repeat(64));
+        let pin =
+            verify::hash_dir(&src, &PackageLimits::default()).unwrap_or_else(|_| "a".repeat(64));
         let e = stage_dir(&src, "demo", &pin, &root).unwrap_err();
         assert!(e.to_string().contains(needle), "{name}: {e}");
         assert!(!root.exists(), "{name}: partial root left behind");
@@ -233,7 +234,7 @@ fn bad_folders_are_refused_naming_the_path() {
 fn bad_bindings_and_duplicates_are_refused() {
     let t = tempfile::tempdir().unwrap();
     let src = demo(&t.path().join("demo"));
-    let pin = verify::hash_dir(&src, &Limits::default()).unwrap();
+    let pin = verify::hash_dir(&src, &PackageLimits::default()).unwrap();
     for (b, needle) in [
         (binding("demo", &pin.to_uppercase()), "64 lowercase hex"),
         (binding("demo", &pin[..63]), "64 lowercase hex"),
@@ -253,7 +254,7 @@ fn bad_bindings_and_duplicates_are_refused() {
                 source: SkillSource::Dir(src.clone()),
             }],
             &root,
-            &Limits::default(),
+            &PackageLimits::default(),
         )
         .unwrap_err();
         assert!(e.to_string().contains(needle), "{e}");
@@ -264,7 +265,7 @@ fn bad_bindings_and_duplicates_are_refused() {
         binding: binding("demo", &pin),
         source: SkillSource::Dir(src.clone()),
     };
-    let e = stage::stage(&[sel.clone(), sel], &root, &Limits::default()).unwrap_err();
+    let e = stage::stage(&[sel.clone(), sel], &root, &PackageLimits::default()).unwrap_err();
     assert!(e.to_string().contains("selected twice"), "{e}");
     assert!(!root.exists());
 }
@@ -281,7 +282,7 @@ fn edits_during_staging_never_produce_a_mix() {
             ("assets/big.bin", &vec![b'a'; 8 << 20]),
         ],
     );
-    let pin = verify::hash_dir(&src, &Limits::default()).unwrap();
+    let pin = verify::hash_dir(&src, &PackageLimits::default()).unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let stop = stop.clone();
@@ -348,7 +349,7 @@ fn bundle_bad_paths_are_refused() {
             &[("SKILL.md", SKILL_MD.as_bytes()), (bad, b"x")],
             Some(&"a".repeat(64)),
         );
-        let e = bundle::parse(j.to_string().as_bytes(), &Limits::default()).unwrap_err();
+        let e = bundle::parse(j.to_string().as_bytes(), &PackageLimits::default()).unwrap_err();
         assert!(e.to_string().contains("not admissible"), "{bad:?}: {e}");
     }
 }
@@ -357,7 +358,7 @@ fn bundle_bad_paths_are_refused() {
 /// was written; the refusal stays one line.
 #[test]
 fn bundle_refusals_are_one_line() {
-    let e = bundle::parse(br#"{"skills":[],"wut\n":1}"#, &Limits::default())
+    let e = bundle::parse(br#"{"skills":[],"wut\n":1}"#, &PackageLimits::default())
         .unwrap_err()
         .to_string();
     assert!(!e.contains('\n'), "{e:?}");
@@ -370,7 +371,7 @@ fn bundle_tampering_is_caught() {
         &[("SKILL.md", SKILL_MD.as_bytes()), ("a.txt", b"hello")],
         None,
     );
-    bundle::parse(good.to_string().as_bytes(), &Limits::default()).unwrap();
+    bundle::parse(good.to_string().as_bytes(), &PackageLimits::default()).unwrap();
     let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
 
     // Tampered bytes, per-file hash and size rewritten to match, package
@@ -380,20 +381,20 @@ fn bundle_tampering_is_caught() {
     f["content"] = b64(b"HELLO!").into();
     f["size"] = 6.into();
     f["hash"] = hash::file_hash(b"HELLO!").into();
-    let e = bundle::parse(j.to_string().as_bytes(), &Limits::default()).unwrap_err();
+    let e = bundle::parse(j.to_string().as_bytes(), &PackageLimits::default()).unwrap_err();
     assert_eq!(e.kind().as_str(), "hash_mismatch");
     assert!(e.to_string().contains("package hash"), "{e}");
 
     // Tampered bytes alone: the file hash catches it.
     let mut j = good.clone();
     j["skills"][0]["files"][1]["content"] = b64(b"HELLO").into();
-    let e = bundle::parse(j.to_string().as_bytes(), &Limits::default()).unwrap_err();
+    let e = bundle::parse(j.to_string().as_bytes(), &PackageLimits::default()).unwrap_err();
     assert!(e.to_string().contains("\"a.txt\""), "{e}");
 
     // Non-canonical base64 (padding bits set) must not round-trip.
     let mut j = good.clone();
     j["skills"][0]["files"][1]["content"] = "aGVsbG9=".into();
-    let e = bundle::parse(j.to_string().as_bytes(), &Limits::default()).unwrap_err();
+    let e = bundle::parse(j.to_string().as_bytes(), &PackageLimits::default()).unwrap_err();
     assert!(e.to_string().contains("base64"), "{e}");
 
     // Duplicate path, duplicate skill, missing SKILL.md, unknown field.
@@ -402,7 +403,7 @@ fn bundle_tampering_is_caught() {
         Some(&"a".repeat(64)),
     );
     assert!(
-        bundle::parse(dup.to_string().as_bytes(), &Limits::default())
+        bundle::parse(dup.to_string().as_bytes(), &PackageLimits::default())
             .unwrap_err()
             .to_string()
             .contains("twice")
@@ -411,14 +412,14 @@ fn bundle_tampering_is_caught() {
     let s = two["skills"][0].clone();
     two["skills"].as_array_mut().unwrap().push(s);
     assert!(
-        bundle::parse(two.to_string().as_bytes(), &Limits::default())
+        bundle::parse(two.to_string().as_bytes(), &PackageLimits::default())
             .unwrap_err()
             .to_string()
             .contains("appears twice")
     );
     let nomd = bundle_json(&[("a", b"1")], None);
     assert!(
-        bundle::parse(nomd.to_string().as_bytes(), &Limits::default())
+        bundle::parse(nomd.to_string().as_bytes(), &PackageLimits::default())
             .unwrap_err()
             .to_string()
             .contains("no SKILL.md")
@@ -426,7 +427,7 @@ fn bundle_tampering_is_caught() {
     let mut extra = good.clone();
     extra["skills"][0]["mode"] = 420.into();
     assert!(
-        bundle::parse(extra.to_string().as_bytes(), &Limits::default())
+        bundle::parse(extra.to_string().as_bytes(), &PackageLimits::default())
             .unwrap_err()
             .to_string()
             .contains("unknown field")
@@ -441,24 +442,24 @@ fn store_publish_is_atomic_idempotent_and_immutable() {
     let store = Store::open(t.path()).unwrap();
     let src = demo(&t.path().join("demo"));
     let p = store
-        .publish_dir(&src, "demo", 1, "1.0.0", &Limits::default())
+        .publish_dir(&src, "demo", 1, "1.0.0", &PackageLimits::default())
         .unwrap();
     assert!(p.new_package);
     // Same again: no-op.
     let again = store
-        .publish_dir(&src, "demo", 1, "1.0.0", &Limits::default())
+        .publish_dir(&src, "demo", 1, "1.0.0", &PackageLimits::default())
         .unwrap();
     assert!(!again.new_package);
     // Changed bytes under the same revision: conflict, and the record stays.
     fs::write(src.join("scripts/run.sh"), "echo changed\n").unwrap();
     let e = store
-        .publish_dir(&src, "demo", 1, "1.0.0", &Limits::default())
+        .publish_dir(&src, "demo", 1, "1.0.0", &PackageLimits::default())
         .unwrap_err();
     assert!(e.to_string().contains("publish a new revision"), "{e}");
     assert_eq!(store.bindings().unwrap(), vec![p.binding.clone()]);
     // A new revision is fine.
     store
-        .publish_dir(&src, "demo", 2, "1.0.1", &Limits::default())
+        .publish_dir(&src, "demo", 2, "1.0.1", &PackageLimits::default())
         .unwrap();
     assert_eq!(store.bindings().unwrap().len(), 2);
     // Stored trees are sealed and staged from the store verify.
@@ -474,7 +475,7 @@ fn store_publish_is_atomic_idempotent_and_immutable() {
             source: SkillSource::Store(pkg),
         }],
         &root,
-        &Limits::default(),
+        &PackageLimits::default(),
     )
     .unwrap();
     assert_eq!(entries(&root), [MANIFEST_NAME, "demo"]);
@@ -489,7 +490,9 @@ fn concurrent_publishes_of_the_same_bytes_both_succeed_with_one_tree() {
     let store = Store::open(t.path()).unwrap();
     let results: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
-            .map(|_| s.spawn(|| store.publish_dir(&src, "demo", 1, "1.0.0", &Limits::default())))
+            .map(|_| {
+                s.spawn(|| store.publish_dir(&src, "demo", 1, "1.0.0", &PackageLimits::default()))
+            })
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
@@ -505,7 +508,7 @@ fn corrupted_store_tree_is_caught_at_staging_naming_the_file() {
     let store = Store::open(t.path()).unwrap();
     let src = demo(&t.path().join("demo"));
     let p = store
-        .publish_dir(&src, "demo", 1, "1.0.0", &Limits::default())
+        .publish_dir(&src, "demo", 1, "1.0.0", &PackageLimits::default())
         .unwrap();
     let pkg = store.resolve(&p.binding).unwrap();
     // Someone with root rewrites a stored file behind the store's back.
@@ -519,7 +522,7 @@ fn corrupted_store_tree_is_caught_at_staging_naming_the_file() {
             source: SkillSource::Store(pkg),
         }],
         &root,
-        &Limits::default(),
+        &PackageLimits::default(),
     )
     .unwrap_err();
     assert!(e.to_string().contains("scripts/run.sh"), "{e}");

@@ -6,7 +6,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use skill_runner::package::format::Limits;
+use skill_runner::package::format::PackageLimits;
 use skill_runner::package::hash::{self, Binding};
 use skill_runner::package::published::Roots;
 use skill_runner::package::stage::{Selected, SkillSource, StageError, MANIFEST_NAME};
@@ -52,12 +52,12 @@ fn a_selection_is_staged_once_then_shared_sealed() {
     let t = tempfile::tempdir().unwrap();
     let roots = Roots::open(t.path()).unwrap();
     let src = skill(&t.path().join("demo"), "echo hi\n");
-    let h = skill_runner::package::verify::hash_dir(&src, &Limits::default()).unwrap();
+    let h = skill_runner::package::verify::hash_dir(&src, &PackageLimits::default()).unwrap();
     let sel = selected("demo", &src, &h);
 
-    let first = roots.acquire(&sel, &Limits::default()).unwrap();
+    let first = roots.acquire(&sel, &PackageLimits::default()).unwrap();
     assert!(first.staged);
-    let second = roots.acquire(&sel, &Limits::default()).unwrap();
+    let second = roots.acquire(&sel, &PackageLimits::default()).unwrap();
     assert!(!second.staged, "the second execution must reuse the root");
     assert_eq!(first.snapshot.root, second.snapshot.root);
     assert_eq!(first.snapshot.identity, second.snapshot.identity);
@@ -98,11 +98,11 @@ fn a_published_root_keeps_the_pinned_bytes_when_the_source_changes() {
     let t = tempfile::tempdir().unwrap();
     let roots = Roots::open(t.path()).unwrap();
     let src = skill(&t.path().join("demo"), "echo original\n");
-    let h = skill_runner::package::verify::hash_dir(&src, &Limits::default()).unwrap();
+    let h = skill_runner::package::verify::hash_dir(&src, &PackageLimits::default()).unwrap();
     let sel = selected("demo", &src, &h);
-    drop(roots.acquire(&sel, &Limits::default()).unwrap());
+    drop(roots.acquire(&sel, &PackageLimits::default()).unwrap());
     fs::write(src.join("scripts/run.sh"), "echo edited\n").unwrap();
-    let lease = roots.acquire(&sel, &Limits::default()).unwrap();
+    let lease = roots.acquire(&sel, &PackageLimits::default()).unwrap();
     assert!(!lease.staged);
     assert_eq!(
         fs::read_to_string(lease.snapshot.root.join("demo/scripts/run.sh")).unwrap(),
@@ -116,12 +116,12 @@ fn a_lying_hash_is_never_published() {
     let roots = Roots::open(t.path()).unwrap();
     let src = skill(&t.path().join("demo"), "echo hi\n");
     let sel = selected("demo", &src, &"ab".repeat(32));
-    let e = roots.acquire(&sel, &Limits::default()).unwrap_err();
+    let e = roots.acquire(&sel, &PackageLimits::default()).unwrap_err();
     assert!(matches!(e, StageError::HashMismatch { .. }), "{e}");
     assert_eq!(names(roots.dir()), [".staging"]);
     assert!(names(&roots.dir().join(".staging")).is_empty());
     // Still refused the second time: nothing was remembered.
-    assert!(roots.acquire(&sel, &Limits::default()).is_err());
+    assert!(roots.acquire(&sel, &PackageLimits::default()).is_err());
 }
 
 #[test]
@@ -129,11 +129,11 @@ fn concurrent_first_executions_publish_one_root() {
     let t = tempfile::tempdir().unwrap();
     let roots = Roots::open(t.path()).unwrap();
     let src = skill(&t.path().join("demo"), &"x".repeat(1 << 20));
-    let h = skill_runner::package::verify::hash_dir(&src, &Limits::default()).unwrap();
+    let h = skill_runner::package::verify::hash_dir(&src, &PackageLimits::default()).unwrap();
     let sel = selected("demo", &src, &h);
     let leases: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
-            .map(|_| s.spawn(|| roots.acquire(&sel, &Limits::default()).unwrap()))
+            .map(|_| s.spawn(|| roots.acquire(&sel, &PackageLimits::default()).unwrap()))
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
@@ -150,13 +150,13 @@ fn eviction_keeps_roots_in_use_and_removes_idle_ones() {
     let roots = Roots::open(t.path()).unwrap();
     let a = skill(&t.path().join("a"), "echo a\n");
     let b = skill(&t.path().join("b"), "echo b\n");
-    let ha = skill_runner::package::verify::hash_dir(&a, &Limits::default()).unwrap();
-    let hb = skill_runner::package::verify::hash_dir(&b, &Limits::default()).unwrap();
+    let ha = skill_runner::package::verify::hash_dir(&a, &PackageLimits::default()).unwrap();
+    let hb = skill_runner::package::verify::hash_dir(&b, &PackageLimits::default()).unwrap();
     let in_use = roots
-        .acquire(&selected("a", &a, &ha), &Limits::default())
+        .acquire(&selected("a", &a, &ha), &PackageLimits::default())
         .unwrap();
     let idle = roots
-        .acquire(&selected("b", &b, &hb), &Limits::default())
+        .acquire(&selected("b", &b, &hb), &PackageLimits::default())
         .unwrap();
     let idle_root = idle.snapshot.root.clone();
     drop(idle);
@@ -169,7 +169,7 @@ fn eviction_keeps_roots_in_use_and_removes_idle_ones() {
     assert_eq!(roots.sweep(0), 1);
     assert_eq!(names(roots.dir()), [".staging"]);
     let again = roots
-        .acquire(&selected("a", &a, &ha), &Limits::default())
+        .acquire(&selected("a", &a, &ha), &PackageLimits::default())
         .unwrap();
     assert!(again.staged);
 }
@@ -217,10 +217,10 @@ fn a_fifo_or_symlink_record_is_refused_without_blocking() {
     let t = tempfile::tempdir().unwrap();
     let roots = Roots::open(t.path()).unwrap();
     let src = skill(&t.path().join("demo"), "echo hi\n");
-    let h = skill_runner::package::verify::hash_dir(&src, &Limits::default()).unwrap();
+    let h = skill_runner::package::verify::hash_dir(&src, &PackageLimits::default()).unwrap();
     let sel = selected("demo", &src, &h);
     let identity = roots
-        .acquire(&sel, &Limits::default())
+        .acquire(&sel, &PackageLimits::default())
         .unwrap()
         .snapshot
         .identity;
@@ -239,7 +239,7 @@ fn a_fifo_or_symlink_record_is_refused_without_blocking() {
         let (tx, rx) = std::sync::mpsc::channel();
         let (roots2, sel2) = (roots.clone(), sel.clone());
         std::thread::spawn(move || {
-            let _ = tx.send(roots2.acquire(&sel2, &Limits::default()).map(|_| ()));
+            let _ = tx.send(roots2.acquire(&sel2, &PackageLimits::default()).map(|_| ()));
         });
         let got = rx
             .recv_timeout(std::time::Duration::from_secs(30))

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use serde_json::json;
-use skill_runner::package::format::Limits;
+use skill_runner::package::format::PackageLimits;
 use skill_runner::package::hash::Binding;
 use skill_runner::skillhost::catalog::{Catalog, CatalogConfig, Layer, SkillKind};
 use skill_runner::skillhost::session::delivery::{self, FILE_TOOLS};
@@ -1367,7 +1367,7 @@ fn freezing_past_the_last_revision_is_a_conflict() {
     );
     let host = fx.host();
     host.store()
-        .publish_dir(&other, "top", u64::MAX, "9", &Limits::default())
+        .publish_dir(&other, "top", u64::MAX, "9", &PackageLimits::default())
         .unwrap();
     let (kind, status, msg) = kind_of(host.create(req(&["top"], &[])));
     assert_eq!((kind, status), ("conflict", 409), "{msg}");

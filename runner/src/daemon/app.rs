@@ -19,7 +19,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 
 use super::config::Config;
-use super::confine::{Roots, RootsError};
+use super::confine::{ConfineError, Confinement};
 use super::metrics::Metrics;
 use super::registry::{Registry, RegistryError};
 use crate::error::ErrorKind;
@@ -39,7 +39,7 @@ pub struct AppInner {
     pub registry: Arc<Registry>,
     pub metrics: Arc<Metrics>,
     pub config: Config,
-    pub roots: Roots,
+    pub roots: Confinement,
     pub uploads: Arc<Semaphore>,
     /// Session requests whose body is read at once (creation, tool calls).
     pub session_bodies: Arc<Semaphore>,
@@ -74,7 +74,7 @@ pub enum ApiError {
     #[error("network.private is forbidden by this daemon (network_private = false): its jobs may reach public addresses only; drop \"private\": true")]
     NetworkPrivate,
     #[error(transparent)]
-    Path(#[from] RootsError),
+    Path(#[from] ConfineError),
     #[error(transparent)]
     Bundle(#[from] BundleError),
     #[error(transparent)]

@@ -34,13 +34,13 @@ use crate::exec::job::Job;
 
 /// The canonical root folders.
 #[derive(Debug, Clone)]
-pub struct Roots {
+pub struct Confinement {
     roots: Vec<PathBuf>,
 }
 
 /// Why a job's path was refused.
 #[derive(Debug, thiserror::Error)]
-pub enum RootsError {
+pub enum ConfineError {
     #[error("{field} {path} is outside the daemon's roots ({roots}); name a folder under one of them (skill-runner serve --root)")]
     Outside {
         field: &'static str,
@@ -63,10 +63,10 @@ pub enum RootsError {
     },
 }
 
-impl Roots {
+impl Confinement {
     /// `roots` must be canonical folders.
-    pub fn new(roots: Vec<PathBuf>) -> Roots {
-        Roots { roots }
+    pub fn new(roots: Vec<PathBuf>) -> Confinement {
+        Confinement { roots }
     }
 
     pub fn list(&self) -> &[PathBuf] {
@@ -74,9 +74,9 @@ impl Roots {
     }
 
     /// Resolves `path` and checks that it lies under a root.
-    pub fn resolve(&self, field: &'static str, path: &Path) -> Result<PathBuf, RootsError> {
+    pub fn resolve(&self, field: &'static str, path: &Path) -> Result<PathBuf, ConfineError> {
         if !path.is_absolute() || path.components().any(|c| c == Component::ParentDir) {
-            return Err(RootsError::NotNormal {
+            return Err(ConfineError::NotNormal {
                 field,
                 path: path.to_owned(),
             });
@@ -88,14 +88,14 @@ impl Roots {
                 Ok(real) => break real,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     if existing.symlink_metadata().is_ok() {
-                        return Err(RootsError::DanglingSymlink {
+                        return Err(ConfineError::DanglingSymlink {
                             field,
                             path: path.to_owned(),
                             link: existing,
                         });
                     }
                     let Some(name) = existing.file_name() else {
-                        return Err(RootsError::Resolve {
+                        return Err(ConfineError::Resolve {
                             field,
                             path: path.to_owned(),
                             source: e,
@@ -105,7 +105,7 @@ impl Roots {
                     existing.pop();
                 }
                 Err(source) => {
-                    return Err(RootsError::Resolve {
+                    return Err(ConfineError::Resolve {
                         field,
                         path: path.to_owned(),
                         source,
@@ -117,7 +117,7 @@ impl Roots {
         if self.roots.iter().any(|r| full.starts_with(r)) {
             Ok(full)
         } else {
-            Err(RootsError::Outside {
+            Err(ConfineError::Outside {
                 field,
                 path: path.to_owned(),
                 roots: self
@@ -131,7 +131,7 @@ impl Roots {
     }
 
     /// Checks every host path of a job and rewrites it to its resolved form.
-    pub fn confine(&self, job: &mut Job) -> Result<(), RootsError> {
+    pub fn confine(&self, job: &mut Job) -> Result<(), ConfineError> {
         if let Some(ws) = &job.workspace {
             job.workspace = Some(self.resolve("workspace", ws)?);
         }
@@ -164,11 +164,11 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
-    fn setup() -> (tempfile::TempDir, Roots) {
+    fn setup() -> (tempfile::TempDir, Confinement) {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         std::fs::create_dir_all(root.join("ws")).unwrap();
-        let roots = Roots::new(vec![root.canonicalize().unwrap()]);
+        let roots = Confinement::new(vec![root.canonicalize().unwrap()]);
         (dir, roots)
     }
 
@@ -195,35 +195,35 @@ mod tests {
         let outside = |p: &Path| roots.resolve("workspace", p).unwrap_err();
         assert!(matches!(
             outside(Path::new("/etc")),
-            RootsError::Outside { .. }
+            ConfineError::Outside { .. }
         ));
         assert!(matches!(
             outside(&root.join("../root/ws")),
-            RootsError::NotNormal { .. }
+            ConfineError::NotNormal { .. }
         ));
         assert!(matches!(
             outside(Path::new("ws")),
-            RootsError::NotNormal { .. }
+            ConfineError::NotNormal { .. }
         ));
         symlink("/etc", root.join("ws/link")).unwrap();
         assert!(matches!(
             outside(&root.join("ws/link")),
-            RootsError::Outside { .. }
+            ConfineError::Outside { .. }
         ));
         assert!(matches!(
             outside(&root.join("ws/link/new")),
-            RootsError::Outside { .. }
+            ConfineError::Outside { .. }
         ));
         symlink("/nonexistent-sr-test/x", root.join("ws/dangling")).unwrap();
         assert!(matches!(
             outside(&root.join("ws/dangling/sub")),
-            RootsError::DanglingSymlink { .. }
+            ConfineError::DanglingSymlink { .. }
         ));
         // A prefix that is not a path prefix.
         std::fs::create_dir_all(dir.path().join("root2")).unwrap();
         assert!(matches!(
             outside(&dir.path().join("root2")),
-            RootsError::Outside { .. }
+            ConfineError::Outside { .. }
         ));
     }
 
@@ -242,7 +242,7 @@ mod tests {
         assert!(
             matches!(
                 e,
-                RootsError::Outside {
+                ConfineError::Outside {
                     field: "extensions_dir",
                     ..
                 }

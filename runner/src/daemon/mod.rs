@@ -54,7 +54,7 @@ pub const SESSION_BODIES: usize = 4;
 pub use config::{Config, ConfigError, LogFormat, ServeArgs};
 
 use crate::exec::{self, Runner};
-use crate::package::format::Limits as PackageLimits;
+use crate::package::format::PackageLimits;
 
 /// Why the daemon could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -86,7 +86,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
     for w in &config.warnings {
         tracing::warn!("{w}");
     }
-    let runner = Runner::new(exec::Config {
+    let runner = Runner::new(exec::RunnerConfig {
         data_dir: config.data_dir.clone(),
         package_limits: PackageLimits::default(),
         keep: false,
@@ -186,7 +186,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
                 config.retention,
             ),
             metrics: Arc::new(metrics::Metrics::default()),
-            roots: confine::Roots::new(config.roots.clone()),
+            roots: confine::Confinement::new(config.roots.clone()),
             uploads: Arc::new(Semaphore::new(config.max_uploads)),
             session_bodies: Arc::new(Semaphore::new(SESSION_BODIES)),
             sessions,

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use crate::exec::job::Job;
 use crate::exec::result::Status;
-use crate::exec::{Config, OutputMode, RunOptions, Runner};
+use crate::exec::{OutputMode, RunOptions, Runner, RunnerConfig};
 use crate::sandbox::host::{userns_available, Bwrap};
 use crate::supervise::cgroup::Support;
 use crate::supervise::NoSink;
@@ -104,7 +104,7 @@ impl Report {
             meaning: "the sandboxed command is never host root when the runner can switch users (docs/sandbox.md, \"Host identity\")",
             required: true,
         });
-        let runner = Runner::new(Config {
+        let runner = Runner::new(RunnerConfig {
             data_dir: data_dir.to_owned(),
             package_limits: Default::default(),
             keep: false,

@@ -22,4 +22,6 @@ pub mod outcome;
 pub mod result;
 pub mod runner;
 
-pub use runner::{default_data_dir, Config, OutputMode, RunOptions, Runner, JOB_ROOT, SANDBOX};
+pub use runner::{
+    default_data_dir, OutputMode, RunOptions, Runner, RunnerConfig, JOB_ROOT, SANDBOX,
+};

@@ -27,7 +27,7 @@ use crate::exec::job::Job;
 use crate::exec::limits::{limits_plan, Disk};
 use crate::exec::outcome::{classify, Hits};
 use crate::exec::result::{ErrorInfo, ExecResult, SkillsInfo, Status, Usage};
-use crate::package::format::Limits as PackageLimits;
+use crate::package::format::PackageLimits;
 use crate::package::published::{Lease, Roots, KEEP_ROOTS};
 use crate::package::stage::{Selected, SkillSource};
 use crate::package::store::{PrivateDir, Store};
@@ -53,7 +53,7 @@ pub const SANDBOX: &str = "bubblewrap";
 
 /// Settings of a runner process.
 #[derive(Debug, Clone)]
-pub struct Config {
+pub struct RunnerConfig {
     pub data_dir: PathBuf,
     pub package_limits: PackageLimits,
     /// Keep each execution's private folder after it ends (debugging).
@@ -96,7 +96,7 @@ pub fn default_data_dir() -> PathBuf {
 /// Shared state of a runner process.
 #[derive(Debug)]
 pub struct Runner {
-    pub config: Config,
+    pub config: RunnerConfig,
     pub store: Store,
     pub roots: Roots,
     pub host: Host,
@@ -127,7 +127,7 @@ pub struct RunOptions<'a> {
 impl Runner {
     /// Opens the data dir, probes the host and sweeps leftovers of crashed
     /// runners.
-    pub fn new(config: Config) -> Result<Runner, String> {
+    pub fn new(config: RunnerConfig) -> Result<Runner, String> {
         let started = std::time::Instant::now();
         // bubblewrap, started as the sandbox user, resolves the folders it
         // binds by path: that group may pass through the data dir.

@@ -14,7 +14,7 @@ use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ErrorKind;
-use crate::package::format::{self, LimitTally, Limits, PackageError, SkillDoc, SKILL_MD};
+use crate::package::format::{self, LimitTally, PackageError, PackageLimits, SkillDoc, SKILL_MD};
 use crate::package::hash::{self, Binding};
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -116,7 +116,7 @@ impl BundleError {
 }
 
 /// Parses and verifies a bundle.
-pub fn parse(json: &[u8], limits: &Limits) -> Result<Vec<BundleSkill>, BundleError> {
+pub fn parse(json: &[u8], limits: &PackageLimits) -> Result<Vec<BundleSkill>, BundleError> {
     let raw: RawBundle = serde_json::from_slice(json)?;
     if raw.skills.is_empty() {
         return Err(BundleError::Empty);
@@ -131,7 +131,7 @@ pub fn parse(json: &[u8], limits: &Limits) -> Result<Vec<BundleSkill>, BundleErr
     Ok(out)
 }
 
-fn verify_skill(raw: RawSkill, limits: &Limits) -> Result<BundleSkill, BundleError> {
+fn verify_skill(raw: RawSkill, limits: &PackageLimits) -> Result<BundleSkill, BundleError> {
     let binding = Binding {
         id: raw.id,
         revision: raw.revision,

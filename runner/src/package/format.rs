@@ -16,16 +16,16 @@ pub const SKILL_MD: &str = "SKILL.md";
 /// Size and count limits of one package, with the defaults of docs/formats.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct Limits {
+pub struct PackageLimits {
     pub max_files: usize,
     pub max_skill_md_bytes: u64,
     pub max_file_bytes: u64,
     pub max_package_bytes: u64,
 }
 
-impl Default for Limits {
+impl Default for PackageLimits {
     fn default() -> Self {
-        Limits {
+        PackageLimits {
             max_files: 500,
             max_skill_md_bytes: 512 * 1024,
             max_file_bytes: 10 * 1024 * 1024,
@@ -124,16 +124,16 @@ pub fn check_binding(b: &crate::package::hash::Binding) -> Result<(), PackageErr
     Ok(())
 }
 
-/// Running tally of a package's files against [`Limits`]; feed every file.
+/// Running tally of a package's files against [`PackageLimits`]; feed every file.
 #[derive(Debug, Clone)]
 pub struct LimitTally {
-    limits: Limits,
+    limits: PackageLimits,
     files: usize,
     bytes: u64,
 }
 
 impl LimitTally {
-    pub fn new(limits: Limits) -> Self {
+    pub fn new(limits: PackageLimits) -> Self {
         LimitTally {
             limits,
             files: 0,
@@ -332,7 +332,7 @@ mod tests {
 
     #[test]
     fn limits_are_enforced_in_order() {
-        let limits = Limits {
+        let limits = PackageLimits {
             max_files: 2,
             max_skill_md_bytes: 10,
             max_file_bytes: 100,
@@ -350,7 +350,7 @@ mod tests {
             t.add("b", 1),
             Err(PackageError::TooManyFiles { limit: 2 })
         ));
-        let mut t = LimitTally::new(Limits {
+        let mut t = LimitTally::new(PackageLimits {
             max_files: 9,
             ..limits
         });

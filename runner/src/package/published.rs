@@ -55,7 +55,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::fsx;
-use crate::package::format::Limits;
+use crate::package::format::PackageLimits;
 use crate::package::hash::set_identity;
 use crate::package::stage::{self, Manifest, Selected, Snapshot, StageError};
 use crate::package::store::PrivateDir;
@@ -111,7 +111,11 @@ impl Roots {
     /// The published root for `selected`, staging and publishing it first
     /// when it is not there yet. Every staged byte is verified against its
     /// pin before the root is published.
-    pub fn acquire(&self, selected: &[Selected], limits: &Limits) -> Result<Lease, StageError> {
+    pub fn acquire(
+        &self,
+        selected: &[Selected],
+        limits: &PackageLimits,
+    ) -> Result<Lease, StageError> {
         let bindings = stage::check_selection(selected)?;
         let identity = set_identity(&bindings);
         let manifest = Manifest::for_bindings(&bindings);
@@ -194,7 +198,7 @@ impl Roots {
         &self,
         selected: &[Selected],
         path: &Path,
-        limits: &Limits,
+        limits: &PackageLimits,
     ) -> Result<Published, StageError> {
         let staging = self.dir.join(STAGING);
         let private = PrivateDir::create(&staging).map_err(|source| StageError::Root {
@@ -303,7 +307,7 @@ fn read_record(root: &File) -> io::Result<Vec<u8>> {
 pub fn stage_private(
     selected: &[Selected],
     root: &Path,
-    limits: &Limits,
+    limits: &PackageLimits,
 ) -> Result<Lease, StageError> {
     Ok(Lease {
         _lock: None,

@@ -12,7 +12,7 @@ use std::io;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-use crate::package::format::{check_path, LimitTally, Limits, PackageError, SKILL_MD};
+use crate::package::format::{check_path, LimitTally, PackageError, PackageLimits, SKILL_MD};
 use crate::package::hash::sort_utf16;
 
 /// One regular file of a package folder.
@@ -43,7 +43,7 @@ pub enum ListError {
 pub const MAX_DEPTH: usize = 32;
 
 /// Lists the package at `root`: regular files only, sorted for hashing.
-pub fn list_dir(root: &Path, limits: &Limits) -> Result<Vec<ListedFile>, ListError> {
+pub fn list_dir(root: &Path, limits: &PackageLimits) -> Result<Vec<ListedFile>, ListError> {
     list_dir_with_folders(root, limits).map(|(files, _)| files)
 }
 
@@ -52,7 +52,7 @@ pub fn list_dir(root: &Path, limits: &Limits) -> Result<Vec<ListedFile>, ListErr
 /// notice a file added anywhere in the package.
 pub fn list_dir_with_folders(
     root: &Path,
-    limits: &Limits,
+    limits: &PackageLimits,
 ) -> Result<(Vec<ListedFile>, Vec<String>), ListError> {
     let meta = fs::symlink_metadata(root).map_err(|source| ListError::Read {
         path: root.to_owned(),
@@ -151,7 +151,10 @@ pub fn kind_name(ty: &fs::FileType) -> &'static str {
 /// Reads a whole folder into memory (for `pack` and bundles): files in hash
 /// order with their bytes. Each file is opened without following symlinks
 /// and must still have its listed size.
-pub fn read_dir_files(root: &Path, limits: &Limits) -> Result<Vec<(String, Vec<u8>)>, ListError> {
+pub fn read_dir_files(
+    root: &Path,
+    limits: &PackageLimits,
+) -> Result<Vec<(String, Vec<u8>)>, ListError> {
     use std::io::Read;
     let listing = list_dir(root, limits)?;
     let root_fd = crate::fsx::open_dir_nofollow(root).map_err(|source| ListError::Read {

@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fsx;
 use crate::package::bundle::BundleSkill;
-use crate::package::format::{self, Limits, SKILL_MD};
+use crate::package::format::{self, PackageLimits, SKILL_MD};
 use crate::package::hash::{set_identity, Binding, PackageHasher};
 use crate::package::source::{self, ListedFile};
 use crate::package::store::StoredPackage;
@@ -121,7 +121,11 @@ pub struct Snapshot {
 
 /// Stages `selected` into a new snapshot root at `root` (which must not
 /// exist). On error nothing is left at `root`.
-pub fn stage(selected: &[Selected], root: &Path, limits: &Limits) -> Result<Snapshot, StageError> {
+pub fn stage(
+    selected: &[Selected],
+    root: &Path,
+    limits: &PackageLimits,
+) -> Result<Snapshot, StageError> {
     let result = stage_inner(selected, root, limits);
     if result.is_err() {
         let _ = fsx::remove_tree(root);
@@ -132,7 +136,7 @@ pub fn stage(selected: &[Selected], root: &Path, limits: &Limits) -> Result<Snap
 fn stage_inner(
     selected: &[Selected],
     root: &Path,
-    limits: &Limits,
+    limits: &PackageLimits,
 ) -> Result<Snapshot, StageError> {
     let bindings = check_selection(selected)?;
     let root_err = |source| StageError::Root {
@@ -224,7 +228,7 @@ fn stage_dir(
     src: &Path,
     dst: &Path,
     binding: &Binding,
-    limits: &Limits,
+    limits: &PackageLimits,
 ) -> Result<Staged, StageError> {
     let id = &binding.id;
     let listing = source::list_dir(src, limits).map_err(|source| StageError::List {
@@ -385,7 +389,7 @@ fn check_file_set(
     id: &str,
     dst: &Path,
     expected: &[ListedFile],
-    limits: &Limits,
+    limits: &PackageLimits,
 ) -> Result<(), StageError> {
     let staged = source::list_dir(dst, limits).map_err(|e| StageError::FileSet {
         id: id.to_owned(),

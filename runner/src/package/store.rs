@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ErrorKind;
 use crate::fsx::{self, LockFile};
-use crate::package::format::{self, Limits, PackageError, SKILL_MD};
+use crate::package::format::{self, PackageError, PackageLimits, SKILL_MD};
 use crate::package::hash::{self, Binding};
 use crate::package::source::ListError;
 use crate::package::verify::{self, StageError};
@@ -175,7 +175,7 @@ impl Store {
         &self,
         binding: &Binding,
         files: &[(String, Vec<u8>)],
-        limits: &Limits,
+        limits: &PackageLimits,
     ) -> Result<Published, StoreError> {
         let id = binding.id.clone();
         let pkg = |source| StoreError::Package {
@@ -216,7 +216,7 @@ impl Store {
         id: &str,
         revision: u64,
         version: &str,
-        limits: &Limits,
+        limits: &PackageLimits,
     ) -> Result<Published, StoreError> {
         let files = crate::package::source::read_dir_files(dir, limits).map_err(|source| {
             StoreError::List {
@@ -246,7 +246,7 @@ impl Store {
         &self,
         binding: &Binding,
         files: &[(String, Vec<u8>)],
-        limits: &Limits,
+        limits: &PackageLimits,
     ) -> Result<bool, StoreError> {
         let private = PrivateDir::create(&self.root.join("tmp")).map_err(io_err(&self.root))?;
         let tree = private.path.join("tree");

@@ -9,7 +9,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use crate::error::ErrorKind;
-use crate::package::format::{Limits, PackageError};
+use crate::package::format::{PackageError, PackageLimits};
 use crate::package::hash::{Binding, HashError, PackageHasher};
 use crate::package::source::{self, ListError, ListedFile};
 
@@ -104,7 +104,7 @@ pub(super) fn read_buffer(listing: &[ListedFile]) -> Vec<u8> {
 pub fn verify_tree(
     dir: &Path,
     binding: &Binding,
-    limits: &Limits,
+    limits: &PackageLimits,
     expected_files: Option<&[(String, String)]>,
 ) -> Result<Staged, StageError> {
     let id = &binding.id;
@@ -171,7 +171,7 @@ fn hash_listing(dir: &Path, listing: &[ListedFile]) -> Result<(String, u64), Has
 }
 
 /// Package hash of a folder on the host (for `skill-runner hash`).
-pub fn hash_dir(dir: &Path, limits: &Limits) -> Result<String, ListError> {
+pub fn hash_dir(dir: &Path, limits: &PackageLimits) -> Result<String, ListError> {
     let listing = source::list_dir(dir, limits)?;
     hash_listing(dir, &listing)
         .map(|(h, _)| h)

@@ -36,7 +36,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ErrorKind;
-use crate::package::format::{self, Limits, PackageError};
+use crate::package::format::{self, PackageError, PackageLimits};
 use crate::package::source::ListError;
 pub use rank::{Doc, FindResult, Hit, RankIndex, Rankable};
 pub use scan::{Bounds, Found};
@@ -151,7 +151,7 @@ pub struct CatalogConfig {
     /// Skills per source.
     pub max_skills: usize,
     /// Package limits each skill must fit (docs/formats.md).
-    pub limits: Limits,
+    pub limits: PackageLimits,
     /// The index file caching the user layer; `None`: no cache.
     pub index: Option<PathBuf>,
     /// Stamps this close before a scan are not trusted ([`index`]).
@@ -168,7 +168,7 @@ impl Default for CatalogConfig {
             max_depth: 3,
             max_folders: 100_000,
             max_skills: 20_000,
-            limits: Limits::default(),
+            limits: PackageLimits::default(),
             index: None,
             racy_window: Duration::from_secs(2),
         }
@@ -572,7 +572,7 @@ impl Catalog {
     /// package (docs/formats.md).
     pub fn read_files(
         entry: &Entry,
-        limits: &Limits,
+        limits: &PackageLimits,
     ) -> Result<Vec<(String, Vec<u8>)>, CatalogError> {
         if let Some(b) = entry.builtin {
             let mut files: Vec<(String, Vec<u8>)> = b
@@ -611,7 +611,7 @@ mod tests {
             let f = builtin_found(b).unwrap_or_else(|w| panic!("{w}"));
             assert_eq!(f.name, b.dir, "a built-in skill's name is its folder");
             format::check_id(&f.name).unwrap();
-            let mut tally = format::LimitTally::new(Limits::default());
+            let mut tally = format::LimitTally::new(PackageLimits::default());
             for (p, t) in b.files {
                 format::check_path(p).unwrap();
                 tally.add(p, t.len() as u64).unwrap();

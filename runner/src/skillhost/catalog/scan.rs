@@ -21,7 +21,7 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 
 use super::{metadata_str, Warning};
-use crate::package::format::{self, Limits, SKILL_MD};
+use crate::package::format::{self, PackageLimits, SKILL_MD};
 use crate::package::source;
 
 /// How far a scan may go.
@@ -34,7 +34,7 @@ pub struct Bounds {
     /// Skills per root.
     pub max_skills: usize,
     /// Package limits a skill must fit.
-    pub limits: Limits,
+    pub limits: PackageLimits,
 }
 
 impl Bounds {

@@ -22,7 +22,7 @@ use super::records::{
 use super::request::{ResourceQuery, SkillsQuery};
 use super::resource::{self, Chunk, ReadRange, MAX_READ_LIMIT};
 use super::SessionError;
-use crate::package::format::{self, Limits, PackageError, SKILL_MD};
+use crate::package::format::{self, PackageError, PackageLimits, SKILL_MD};
 use crate::package::store::{IndexEntry, Store, StoredPackage};
 use crate::sandbox::paths::{self, Root};
 use crate::skillhost::catalog::rank::{self, Doc, Hit, RankIndex, Rankable};
@@ -36,7 +36,7 @@ pub struct SessionHost {
     pub(super) store: Store,
     pub(super) sessions: Sessions,
     pub(super) catalog: CatalogConfig,
-    pub(super) limits: Limits,
+    pub(super) limits: PackageLimits,
 }
 
 /// A session skill as ranked by `list_skills` / `find_skills`.
