@@ -548,19 +548,24 @@ impl Runner {
         // allowlist needs none: making and removing a folder and its lock
         // file was ~40% of the daemon's own CPU per execution (ext4's inode
         // allocator, traced with perf; docs/sandbox.md).
-        let needs_dir = cfg!(target_os = "macos")
-            || job.network.allowlist().is_some()
-            || self.cgroups.is_none()
-            || self.config.keep;
-        let dir = needs_dir
-            .then(|| PrivateDir::create_named(&self.executions, &format!("{}.", job.execution_id)))
-            .transpose()
-            .map_err(|e| {
-                ErrorInfo::new(
-                    "staging_failed",
-                    format!("cannot create the execution folder: {e}"),
-                )
-            })?;
+        // Without a pool only the name and its lock are needed, not the
+        // folder (`PrivateDir::reserve_named`).
+        let needs_dir =
+            cfg!(target_os = "macos") || job.network.allowlist().is_some() || self.config.keep;
+        let prefix = format!("{}.", job.execution_id);
+        let dir = if needs_dir {
+            Some(PrivateDir::create_named(&self.executions, &prefix))
+        } else if self.cgroups.is_none() {
+            Some(PrivateDir::reserve_named(&self.executions, &prefix))
+        } else {
+            None
+        };
+        let dir = dir.transpose().map_err(|e| {
+            ErrorInfo::new(
+                "staging_failed",
+                format!("cannot create the execution folder: {e}"),
+            )
+        })?;
         let mut dir = dir;
         if let Some(dir) = dir.as_mut() {
             dir.keep = self.config.keep;
