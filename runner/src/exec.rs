@@ -521,8 +521,11 @@ impl Runner {
             }
         }
         // A profile binds host folders read-only: never the runner's state.
-        for m in job.profile.resolve_mounts(profile::host_entry) {
-            if let profile::Mount::RoBind { src, .. } | profile::Mount::RoBindTry { src, .. } = &m {
+        // Resolved once: the mounts checked here are the ones the argv
+        // makes (`launcher`).
+        let mounts = job.profile.resolve_mounts(profile::host_entry);
+        for m in &mounts {
+            if let profile::Mount::RoBind { src, .. } | profile::Mount::RoBindTry { src, .. } = m {
                 if let Ok(real) = src.canonicalize() {
                     self.not_state("a profile mount", &real)?;
                 }
@@ -652,6 +655,7 @@ impl Runner {
             extensions,
             bwrap,
             identity,
+            mounts,
         })
     }
 
@@ -725,6 +729,25 @@ impl Runner {
         nproc: Option<u64>,
     ) -> Result<Vec<std::ffi::OsString>, ErrorInfo> {
         let mounts = job.profile.resolve_mounts(profile::host_entry);
+        Runner::plan_args_with(
+            job,
+            bwrap,
+            &mounts,
+            named_workspace,
+            named_extensions,
+            nproc,
+        )
+    }
+
+    /// [`Runner::plan_args`] with the profile's mounts already resolved.
+    fn plan_args_with(
+        job: &Job,
+        bwrap: &Bwrap,
+        mounts: &[profile::Mount],
+        named_workspace: bool,
+        named_extensions: bool,
+        nproc: Option<u64>,
+    ) -> Result<Vec<std::ffi::OsString>, ErrorInfo> {
         let argv = alias::rewrite_argv(&job.argv, Spelling::Sandbox)
             .map_err(|e| ErrorInfo::new("bad_job", e.to_string()))?;
         let mut env = launch::environment(&job.env);
@@ -744,7 +767,7 @@ impl Runner {
             _ => launch::Extensions::Host,
         };
         Ok(launch::bwrap_args(&Plan {
-            mounts: &mounts,
+            mounts,
             workspace,
             extensions,
             cwd: &job.cwd,
@@ -764,9 +787,10 @@ impl Runner {
             .bwrap
             .as_ref()
             .ok_or_else(|| ErrorInfo::new("sandbox_unavailable", "bubblewrap was not found"))?;
-        let args = Runner::plan_args(
+        let args = Runner::plan_args_with(
             job,
             bwrap,
+            &p.mounts,
             p.workspace.is_some(),
             p.extensions.is_some(),
             nproc,
@@ -1153,6 +1177,9 @@ struct Prepared {
     bwrap: Option<Bwrap>,
     /// Where the command reaches the proxy (a job with an allowlist).
     net: Option<crate::net::Endpoint>,
+    /// The profile's mounts as resolved on the host, checked in `prepare`.
+    #[cfg_attr(target_os = "macos", allow(dead_code))]
+    mounts: Vec<profile::Mount>,
 }
 
 /// The execution's folder, which every execution that uses it has.
