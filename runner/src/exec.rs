@@ -545,14 +545,14 @@ impl Runner {
             }
         }
         // The execution's own folder, for what only some executions need:
-        // a network allowlist's socket folder, Seatbelt's folders and,
-        // without a cgroup pool (`run`), the name of the execution's cgroup,
-        // which its lock keeps sweeps off. A daemon's execution without an
-        // allowlist needs none: making and removing a folder and its lock
-        // file was ~40% of the daemon's own CPU per execution (ext4's inode
-        // allocator, traced with perf; docs/sandbox.md).
-        // Without a pool only the name and its lock are needed, not the
-        // folder (`PrivateDir::reserve_named`).
+        // a network allowlist's socket folder, Seatbelt's folders, `--keep`.
+        // Without a cgroup pool (`run`) the execution's cgroup is named
+        // after it, and only the name and its lock, which keeps sweeps off
+        // the cgroup, are made (`PrivateDir::reserve_named`). A daemon's
+        // execution without an allowlist needs neither: making and removing
+        // a folder and its lock file was ~40% of the daemon's own CPU per
+        // execution (ext4's inode allocator, traced with perf;
+        // docs/sandbox.md).
         let needs_dir =
             cfg!(target_os = "macos") || job.network.allowlist().is_some() || self.config.keep;
         let prefix = format!("{}.", job.execution_id);
