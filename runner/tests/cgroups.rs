@@ -74,3 +74,92 @@ fn abandoned_cgroups_of_other_data_dirs_are_swept_and_live_ones_kept() {
     assert!(young_kept, "a cgroup created just now was removed");
     assert!(busy_kept, "a cgroup holding a process was removed");
 }
+
+/// The limit files of a pooled cgroup `<prefix>+<n>`: (memory, pids).
+fn limit_files(s: &Support, name: &str) -> (PathBuf, PathBuf) {
+    match s {
+        Support::V2 { parent } => (
+            parent.join(name).join("memory.max"),
+            parent.join(name).join("pids.max"),
+        ),
+        Support::V1 {
+            memory: Some(memory),
+            pids: Some(pids),
+        } => (
+            memory.join(name).join("memory.limit_in_bytes"),
+            pids.join(name).join("pids.max"),
+        ),
+        other => panic!("this test needs memory and pids controllers: {other:?}"),
+    }
+}
+
+#[test]
+fn a_pooled_cgroup_gets_each_execution_s_limits_and_is_emptied_when_given_back() {
+    let Some(s) = support() else { return };
+    let prefix = format!("test-pool-{}", std::process::id());
+    let pool = cgroup::Pool::new(s.clone(), prefix.clone(), 4);
+    let (memory, pids) = limit_files(&s, &format!("{prefix}+0"));
+    let read = |p: &PathBuf| fs::read_to_string(p).unwrap().trim().to_owned();
+    const MIB: u64 = 1 << 20;
+
+    let cg = pool.take(64 * MIB, 32).unwrap();
+    assert_eq!(
+        (read(&memory), read(&pids)),
+        ((64 * MIB).to_string(), "32".into())
+    );
+    pool.give(cg);
+    // The same limits again: the same cgroup, the same figures.
+    let cg = pool.take(64 * MIB, 32).unwrap();
+    assert_eq!(
+        (read(&memory), read(&pids)),
+        ((64 * MIB).to_string(), "32".into())
+    );
+    pool.give(cg);
+    // Other limits are written, and the first ones again after them.
+    let cg = pool.take(32 * MIB, 16).unwrap();
+    assert_eq!(
+        (read(&memory), read(&pids)),
+        ((32 * MIB).to_string(), "16".into())
+    );
+    pool.give(cg);
+    let cg = pool.take(64 * MIB, 32).unwrap();
+    assert_eq!(
+        (read(&memory), read(&pids)),
+        ((64 * MIB).to_string(), "32".into())
+    );
+
+    // A process left in it is killed when it is given back, and the
+    // cgroup is reused empty.
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let (memory_dir, pids_dir) = (memory.parent().unwrap(), pids.parent().unwrap());
+    for dir in [memory_dir, pids_dir] {
+        let procs = if dir.join("tasks").exists() {
+            "tasks"
+        } else {
+            "cgroup.procs"
+        };
+        fs::write(dir.join(procs), sleeper.id().to_string()).unwrap();
+    }
+    pool.give(cg);
+    let status = sleeper.wait().unwrap();
+    assert!(
+        !status.success(),
+        "the process left in the cgroup was not killed"
+    );
+    let cg = pool.take(64 * MIB, 32).unwrap();
+    assert_eq!(read(&memory_dir.join("cgroup.procs")), "");
+    assert!(!cg.memory_exceeded() && !cg.pids_exceeded());
+    assert!(
+        !memory
+            .parent()
+            .unwrap()
+            .with_file_name(format!("{prefix}+1"))
+            .exists(),
+        "a second cgroup was made where the first could be reused"
+    );
+    drop(cg);
+    drop(pool);
+}

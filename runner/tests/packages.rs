@@ -557,6 +557,40 @@ fn live_private_folders_survive_a_sweep() {
 }
 
 #[test]
+fn a_reserved_name_is_locked_without_a_folder_and_survives_a_sweep() {
+    let t = tempfile::tempdir().unwrap();
+    let parent = t.path().join("x");
+    let name = skill_runner::package::store::PrivateDir::reserve_named(&parent, "exec-1.").unwrap();
+    let mut lock = name.path.clone().into_os_string();
+    lock.push(".lock");
+    let lock = PathBuf::from(lock);
+    assert!(!name.path.exists(), "a reserved name makes no folder");
+    assert!(lock.exists());
+    // Held: a sweep (and the cgroup sweep, which asks the same lock)
+    // leaves it alone.
+    assert!(skill_runner::fsx::is_locked(&lock));
+    skill_runner::package::store::sweep_locked_dirs(&parent).unwrap();
+    assert!(lock.exists(), "a live reservation was swept");
+    drop(name);
+    assert!(!lock.exists());
+    assert_eq!(fs::read_dir(&parent).unwrap().count(), 0);
+}
+
+#[test]
+fn a_dead_reservation_is_swept() {
+    let t = tempfile::tempdir().unwrap();
+    let parent = t.path().join("x");
+    fs::create_dir_all(&parent).unwrap();
+    // What a runner killed mid-run leaves: the lock file, unheld.
+    fs::write(parent.join("exec-1.abc.lock"), b"").unwrap();
+    assert_eq!(
+        skill_runner::package::store::sweep_locked_dirs(&parent).unwrap(),
+        1
+    );
+    assert_eq!(fs::read_dir(&parent).unwrap().count(), 0);
+}
+
+#[test]
 fn kept_private_folders_survive_sweeps() {
     let t = tempfile::tempdir().unwrap();
     let parent = t.path().join("x");

@@ -324,8 +324,11 @@ impl Runner {
             }
         }
         // A profile binds host folders read-only: never the runner's state.
-        for m in job.profile.resolve_mounts(profile::host_entry) {
-            if let profile::Mount::RoBind { src, .. } | profile::Mount::RoBindTry { src, .. } = &m {
+        // Resolved once: the mounts checked here are the ones the argv
+        // makes (`launcher`).
+        let mounts = job.profile.resolve_mounts(profile::host_entry);
+        for m in &mounts {
+            if let profile::Mount::RoBind { src, .. } | profile::Mount::RoBindTry { src, .. } = m {
                 if let Ok(real) = src.canonicalize() {
                     self.not_state("a profile mount", &real)?;
                 }
@@ -345,25 +348,30 @@ impl Runner {
             }
         }
         // The execution's own folder, for what only some executions need:
-        // a network allowlist's socket folder, Seatbelt's folders and,
-        // without a cgroup pool (`run`), the name of the execution's cgroup,
-        // which its lock keeps sweeps off. A daemon's execution without an
-        // allowlist needs none: making and removing a folder and its lock
-        // file was ~40% of the daemon's own CPU per execution (ext4's inode
-        // allocator, traced with perf; docs/sandbox.md).
-        let needs_dir = cfg!(target_os = "macos")
-            || job.network.allowlist().is_some()
-            || self.cgroups.is_none()
-            || self.config.keep;
-        let dir = needs_dir
-            .then(|| PrivateDir::create_named(&self.executions, &format!("{}.", job.execution_id)))
-            .transpose()
-            .map_err(|e| {
-                ErrorInfo::new(
-                    ErrorKind::StagingFailed,
-                    format!("cannot create the execution folder: {e}"),
-                )
-            })?;
+        // a network allowlist's socket folder, Seatbelt's folders, `--keep`.
+        // Without a cgroup pool (`run`) the execution's cgroup is named
+        // after it, and only the name and its lock, which keeps sweeps off
+        // the cgroup, are made (`PrivateDir::reserve_named`). A daemon's
+        // execution without an allowlist needs neither: making and removing
+        // a folder and its lock file was ~40% of the daemon's own CPU per
+        // execution (ext4's inode allocator, traced with perf;
+        // docs/sandbox.md).
+        let needs_dir =
+            cfg!(target_os = "macos") || job.network.allowlist().is_some() || self.config.keep;
+        let prefix = format!("{}.", job.execution_id);
+        let dir = if needs_dir {
+            Some(PrivateDir::create_named(&self.executions, &prefix))
+        } else if self.cgroups.is_none() {
+            Some(PrivateDir::reserve_named(&self.executions, &prefix))
+        } else {
+            None
+        };
+        let dir = dir.transpose().map_err(|e| {
+            ErrorInfo::new(
+                ErrorKind::StagingFailed,
+                format!("cannot create the execution folder: {e}"),
+            )
+        })?;
         let mut dir = dir;
         if let Some(dir) = dir.as_mut() {
             dir.keep = self.config.keep;
@@ -450,6 +458,7 @@ impl Runner {
             extensions,
             bwrap,
             identity,
+            mounts,
         })
     }
 
@@ -529,6 +538,25 @@ impl Runner {
         nproc: Option<u64>,
     ) -> Result<Vec<std::ffi::OsString>, ErrorInfo> {
         let mounts = job.profile.resolve_mounts(profile::host_entry);
+        Runner::plan_args_with(
+            job,
+            bwrap,
+            &mounts,
+            named_workspace,
+            named_extensions,
+            nproc,
+        )
+    }
+
+    /// [`Runner::plan_args`] with the profile's mounts already resolved.
+    fn plan_args_with(
+        job: &Job,
+        bwrap: &Bwrap,
+        mounts: &[profile::Mount],
+        named_workspace: bool,
+        named_extensions: bool,
+        nproc: Option<u64>,
+    ) -> Result<Vec<std::ffi::OsString>, ErrorInfo> {
         let argv = paths::rewrite_argv(&job.argv, Spelling::Sandbox)
             .map_err(|e| ErrorInfo::new(ErrorKind::BadJob, e.to_string()))?;
         let mut env = bwrap::environment(&job.env);
@@ -550,7 +578,7 @@ impl Runner {
             _ => bwrap::Extensions::Host,
         };
         Ok(bwrap::bwrap_args(&Plan {
-            mounts: &mounts,
+            mounts,
             workspace,
             extensions,
             cwd: &job.cwd,
@@ -569,9 +597,10 @@ impl Runner {
         let bwrap = p.bwrap.as_ref().ok_or_else(|| {
             ErrorInfo::new(ErrorKind::SandboxUnavailable, "bubblewrap was not found")
         })?;
-        let args = Runner::plan_args(
+        let args = Runner::plan_args_with(
             job,
             bwrap,
+            &p.mounts,
             p.workspace.is_some(),
             p.extensions.is_some(),
             nproc,
@@ -970,6 +999,9 @@ struct Prepared {
     bwrap: Option<Bwrap>,
     /// Where the command reaches the proxy (a job with an allowlist).
     net: Option<crate::sandbox::net::Endpoint>,
+    /// The profile's mounts as resolved on the host, checked in `prepare`.
+    #[cfg_attr(target_os = "macos", allow(dead_code))]
+    mounts: Vec<profile::Mount>,
 }
 
 /// The execution's folder, which every execution that uses it has.

@@ -471,6 +471,9 @@ pub struct PrivateDir {
     pub path: PathBuf,
     lock: Option<LockFile>,
     pub keep: bool,
+    /// False for a reserved name alone ([`PrivateDir::reserve_named`]):
+    /// `path` was never made.
+    made: bool,
 }
 
 impl PrivateDir {
@@ -480,6 +483,19 @@ impl PrivateDir {
     }
 
     pub fn create_named(parent: &Path, prefix: &str) -> io::Result<PrivateDir> {
+        Self::named(parent, prefix, true)
+    }
+
+    /// The name `<prefix><random>` and its held lock, without the folder:
+    /// for what is named after it elsewhere (a `run`'s cgroup), which the
+    /// lock keeps sweeps off as the folder's lock would. No folder is
+    /// made or removed: on this host's ext4 (`discard`), freeing a
+    /// folder's block cost 0.2–0.4 ms per `run`, and up to 9 ms (traced).
+    pub fn reserve_named(parent: &Path, prefix: &str) -> io::Result<PrivateDir> {
+        Self::named(parent, prefix, false)
+    }
+
+    fn named(parent: &Path, prefix: &str, made: bool) -> io::Result<PrivateDir> {
         fs::create_dir_all(parent)?;
         loop {
             let name = format!("{prefix}{}", fsx::random_hex());
@@ -501,12 +517,15 @@ impl PrivateDir {
                 Err(e) => return Err(e),
             };
             let path = parent.join(&name);
-            fs::create_dir(&path)?;
-            fsx::chmod(&path, 0o700)?;
+            if made {
+                fs::create_dir(&path)?;
+                fsx::chmod(&path, 0o700)?;
+            }
             return Ok(PrivateDir {
                 path,
                 lock: Some(lock),
                 keep: false,
+                made,
             });
         }
     }
@@ -520,6 +539,12 @@ impl Drop for PrivateDir {
             let mut marker = self.path.clone().into_os_string();
             marker.push(".kept");
             let _ = fs::write(marker, b"");
+            if let Some(lock) = self.lock.take() {
+                let _ = fs::remove_file(lock.path());
+            }
+            return;
+        }
+        if !self.made {
             if let Some(lock) = self.lock.take() {
                 let _ = fs::remove_file(lock.path());
             }

@@ -435,6 +435,9 @@ pub struct Cgroup {
     base_usage: u64,
     /// Whether the peak-memory figure covers this execution only.
     peak_is_own: bool,
+    /// The limits (memory bytes, pids) last written to the folders; a
+    /// pooled cgroup reused with the same ones is not written again.
+    limits: Option<(u64, u64)>,
 }
 
 impl Cgroup {
@@ -471,6 +474,7 @@ impl Cgroup {
             Support::None { reason } => return Err(io::Error::other(reason.clone())),
         }
         cg.set_limits(memory_bytes, pids)?;
+        cg.limits = Some((memory_bytes, pids));
         Ok(cg)
     }
 
@@ -484,6 +488,7 @@ impl Cgroup {
             base_pids_refused: 0,
             base_usage: 0,
             peak_is_own: true,
+            limits: None,
         }
     }
 
@@ -522,7 +527,14 @@ impl Cgroup {
     /// Makes a cgroup an earlier execution used ready for the next: its
     /// limits, counters taken as the new baseline, the peak reset.
     fn reuse(&mut self, memory_bytes: u64, pids: u64) -> io::Result<()> {
-        self.set_limits(memory_bytes, pids)?;
+        // Unchanged limits are not written again: nothing but the runner
+        // writes them (a sandbox has no cgroup file system), and each write
+        // is a cgroupfs open, write and close.
+        if self.limits != Some((memory_bytes, pids)) {
+            self.limits = None;
+            self.set_limits(memory_bytes, pids)?;
+            self.limits = Some((memory_bytes, pids));
+        }
         self.base_oom_events = self.oom_events();
         self.base_pids_refused = self.pids_refused();
         // The peak restarts from what is charged now, and that is taken off
@@ -615,11 +627,15 @@ impl Cgroup {
     /// True when this execution hit the memory limit (a process was
     /// killed, or an allocation failed, for it).
     pub fn memory_exceeded(&self) -> bool {
-        let under_oom = match (&self.memory, self.version) {
-            (Some(dir), Version::V1) => counter(&dir.join("memory.oom_control"), "under_oom") > 0,
-            _ => false,
-        };
-        self.oom_events() > self.base_oom_events || under_oom
+        match (&self.memory, self.version) {
+            // Both figures from one read of the file.
+            (Some(dir), Version::V1) => {
+                let text = fs::read_to_string(dir.join("memory.oom_control")).unwrap_or_default();
+                counter_in(&text, "under_oom") > 0
+                    || counter_in(&text, "oom_kill") > self.base_oom_events
+            }
+            _ => self.oom_events() > self.base_oom_events,
+        }
     }
 
     /// True when the pids limit refused a fork of this execution.
@@ -648,14 +664,29 @@ impl Cgroup {
 
     /// Kills every process left in the cgroup(s).
     pub fn kill_all(&self) {
+        self.kill_all_found_empty();
+    }
+
+    /// [`Cgroup::kill_all`]; true when every folder was read and found
+    /// empty at the first look, so nothing was killed and a second look
+    /// ([`Cgroup::is_empty`]) would read the same files again.
+    fn kill_all_found_empty(&self) -> bool {
+        let mut empty = true;
         for dir in self.dirs() {
             if self.version == Version::V2 && fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+                empty = false;
                 continue;
             }
             // Usually empty, or holding a sandbox init that is already
             // exiting: poll briefly rather than sleeping long (≤ 100 ms).
             for _ in 0..400 {
-                let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                let procs = match fs::read_to_string(dir.join("cgroup.procs")) {
+                    Ok(p) => p,
+                    Err(_) => {
+                        empty = false;
+                        String::new()
+                    }
+                };
                 let pids: Vec<i32> = procs
                     .lines()
                     .filter_map(|l| l.trim().parse().ok())
@@ -663,6 +694,7 @@ impl Cgroup {
                 if pids.is_empty() {
                     break;
                 }
+                empty = false;
                 for pid in pids {
                     let _ = nix::sys::signal::kill(
                         nix::unistd::Pid::from_raw(pid),
@@ -672,6 +704,7 @@ impl Cgroup {
                 std::thread::sleep(Duration::from_micros(250));
             }
         }
+        empty
     }
 }
 
@@ -747,8 +780,7 @@ impl Pool {
     /// Takes a cgroup back after its execution: emptied, then kept idle if
     /// it holds no process and the pool has room, removed otherwise.
     pub fn give(&self, cg: Cgroup) {
-        cg.kill_all();
-        if !cg.is_empty() {
+        if !cg.kill_all_found_empty() && !cg.is_empty() {
             return; // dropped: removed once its last process is gone
         }
         // What the execution left charged (kernel caches, ~1.4 MB after a
@@ -784,9 +816,12 @@ fn create_leaf(dir: &Path) -> io::Result<()> {
 
 /// Reads `key N` from a flat-keyed cgroup file; 0 when absent.
 fn counter(path: &Path, key: &str) -> u64 {
-    fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
+    counter_in(&fs::read_to_string(path).unwrap_or_default(), key)
+}
+
+/// Reads `key N` from the text of a flat-keyed cgroup file; 0 when absent.
+fn counter_in(text: &str, key: &str) -> u64 {
+    text.lines()
         .find_map(|l| {
             let (k, v) = l.split_once(' ')?;
             (k == key).then(|| v.trim().parse().ok())?
