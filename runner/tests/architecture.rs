@@ -254,12 +254,12 @@ fn strip(text: &str) -> String {
             }
             i += 1;
             out.push_str("\"\"");
-        } else if rest.starts_with('\'') {
+        } else if let Some(after) = rest.strip_prefix('\'') {
             // A char literal ('x', '\n', '\u{..}'), else a lifetime.
-            let lit = if rest[1..].starts_with('\\') {
-                rest[2..].find('\'').map(|n| n + 3)
+            let lit = if let Some(escaped) = after.strip_prefix('\\') {
+                escaped.get(1..).and_then(|e| e.find('\'')).map(|n| n + 4)
             } else {
-                rest[1..].chars().next().and_then(|c| {
+                after.chars().next().and_then(|c| {
                     let n = 1 + c.len_utf8();
                     rest[n..].starts_with('\'').then_some(n + 1)
                 })
