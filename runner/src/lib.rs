@@ -2,17 +2,18 @@
 //! exactly the package bytes that were pinned.
 //!
 //! The crate is a ladder of rooms; a room may use the rooms below it and
-//! never one above (`runner/tests/architecture.rs` checks this, and that no
-//! two modules of a room import each other):
+//! never one above (`runner/tests/architecture.rs` checks this, and that
+//! the modules of a room import each other in no cycle; a child naming its
+//! own parent's items is the module tree, not a cycle):
 //!
 //! | room | what it holds | may use |
 //! |---|---|---|
 //! | [`daemon`] | `skill-runner serve`: the HTTP API, its settings, registry and streams | everything below |
 //! | [`skillhost`] | the skill catalog and sessions (frozen selections and their tool routes) | `exec` and below |
-//! | [`exec`] | one execution end to end: job, limits, runner, result, diagnosis, doctor | `package`, `sandbox` and below |
-//! | [`package`] | package bytes: hash, format, bundle, source, store, staging, published roots | `supervise`, `fsx`, `text` |
-//! | [`sandbox`] | the isolation: profile, seccomp, bubblewrap argv, Seatbelt plan, identity, exec shim, network | `supervise`, `fsx`, `text` |
-//! | [`supervise`] | spawning and watching one process tree; cgroups; the only `unsafe` ([`supervise::sys`]) | `fsx`, `text` |
+//! | [`exec`] | one execution end to end: job, limits, runner, outcome, result, diagnosis, doctor | `package`, `sandbox` and below |
+//! | [`package`] | package bytes: hash, format, bundle, source, store, staging, published roots | `supervise`, `fsx`, `text`, `error` |
+//! | [`sandbox`] | the isolation: profile, seccomp, bubblewrap argv, Seatbelt plan, identity, exec shim, network | `supervise`, `fsx`, `text`, `error` |
+//! | [`supervise`] | spawning and watching one process tree; cgroups; the only `unsafe` ([`supervise::sys`]) | `fsx`, `text`, `error` |
 //! | [`fsx`] | file-system primitives: no-follow opens, copies, locks | `text` |
 //! | [`text`] | small pure formatting helpers | nothing |
 //! | [`error`] | the error kinds of every error document | nothing |
