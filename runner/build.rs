@@ -1,7 +1,7 @@
 //! Builds the small exec shim (`exec-shim/shim.rs`) that the runner
-//! carries and hands to bubblewrap (see `src/shim.rs`): a program without
-//! a C library or the Rust runtime, not position-independent, so that
-//! starting it in every sandbox costs next to nothing.
+//! carries and hands to bubblewrap (see `src/sandbox/shim.rs`): a program
+//! without a C library or the Rust runtime, not position-independent, so
+//! that starting it in every sandbox costs next to nothing.
 //!
 //! Only for Linux on x86_64 and aarch64 (its system calls are written for
 //! those); elsewhere, and for a job with a network allowlist, bubblewrap

@@ -1,4 +1,4 @@
-//! Bundles (runner/src/bundle.rs), as `POST /v1/skill-packages` and
+//! Bundles (runner/src/package/bundle.rs), as `POST /v1/skill-packages` and
 //! `pack` verify them, under the default package limits.
 //!
 //! Invariants: no panic; a refusal is one line of kind `bad_bundle` or

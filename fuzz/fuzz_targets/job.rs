@@ -1,4 +1,4 @@
-//! The job document (runner/src/job.rs), as `run` reads it from a file
+//! The job document (runner/src/exec/job.rs), as `run` reads it from a file
 //! (relative paths against its folder) and as the daemon reads it (no
 //! folder), down to the bubblewrap argv it becomes.
 //!

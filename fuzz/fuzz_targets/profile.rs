@@ -1,6 +1,7 @@
-//! Sandbox profiles (runner/src/profile.rs, TOML), as a job's profile file
-//! is read, down to what each platform gets from them: the mounts, the
-//! bubblewrap argv, the seccomp programs and the Seatbelt profile.
+//! Sandbox profiles (runner/src/sandbox/profile.rs, TOML), as a job's
+//! profile file is read, down to what each platform gets from them: the
+//! mounts, the bubblewrap argv, the seccomp programs and the Seatbelt
+//! profile.
 //!
 //! Invariants: no panic; a refusal is one line; an accepted profile mounts
 //! only absolute paths without `..` and never over the runner's own

@@ -1,6 +1,7 @@
-//! Session create input and the skill tool inputs (runner/src/session.rs,
-//! runner/src/session/*), called on the skill host as the daemon's session
-//! routes call it, against the fixture of `skill_runner_fuzz`.
+//! Session create input and the skill tool inputs
+//! (runner/src/skillhost/session/*), called on the skill host as the
+//! daemon's session routes call it, against the fixture of
+//! `skill_runner_fuzz`.
 //!
 //! An input is one call, as lines:
 //!

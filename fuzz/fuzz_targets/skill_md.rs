@@ -1,4 +1,4 @@
-//! `SKILL.md` front matter (runner/src/package.rs), and what the catalog
+//! `SKILL.md` front matter (runner/src/package/format.rs), and what the catalog
 //! and the session code make of it: the name check, `metadata.category`
 //! and `metadata.version`, the publisher warnings, the body's headings
 //! (ranked by `find_skills`), and the prompt block and tool schemas of both

@@ -1,7 +1,7 @@
 //! The small exec shim: what bubblewrap executes in a sandbox without a
 //! network allowlist, in place of the runner's own binary.
 //!
-//! It does what `runner/src/shim.rs` describes, for the mode
+//! It does what `runner/src/sandbox/shim.rs` describes, for the mode
 //! `--skill-runner-exec-shim [--nproc N] -- COMMAND…`, with the same
 //! argv, descriptors, report bytes and exit codes, but as a program of its
 //! own: no C library, no Rust runtime, not position-independent. The

@@ -161,7 +161,7 @@ pub(super) fn next_frame(parts: &mut VecDeque<Bytes>) -> Option<Bytes> {
     }
 }
 
-/// A body of a few shared buffers, sent [`FRAME_BYTES`] at a time.
+/// A body of a few shared buffers, sent `FRAME_BYTES` at a time.
 #[derive(Debug)]
 pub struct Chunks {
     parts: VecDeque<Bytes>,
@@ -399,7 +399,7 @@ pub struct Page {
     /// NDJSON lines of the events read (empty when there was none).
     pub lines: Bytes,
     /// With an `exit`: its result document, to send after `lines` and
-    /// before [`EXIT_END`] (shared by every reader).
+    /// before `EXIT_END` (shared by every reader).
     pub doc: Option<Bytes>,
     /// The `seq` of the last event read (`after` when none).
     pub last: u64,

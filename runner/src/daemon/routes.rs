@@ -34,6 +34,8 @@
 //! - a body refused as too large is read and discarded first (bounded by
 //!   [`DRAIN_MAX`] and the body timeout), so a client that writes its whole
 //!   body before reading sees the 413.
+//!
+//! [`DRAIN_MAX`]: super::app::DRAIN_MAX
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

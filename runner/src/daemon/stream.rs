@@ -45,7 +45,7 @@
 //!   reader on a runtime worker never waits long for the runner, nor the
 //!   runner for a reader;
 //! - the `exit` event's result document is never copied per reader: every
-//!   reader (and `GET`) sends [`FRAME_BYTES`] slices of the one shared
+//!   reader (and `GET`) sends `events::FRAME_BYTES` slices of the one shared
 //!   buffer;
 //! - the POST's stream pushes back: once the command's output is more than
 //!   [`BACKLOG_BYTES`] ahead of what its client has taken, the runner's
@@ -58,6 +58,12 @@
 //!   the result document;
 //! - `exit` is the last event and is logged only after the result is
 //!   retained, so a client that reads it can GET the same result.
+//!
+//! [`FREE_EVENTS`]: super::events::FREE_EVENTS
+//! [`MIN_AVERAGE`]: super::events::MIN_AVERAGE
+//! [`HOLD_BYTES`]: super::events::HOLD_BYTES
+//! [`HOLD_FOR`]: super::events::HOLD_FOR
+//! [`PAGE_BYTES`]: super::events::PAGE_BYTES
 
 use std::collections::VecDeque;
 use std::convert::Infallible;

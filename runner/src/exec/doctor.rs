@@ -39,7 +39,7 @@ pub struct Report {
 /// built-in profile, with no skills.
 const TRIAL_JOB: &str = r#"{"argv": ["true"], "limits": {"timeout_ms": 20000}}"#;
 
-/// Runs [`TRIAL_JOB`] through `runner`, as `run` and the daemon run jobs:
+/// Runs `TRIAL_JOB` through `runner`, as `run` and the daemon run jobs:
 /// `Ok` when the command ran and exited 0, else the result's error, which
 /// says what to change.
 pub fn trial(runner: &Runner) -> Result<(), String> {

@@ -11,7 +11,7 @@
 //!   ([`published`]) are created beside their final place and renamed in;
 //! - reads of host folders never follow a symlink ([`source`], through
 //!   [`crate::fsx`]);
-//! - [`hash`], [`format`] and [`bundle`] are pure.
+//! - [`hash`], [`format`](mod@format) and [`bundle`] are pure.
 //!
 //! The room knows nothing of sandboxes: [`crate::exec`] hands a published
 //! root to [`crate::sandbox`].

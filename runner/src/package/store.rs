@@ -36,11 +36,11 @@ use crate::package::hash::{self, Binding};
 use crate::package::source::ListError;
 use crate::package::verify::{self, StageError};
 
-/// One file of a stored package.
 /// The hint every data-dir error carries.
 pub const DATA_DIR_HINT: &str =
     "set --data-dir or SKILL_RUNNER_DATA_DIR to a writable folder (in a container: a volume or a tmpfs)";
 
+/// One file of a stored package.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IndexEntry {

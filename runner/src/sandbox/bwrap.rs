@@ -31,6 +31,8 @@
 //! binary as the exec shim ([`SHIM_PATH`], through [`FD_SHIM`]), which
 //! tells the runner that the sandbox was finished and then executes the
 //! command (see [`crate::sandbox::shim`]).
+//!
+//! [`FD_SHIM`]: crate::sandbox::shim::FD_SHIM
 
 use std::ffi::OsString;
 use std::path::Path;

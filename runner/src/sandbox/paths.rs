@@ -5,8 +5,9 @@
 //! the extensions dir (`/skill-extensions`). One resolver serves every place
 //! the runner takes a path (argv, resource reads, explain), on both
 //! platforms: it parses the alias into a [`Logical`] path, refusing anything
-//! that would leave its root, and [`Logical::render`] spells it for the
-//! platform (`/skills/x` in bubblewrap, the host path under Seatbelt).
+//! that would leave its root, and [`Logical::sandbox`] or [`Logical::host`]
+//! spells it for the platform (`/skills/x` in bubblewrap, the host path
+//! under Seatbelt; [`rewrite_argv`] picks one by [`Spelling`]).
 //!
 //! Nothing else is interpreted: an argv element that is not an alias is
 //! passed through byte for byte.

@@ -174,7 +174,7 @@ pub fn compile(profile: &Profile, network: Network) -> Result<Filters, SeccompEr
 }
 
 /// Compiles the filters of `profile`; `root_mapped` adds the refusals of
-/// [`root_mapped_denials`] (see [`crate::sandbox::identity`]).
+/// `root_mapped_denials` (see [`crate::sandbox::identity`]).
 pub fn compile_for(
     profile: &Profile,
     network: Network,

@@ -733,7 +733,7 @@ impl Drop for Cgroup {
 /// throughput, measured as two daemons alternating slices of one load. An idle cgroup holds no process (checked before it is put
 /// back) and nothing of it is visible inside a sandbox, which has its own
 /// cgroup namespace and no cgroup file system; what carries over is
-/// reset or taken as a baseline by [`Cgroup::reuse`]. Cgroups are named
+/// reset or taken as a baseline by `Cgroup::reuse`. Cgroups are named
 /// `<prefix>+<n>`, where `<prefix>` names a folder (`<data>/cgroups/`) the
 /// runner keeps locked while it lives, so a sweep removes them only after
 /// it died.
@@ -845,7 +845,7 @@ const ABANDONED_AFTER: Duration = Duration::from_secs(600);
 
 /// Sweeps what runners of *other* data dirs left (a data dir that was
 /// deleted never sweeps itself): execution cgroups that hold no process and
-/// were created more than [`ABANDONED_AFTER`] ago, then their folders once
+/// were created more than `ABANDONED_AFTER` ago, then their folders once
 /// empty. Costs a listing per data dir ever used on this host, so the daemon
 /// does it at start, not every `run`.
 pub fn sweep_others(support: &Support) {

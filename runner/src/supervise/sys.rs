@@ -27,7 +27,7 @@ use std::path::Path;
 const SCRATCH_FD_BASE: RawFd = 100;
 
 /// What the child does before `exec`. Everything is prepared in the
-/// parent; [`ChildSetup::apply`] only issues system calls.
+/// parent; `ChildSetup::apply` only issues system calls.
 #[derive(Debug, Clone, Default)]
 pub struct ChildSetup {
     /// `(fd in the parent, fd number in the child)`.

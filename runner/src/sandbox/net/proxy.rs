@@ -6,7 +6,7 @@
 //! macOS) and deciding with that execution's own [`Policy`]: a connection
 //! can only ever be judged by the policy of the listener it arrived on, so
 //! concurrent executions never see each other's allowlists. Sessions share
-//! one small tokio runtime per runner process ([`runtime`]).
+//! one small tokio runtime per runner process (`runtime`).
 //!
 //! Per connection: one request head (at most [`http::MAX_HEAD`], within
 //! [`Limits::head`]), either `CONNECT host:port` (a tunnel) or an

@@ -73,8 +73,9 @@ pub use records::{
 pub use request::{ResourceQuery, SessionRequest, SkillSpec, SkillsQuery};
 pub use resource::{Chunk, ReadRange, DEFAULT_READ_LIMIT, MAX_READ_LIMIT};
 
-/// Why a session request or route failed. [`SessionError::kind`] and
-/// [`SessionError::status`] give the error document's kind and HTTP status.
+/// Why a session request or route failed. [`SessionError::kind`] gives the
+/// error document's kind; [`crate::daemon::app::status`] maps kinds to HTTP
+/// statuses.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error("the session request is not valid: {}", single_line(&.0.to_string()))]
