@@ -15,7 +15,6 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use http_body_util::BodyExt;
-use serde_json::json;
 use tokio::sync::Semaphore;
 
 use super::config::Config;
@@ -197,7 +196,13 @@ impl IntoResponse for ApiError {
         if status.is_server_error() && status != StatusCode::SERVICE_UNAVAILABLE {
             tracing::error!(kind = kind.as_str(), "{}", self.to_string().escape_debug());
         }
-        let body = json!({"error": {"kind": kind, "message": self.to_string()}});
+        let message = self.to_string();
+        let body = super::wire::ErrorDocument {
+            error: super::wire::ErrorBody {
+                kind,
+                message: &message,
+            },
+        };
         let mut resp = (status, Json(body)).into_response();
         let retry = match self {
             ApiError::Admission(RegistryError::Busy { .. })

@@ -31,11 +31,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
-use serde_json::json;
 
 use std::time::{Duration, SystemTime};
 
 use super::app::{check_length, params, read_body, ApiError, App, UrlPath};
+use super::wire;
 use crate::skillhost::session::tools::{self, ToolError};
 use crate::skillhost::session::{ReadRange, ResourceQuery, SessionError, SessionHost, SkillsQuery};
 
@@ -160,22 +160,20 @@ async fn list(
     params(q, &[])?;
     let idle = app.config.session_idle;
     blocking(&app, None, move |host| {
-        let sessions: Vec<serde_json::Value> = host
+        let sessions = host
             .sessions()
             .list()?
             .into_iter()
             .filter(|(_, used)| !expired(*used, idle))
-            .map(|(r, used)| {
-                json!({
-                    "id": r.id,
-                    "delivery": r.delivery,
-                    "created_at": r.created_at,
-                    "last_used_at": crate::text::rfc3339(used),
-                    "skills": r.skills.iter().map(|s| s.binding.id.as_str()).collect::<Vec<_>>(),
-                })
+            .map(|(r, used)| wire::SessionSummary {
+                last_used_at: crate::text::rfc3339(used),
+                skills: r.skills.iter().map(|s| s.binding.id.clone()).collect(),
+                id: r.id,
+                delivery: r.delivery,
+                created_at: r.created_at,
             })
             .collect();
-        Ok(json!({ "sessions": sessions }))
+        Ok(wire::SessionList { sessions })
     })
     .await
 }
@@ -188,7 +186,7 @@ async fn delete(
     blocking(&app, None, move |host| {
         host.sessions().delete(&id)?;
         tracing::info!(session = %id, "session deleted");
-        Ok(json!({"id": id, "deleted": true}))
+        Ok(wire::SessionDeleted { deleted: true, id })
     })
     .await
 }

@@ -9,15 +9,16 @@
 //! - an absent optional field is left out, never `null`;
 //! - these types only serialise: the handlers decide the values.
 //!
-//! Bodies defined elsewhere: the error document
-//! (`{"error": {"kind", "message"}}`, [`super::app::ApiError`]), the result
-//! document and the NDJSON events ([`crate::exec::result`],
-//! [`super::events`]), the execution listing ([`super::registry::Page`]),
-//! and the skill-host routes ([`super::sessions`]).
+//! Bodies defined elsewhere: the result document and the NDJSON events
+//! ([`crate::exec::result`], [`super::events`]), the execution listing
+//! ([`super::registry::Page`]), and the skill host's own documents
+//! (sessions, skills, chunks: [`crate::skillhost::session`]).
 
 use serde::Serialize;
 
+use crate::error::ErrorKind;
 use crate::package::hash;
+use crate::skillhost::session::Delivery;
 
 /// `GET /v1/health` (schema `Health`).
 #[derive(Debug, Serialize)]
@@ -210,6 +211,44 @@ pub enum Phase {
     Cancelling,
 }
 
+/// Every refusal (schema `Error`): `{"error": {"kind", "message"}}`.
+#[derive(Debug, Serialize)]
+pub struct ErrorDocument<'a> {
+    pub error: ErrorBody<'a>,
+}
+
+/// What went wrong, and the one sentence that says what to change.
+#[derive(Debug, Serialize)]
+pub struct ErrorBody<'a> {
+    pub kind: ErrorKind,
+    pub message: &'a str,
+}
+
+/// `GET /v1/sessions` (schema `SessionList`): newest first.
+#[derive(Debug, Serialize)]
+pub struct SessionList {
+    pub sessions: Vec<SessionSummary>,
+}
+
+/// One session of the list (schema `SessionSummary`).
+#[derive(Debug, Serialize)]
+pub struct SessionSummary {
+    pub created_at: String,
+    pub delivery: Delivery,
+    pub id: String,
+    /// When a job or a tool call last used it (idle expiry counts from here).
+    pub last_used_at: String,
+    /// The ids of its skills.
+    pub skills: Vec<String>,
+}
+
+/// `DELETE /v1/sessions/{id}` (schema `SessionDeleted`).
+#[derive(Debug, Serialize)]
+pub struct SessionDeleted {
+    pub deleted: bool,
+    pub id: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,6 +367,35 @@ mod tests {
         sorted(&BindingList {
             skills: bindings(vec![binding(), binding()]),
         });
+    }
+
+    #[test]
+    fn errors_and_session_documents_keep_their_keys() {
+        let e = ErrorDocument {
+            error: ErrorBody {
+                kind: ErrorKind::BadJob,
+                message: "m",
+            },
+        };
+        assert_eq!(sorted(&e), r#"{"error":{"kind":"bad_job","message":"m"}}"#);
+        let list = SessionList {
+            sessions: vec![SessionSummary {
+                created_at: "t0".into(),
+                delivery: Delivery::SemanticTools,
+                id: "ses-1".into(),
+                last_used_at: "t1".into(),
+                skills: vec!["pdf".into()],
+            }],
+        };
+        assert_eq!(
+            sorted(&list),
+            r#"{"sessions":[{"created_at":"t0","delivery":"semantic_tools","id":"ses-1","last_used_at":"t1","skills":["pdf"]}]}"#
+        );
+        let gone = SessionDeleted {
+            deleted: true,
+            id: "ses-1".into(),
+        };
+        assert_eq!(sorted(&gone), r#"{"deleted":true,"id":"ses-1"}"#);
     }
 
     #[test]
