@@ -14,7 +14,7 @@
 //! | [`package`] | package bytes: hash, format, bundle, source, store, staging, published roots | `supervise`, `fsx`, `text`, `error` |
 //! | [`sandbox`] | the isolation: profile, seccomp, bubblewrap argv, Seatbelt plan, identity, exec shim, network | `supervise`, `fsx`, `text`, `error` |
 //! | [`supervise`] | spawning and watching one process tree; cgroups; the only `unsafe` ([`supervise::sys`]) | `fsx`, `text`, `error` |
-//! | [`fsx`] | file-system primitives: no-follow opens, copies, locks | `text` |
+//! | [`fsx`] | file-system primitives: no-follow opens, copies, locks | `text`, `error` |
 //! | [`text`] | small pure formatting helpers | nothing |
 //! | [`error`] | the error kinds of every error document | nothing |
 //!

@@ -189,7 +189,12 @@ fn code_only(text: &str) -> String {
     while let Some(at) = code.find("#[cfg(test)]") {
         let after = &code[at + "#[cfg(test)]".len()..];
         let item = after.trim_start();
-        let Some(open) = item.find('{').filter(|_| item.starts_with("mod ")) else {
+        // A body only: `#[cfg(test)] mod tests;` declares a file, and the
+        // next `{` would be some other item's.
+        let body = item.find('{').filter(|&open| {
+            item.starts_with("mod ") && item.find(';').map_or(true, |semi| open < semi)
+        });
+        let Some(open) = body else {
             // `#[cfg(test)]` on something else: keep it, minus the attribute.
             code.replace_range(at..at + "#[cfg(test)]".len(), "");
             continue;
@@ -556,6 +561,8 @@ fn after() { self::super::late::Y; }
 "##;
     let got = paths(&code_only(text));
     assert_eq!(got, ["crate::daemon::X", "super::late::Y"]);
+    let declared = "#[cfg(test)]\nmod tests;\nfn f() { crate::daemon::Z; }\n";
+    assert_eq!(paths(&code_only(declared)), ["crate::daemon::Z"]);
 }
 
 #[test]

@@ -160,6 +160,19 @@ fn a_pooled_cgroup_gets_each_execution_s_limits_and_is_emptied_when_given_back()
             .exists(),
         "a second cgroup was made where the first could be reused"
     );
+
+    // An idle cgroup removed under the pool (another daemon's sweep of
+    // abandoned leaves) is noticed, even with unchanged limits, and a new
+    // one is made instead of handing out one that no longer exists.
+    pool.give(cg);
+    for dir in [memory_dir, pids_dir] {
+        fs::remove_dir(dir).unwrap();
+    }
+    let cg = pool.take(64 * MIB, 32).unwrap();
+    assert!(
+        cg.procs_files().is_ok(),
+        "a removed cgroup was handed out again"
+    );
     drop(cg);
     drop(pool);
 }

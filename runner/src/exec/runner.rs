@@ -203,9 +203,10 @@ impl Runner {
     pub fn sweep(&self) -> usize {
         let removed = crate::package::store::sweep_locked_dirs(&self.executions).unwrap_or(0)
             + self.roots.sweep(KEEP_ROOTS);
-        // An execution's cgroup is named after its folder; a pooled one
-        // `<owner>+<n>` after `<data>/cgroups/<owner>`, which its runner
-        // keeps locked while it lives.
+        // An execution's cgroup is named after its folder's name, whose
+        // lock file exists (with or without the folder) while it runs; a
+        // pooled one `<owner>+<n>` after `<data>/cgroups/<owner>`, which its
+        // runner keeps locked while it lives.
         let owners = self.config.data_dir.join("cgroups");
         cgroup::sweep(&self.host.cgroups, &|name| {
             let lock = match name.split_once('+') {
@@ -730,7 +731,8 @@ impl Runner {
     fn launch(&self, job: &Job, mut p: Prepared, opts: RunOptions<'_>) -> ExecResult {
         let rejected = |e: ErrorInfo| ExecResult::rejected(&job.execution_id, SANDBOX, e);
         let l = job.limits;
-        // Named after the execution's folder, which exists without a pool.
+        // Without a pool, named after the execution's reserved name (its
+        // lock file, and the folder where one is made).
         let cg_name = p
             .dir
             .as_ref()

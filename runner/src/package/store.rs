@@ -465,7 +465,8 @@ fn create_once(path: &Path, text: &[u8]) -> Result<(), StoreError> {
 }
 
 /// A private folder `<parent>/<random>` guarded by `<parent>/<random>.lock`
-/// for as long as this value lives; removed on drop.
+/// for as long as this value lives; removed on drop. A reserved name
+/// (`reserve_named`) is the lock alone, without the folder.
 #[derive(Debug)]
 pub struct PrivateDir {
     pub path: PathBuf,

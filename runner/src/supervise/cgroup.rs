@@ -527,6 +527,13 @@ impl Cgroup {
     /// Makes a cgroup an earlier execution used ready for the next: its
     /// limits, counters taken as the new baseline, the peak reset.
     fn reuse(&mut self, memory_bytes: u64, pids: u64) -> io::Result<()> {
+        // An idle cgroup can be removed under the pool (another data dir's
+        // daemon sweeps empty leaves it takes for abandoned, see
+        // `sweep_others`); with unchanged limits nothing below would write
+        // to it and notice. A stat per folder: the pool then makes a new one.
+        for dir in self.dirs() {
+            fs::metadata(dir)?;
+        }
         // Unchanged limits are not written again: nothing but the runner
         // writes them (a sandbox has no cgroup file system), and each write
         // is a cgroupfs open, write and close.
@@ -838,9 +845,12 @@ fn parents(support: &Support) -> Vec<&PathBuf> {
 }
 
 /// How long an execution cgroup of another data dir must have been empty
-/// before [`sweep_others`] removes it. A live runner's cgroup is empty only
-/// for the instants between its creation and the sandbox joining it, and
-/// between the sandbox's end and its removal.
+/// before [`sweep_others`] removes it. A `run`'s cgroup is empty only for
+/// the instants between its creation and the sandbox joining it, and
+/// between the sandbox's end and its removal; a daemon's pooled cgroup
+/// (`<owner>+<n>`) can be idle for longer, and a sweep may then remove it
+/// under a live daemon, whose pool notices and makes a new one
+/// (`Cgroup::reuse`).
 const ABANDONED_AFTER: Duration = Duration::from_secs(600);
 
 /// Sweeps what runners of *other* data dirs left (a data dir that was
