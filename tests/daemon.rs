@@ -208,6 +208,15 @@ enum Conn {
 }
 
 impl Conn {
+    /// Whether the daemon has answered on it (or closed it), waiting a
+    /// millisecond at most. Reads what came, if anything.
+    fn answered(&mut self) -> bool {
+        self.set_timeout(Duration::from_millis(1));
+        let got = self.read(&mut [0u8; 1]);
+        self.set_timeout(PATIENCE);
+        !matches!(got, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
+    }
+
     fn set_timeout(&self, t: Duration) {
         match self {
             Conn::Unix(s) => {
@@ -2789,20 +2798,26 @@ fn session_bodies_are_read_only_under_a_bounded_number_of_places() {
     // enough that a loaded machine cannot end the window before the check.
     let d = Daemon::start(&w, &["--body-timeout", "10m"]);
     // Clients that announce a body and send only its start.
-    let holders: Vec<Conn> = (0..4)
-        .map(|_| {
-            let mut c = d.connect();
-            write!(
-                c,
-                "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{{\"skills\": ["
-            )
-            .unwrap();
-            c.flush().unwrap();
-            c
-        })
-        .collect();
-    // Once they hold every place, another body is refused at once.
+    let hold = || {
+        let mut c = d.connect();
+        write!(
+            c,
+            "POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{{\"skills\": ["
+        )
+        .unwrap();
+        c.flush().unwrap();
+        c
+    };
+    let mut holders: Vec<Conn> = (0..4).map(|_| hold()).collect();
+    // Once they hold every place, another body is refused at once. A holder
+    // that reached the daemon while a check held the last place was itself
+    // refused (answered): it is replaced, so the four places end up held.
     wait_until("a session body is refused while others are read", || {
+        for h in holders.iter_mut() {
+            if h.answered() {
+                *h = hold();
+            }
+        }
         d.request("POST", "/v1/sessions", &[], b"not json").status == 429
     });
     let r = d.request("POST", "/v1/sessions/nope/tools/read", &[], b"{}");
