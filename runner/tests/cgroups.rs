@@ -102,31 +102,21 @@ fn a_pooled_cgroup_gets_each_execution_s_limits_and_is_emptied_when_given_back()
     let read = |p: &PathBuf| fs::read_to_string(p).unwrap().trim().to_owned();
     const MIB: u64 = 1 << 20;
 
-    let cg = pool.take(64 * MIB, 32).unwrap();
-    assert_eq!(
-        (read(&memory), read(&pids)),
-        ((64 * MIB).to_string(), "32".into())
-    );
-    pool.give(cg);
+    // Takes a cgroup and checks the limits its files hold.
+    let take = |memory_bytes: u64, pids_max: u64| {
+        let cg = pool.take(memory_bytes, pids_max).unwrap();
+        assert_eq!(
+            (read(&memory), read(&pids)),
+            (memory_bytes.to_string(), pids_max.to_string())
+        );
+        cg
+    };
+    pool.give(take(64 * MIB, 32));
     // The same limits again: the same cgroup, the same figures.
-    let cg = pool.take(64 * MIB, 32).unwrap();
-    assert_eq!(
-        (read(&memory), read(&pids)),
-        ((64 * MIB).to_string(), "32".into())
-    );
-    pool.give(cg);
+    pool.give(take(64 * MIB, 32));
     // Other limits are written, and the first ones again after them.
-    let cg = pool.take(32 * MIB, 16).unwrap();
-    assert_eq!(
-        (read(&memory), read(&pids)),
-        ((32 * MIB).to_string(), "16".into())
-    );
-    pool.give(cg);
-    let cg = pool.take(64 * MIB, 32).unwrap();
-    assert_eq!(
-        (read(&memory), read(&pids)),
-        ((64 * MIB).to_string(), "32".into())
-    );
+    pool.give(take(32 * MIB, 16));
+    let cg = take(64 * MIB, 32);
     let folder = |n: u32| {
         let (m, p) = limit_files(&s, &format!("{prefix}+{n}"));
         (

@@ -348,6 +348,18 @@ fn label(v: &str) -> String {
 mod tests {
     use super::*;
 
+    /// One proxied request to port 443, for the network counters.
+    fn req(host: &str, allowed: bool) -> crate::sandbox::net::RequestInfo {
+        crate::sandbox::net::RequestInfo {
+            host: host.into(),
+            port: 443,
+            allowed,
+            reason: None,
+            sent_bytes: 0,
+            received_bytes: 0,
+        }
+    }
+
     /// A state that touches every family: every status, both refusals,
     /// two response codes, a host that needs escaping.
     fn known() -> Metrics {
@@ -368,14 +380,6 @@ mod tests {
         m.response(404);
         m.response(200);
         m.response(200);
-        let req = |host: &str, allowed| crate::sandbox::net::RequestInfo {
-            host: host.into(),
-            port: 443,
-            allowed,
-            reason: None,
-            sent_bytes: 0,
-            received_bytes: 0,
-        };
         m.network(&crate::sandbox::net::NetworkInfo {
             requests: vec![req("pypi.org", true), req("x\\\"\n", false)],
             dropped: 5,
@@ -583,14 +587,6 @@ skill_runner_network_requests_dropped_total 5
         m.execution(Status::Rejected, Duration::ZERO);
         m.staged(1234, Duration::from_millis(2));
         m.response(200);
-        let req = |host: &str, allowed| crate::sandbox::net::RequestInfo {
-            host: host.into(),
-            port: 443,
-            allowed,
-            reason: None,
-            sent_bytes: 0,
-            received_bytes: 0,
-        };
         m.network(&crate::sandbox::net::NetworkInfo {
             requests: vec![
                 req("pypi.org", true),
