@@ -20,7 +20,12 @@ fn main() {
     let os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();
     let env = std::env::var("CARGO_CFG_TARGET_ENV").unwrap_or_default();
-    if os != "linux" || !matches!(arch.as_str(), "x86_64" | "aarch64") || env != "gnu" {
+    // The shim uses no C library, so the target's (glibc or musl) does not
+    // matter to it.
+    if os != "linux"
+        || !matches!(arch.as_str(), "x86_64" | "aarch64")
+        || !matches!(env.as_str(), "gnu" | "musl")
+    {
         return;
     }
     let target = std::env::var("TARGET").expect("cargo sets TARGET");
@@ -46,6 +51,11 @@ fn main() {
         "-o",
     ]);
     cmd.arg(&exe).arg("exec-shim/shim.rs");
+    if env == "musl" {
+        // The musl target links its own start files unless told not to;
+        // the shim has its own `_start`.
+        cmd.arg("-Clink-self-contained=no");
+    }
     // The linker cargo uses for this target (cross builds), if one is set.
     if let Some(linker) = std::env::var_os("RUSTC_LINKER") {
         let mut arg = std::ffi::OsString::from("-Clinker=");
