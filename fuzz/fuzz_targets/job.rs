@@ -117,6 +117,7 @@ fn plan(job: &Job) {
         job.workspace.is_some(),
         job.extensions_dir.is_some(),
         Some(job.limits.pids),
+        true,
     )
     .expect("a valid job plans");
     let tail: Vec<OsString> = rewritten.iter().map(OsString::from).collect();

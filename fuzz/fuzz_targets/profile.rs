@@ -119,7 +119,7 @@ fn bubblewrap(p: &Profile) {
         version: "fuzz".into(),
         features: BwrapFeatures::default(),
     };
-    let args = Runner::plan_args(&job, &bwrap, false, false, None).expect("a job plans");
+    let args = Runner::plan_args(&job, &bwrap, false, false, None, false).expect("a job plans");
     let mut rest = args.iter();
     for m in p.resolve_mounts(profile::host_entry) {
         let dest = match &m {

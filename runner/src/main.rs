@@ -352,26 +352,32 @@ fn explain(
         "linux" => {
             let (program, args, folders) =
                 Runner::explain(&job).map_err(|e| anyhow::anyhow!(e.message))?;
+            // The account files reach bwrap on fds 5 and 6 unless they are
+            // in the prepared /etc (fd 14).
+            let accounts = args.iter().any(|a| a == "--file");
             let shim = match fds_dir {
-                Some(dir) => Some(write_sandbox_fds(&job, dir)?),
+                Some(dir) => Some(write_sandbox_fds(&job, dir, accounts)?),
                 None => explained_shim(&job),
             };
             if json {
+                let mut fds = serde_json::json!({
+                    "3": "seccomp rules (BPF)",
+                    "4": "seccomp guard (BPF)",
+                    "7": "exec shim report (written by the shim: one byte, then an errno if the command cannot be executed)",
+                    "8": "the exec shim (\"shim\"; --fds-dir writes it as 8-shim), which bwrap executes as /proc/self/fd/8",
+                    "9": "the command's stderr (bwrap's own stays on 2)",
+                });
+                if accounts {
+                    fds["5"] = "/etc/passwd".into();
+                    fds["6"] = "/etc/group".into();
+                }
                 let doc = serde_json::json!({
                     "sandbox": "bubblewrap",
                     "program": program,
                     "shim": shim,
                     "argv": args.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
                     "folders": folders.iter().map(|(fd, path)| (fd.to_string(), serde_json::Value::from(path.clone()))).collect::<serde_json::Map<_, _>>(),
-                    "fds": {
-                        "3": "seccomp rules (BPF)",
-                        "4": "seccomp guard (BPF)",
-                        "5": "/etc/passwd",
-                        "6": "/etc/group",
-                        "7": "exec shim report (written by the shim: one byte, then an errno if the command cannot be executed)",
-                        "8": "the exec shim (\"shim\"; --fds-dir writes it as 8-shim), which bwrap executes as /proc/self/fd/8",
-                        "9": "the command's stderr (bwrap's own stays on 2)",
-                    },
+                    "fds": fds,
                     "network": job.network.allowlist().map(|a| serde_json::json!({
                         "allow": a.entries.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
                         "private": a.private,
@@ -381,8 +387,13 @@ fn explain(
                 });
                 println!("{}", serde_json::to_string_pretty(&doc)?);
             } else {
+                let accounts = if accounts {
+                    " 5 /etc/passwd, 6 /etc/group,"
+                } else {
+                    ""
+                };
                 println!(
-                    "# bubblewrap; fds: 3,4 seccomp BPF, 5 /etc/passwd, 6 /etc/group, 7 shim report, 8 the exec shim, 9 stderr"
+                    "# bubblewrap; fds: 3,4 seccomp BPF,{accounts} 7 shim report, 8 the exec shim, 9 stderr"
                 );
                 match &shim {
                     Some(path) => println!("# fd 8: the exec shim {}", path.display()),
@@ -448,18 +459,39 @@ fn explained_shim(job: &skill_runner::exec::job::Job) -> Option<PathBuf> {
 /// and the small exec shim as `8-shim` where the job uses it; returns the
 /// shim's path.
 #[cfg(target_os = "linux")]
-fn write_sandbox_fds(job: &skill_runner::exec::job::Job, dir: &Path) -> anyhow::Result<PathBuf> {
+fn write_sandbox_fds(
+    job: &skill_runner::exec::job::Job,
+    dir: &Path,
+    accounts: bool,
+) -> anyhow::Result<PathBuf> {
     let filters = skill_runner::sandbox::seccomp::compile(&job.profile, job.network.mode())?;
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
-    let files: [(&str, &[u8]); 4] = [
+    let programs: [(&str, &[u8]); 2] = [
         ("3-seccomp-rules.bpf", &filters.rules),
         ("4-seccomp-guard.bpf", &filters.guard),
+    ];
+    let account_files: [(&str, &[u8]); 2] = [
         ("5-passwd", skill_runner::sandbox::bwrap::PASSWD.as_bytes()),
         ("6-group", skill_runner::sandbox::bwrap::GROUP.as_bytes()),
     ];
-    for (name, bytes) in files {
+    for (name, bytes) in programs {
         write_fresh(&dir.join(name), bytes, 0o644)?;
+    }
+    for (name, bytes) in account_files {
+        let path = dir.join(name);
+        if accounts {
+            write_fresh(&path, bytes, 0o644)?;
+        } else {
+            // In the prepared /etc instead: none left from an earlier
+            // explanation that used them.
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    anyhow::bail!("cannot remove {}: {e}", path.display())
+                }
+                _ => {}
+            }
+        }
     }
     if let Some(shim) = explained_shim(job) {
         return Ok(shim);
@@ -495,7 +527,11 @@ fn write_fresh(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn write_sandbox_fds(_job: &skill_runner::exec::job::Job, _dir: &Path) -> anyhow::Result<PathBuf> {
+fn write_sandbox_fds(
+    _job: &skill_runner::exec::job::Job,
+    _dir: &Path,
+    _accounts: bool,
+) -> anyhow::Result<PathBuf> {
     anyhow::bail!("--fds-dir needs a Linux build (the seccomp programs are compiled for it)")
 }
 

@@ -450,6 +450,11 @@ impl Runner {
                 ));
             }
         }
+        let etc = if cfg!(target_os = "macos") {
+            None
+        } else {
+            self.etc_view(&mounts, &identity)
+        };
         Ok(Prepared {
             dir,
             net,
@@ -460,7 +465,35 @@ impl Runner {
             bwrap,
             identity,
             mounts,
+            etc,
         })
+    }
+
+    /// The prepared `/etc` for these mounts ([`crate::sandbox::etcview`]),
+    /// or `None`, and the pieces are bound one by one as before, when the
+    /// profile's `/etc` cannot be one folder or the copy cannot be made
+    /// (said in the log: it costs time, not isolation).
+    fn etc_view(&self, mounts: &[profile::Mount], identity: &Identity) -> Option<PathBuf> {
+        let pieces = crate::sandbox::etcview::pieces(mounts)?;
+        let root = self.config.data_dir.join(ETC_VIEWS);
+        let made = crate::sandbox::etcview::prepare(&root, &pieces, &etc_extra());
+        let etc = match made {
+            Ok(etc) => etc,
+            Err(e) => {
+                tracing::warn!("binding the profile's /etc pieces one by one: cannot prepare a copy of them: {e}");
+                return None;
+            }
+        };
+        if let Some((uid, gid)) = identity.switch_to() {
+            if let Err(e) = reachable_by("the prepared /etc", &etc, uid, gid) {
+                tracing::warn!(
+                    "binding the profile's /etc pieces one by one: {}",
+                    e.message
+                );
+                return None;
+            }
+        }
+        Some(etc)
     }
 
     /// Resolves each skill of the job to the source of its bytes. A job
@@ -537,6 +570,7 @@ impl Runner {
         named_workspace: bool,
         named_extensions: bool,
         nproc: Option<u64>,
+        etc_view: bool,
     ) -> Result<Vec<std::ffi::OsString>, ErrorInfo> {
         let mounts = job.profile.resolve_mounts(profile::host_entry);
         Runner::plan_args_with(
@@ -546,10 +580,12 @@ impl Runner {
             named_workspace,
             named_extensions,
             nproc,
+            etc_view,
         )
     }
 
     /// [`Runner::plan_args`] with the profile's mounts already resolved.
+    #[allow(clippy::too_many_arguments)]
     fn plan_args_with(
         job: &Job,
         bwrap: &Bwrap,
@@ -557,6 +593,7 @@ impl Runner {
         named_workspace: bool,
         named_extensions: bool,
         nproc: Option<u64>,
+        etc_view: bool,
     ) -> Result<Vec<std::ffi::OsString>, ErrorInfo> {
         let argv = paths::rewrite_argv(&job.argv, Spelling::Sandbox)
             .map_err(|e| ErrorInfo::new(ErrorKind::BadJob, e.to_string()))?;
@@ -589,6 +626,7 @@ impl Runner {
             features: bwrap.features,
             proxy,
             nproc,
+            etc_view,
         }))
     }
 
@@ -605,6 +643,7 @@ impl Runner {
             p.workspace.is_some(),
             p.extensions.is_some(),
             nproc,
+            p.etc.is_some(),
         )?;
         let filters = crate::sandbox::seccomp::compile_for(
             &job.profile,
@@ -613,7 +652,7 @@ impl Runner {
         )
         .map_err(|e| ErrorInfo::new(ErrorKind::SandboxUnavailable, e.to_string()))?;
         let network = job.network.allowlist().is_some();
-        let mut fds = sandbox_fds(&filters, network).map_err(|e| {
+        let mut fds = sandbox_fds(&filters, network, p.etc.is_none()).map_err(|e| {
             ErrorInfo::new(
                 ErrorKind::SandboxUnavailable,
                 format!("cannot prepare the sandbox's descriptors: {e}"),
@@ -662,6 +701,15 @@ impl Runner {
                 })?;
                 fds.push((dir.into(), target));
             }
+        }
+        if let Some(etc) = &p.etc {
+            let dir = crate::fsx::open_dir_no_symlinks(etc).map_err(|e| {
+                ErrorInfo::new(
+                    ErrorKind::SandboxUnavailable,
+                    format!("cannot open the prepared /etc {}: {e}", etc.display()),
+                )
+            })?;
+            fds.push((dir.into(), bwrap::FD_ETC));
         }
         if let Some((path, dir)) = p.net.as_ref().and_then(|n| n.dir.as_ref()) {
             let dir = dir.try_clone().map_err(|e| {
@@ -973,15 +1021,38 @@ impl Runner {
                 format!("<data-dir>/executions/{}.<random>/net", job.execution_id),
             ));
         }
+        // The prepared /etc the host's files give now (the first execution
+        // makes it; see crate::sandbox::etcview).
+        let mounts = job.profile.resolve_mounts(profile::host_entry);
+        let etc = crate::sandbox::etcview::pieces(&mounts)
+            .and_then(|pieces| crate::sandbox::etcview::expected(&pieces, &etc_extra()).ok());
+        if let Some(rel) = &etc {
+            folders.push((
+                bwrap::FD_ETC,
+                format!("<data-dir>/{ETC_VIEWS}/{}", rel.display()),
+            ));
+        }
         let args = Runner::plan_args(
             job,
             &bwrap,
             job.workspace.is_some(),
             job.extensions_dir.is_some() || job.workspace.is_some(),
             None,
+            etc.is_some(),
         )?;
         Ok((bwrap.path, args, folders))
     }
+}
+
+/// Where the prepared copies of `/etc` live, in the data dir.
+const ETC_VIEWS: &str = "system-views";
+
+/// What the runner adds to `/etc`: the account files.
+fn etc_extra() -> [crate::sandbox::etcview::Extra<'static>; 2] {
+    [
+        ("passwd", bwrap::PASSWD.as_bytes()),
+        ("group", bwrap::GROUP.as_bytes()),
+    ]
 }
 
 struct Prepared {
@@ -1004,6 +1075,9 @@ struct Prepared {
     /// The profile's mounts as resolved on the host, checked in `prepare`.
     #[cfg_attr(target_os = "macos", allow(dead_code))]
     mounts: Vec<profile::Mount>,
+    /// The prepared `/etc` (Linux), when the profile's `/etc` can be one.
+    #[cfg_attr(target_os = "macos", allow(dead_code))]
+    etc: Option<PathBuf>,
 }
 
 /// The execution's folder, which every execution that uses it has.
@@ -1248,12 +1322,13 @@ struct Launcher {
 fn sandbox_fds(
     filters: &crate::sandbox::seccomp::Filters,
     network: bool,
+    accounts: bool,
 ) -> io::Result<Vec<(std::os::fd::OwnedFd, i32)>> {
     let memfd = |name: &str, bytes: &[u8]| {
         let name = std::ffi::CString::new(name).map_err(io::Error::other)?;
         crate::supervise::sys::sealed_memfd(&name, bytes)
     };
-    Ok(vec![
+    let mut fds = vec![
         (
             memfd("seccomp-rules", &filters.rules)?,
             bwrap::FD_SECCOMP_RULES,
@@ -1262,15 +1337,19 @@ fn sandbox_fds(
             memfd("seccomp-guard", &filters.guard)?,
             bwrap::FD_SECCOMP_GUARD,
         ),
-        (memfd("passwd", bwrap::PASSWD.as_bytes())?, bwrap::FD_PASSWD),
-        (memfd("group", bwrap::GROUP.as_bytes())?, bwrap::FD_GROUP),
         // What bwrap executes as the exec shim: the small shim, or with a
         // network allowlist the runner's own binary (crate::sandbox::shim).
         (
             crate::sandbox::shim::executable(network)?,
             crate::sandbox::shim::FD_SHIM,
         ),
-    ])
+    ];
+    // The account files, unless they are in the prepared /etc.
+    if accounts {
+        fds.push((memfd("passwd", bwrap::PASSWD.as_bytes())?, bwrap::FD_PASSWD));
+        fds.push((memfd("group", bwrap::GROUP.as_bytes())?, bwrap::FD_GROUP));
+    }
+    Ok(fds)
 }
 
 /// `explain --platform macos`: the plan with the per-execution folder

@@ -59,6 +59,8 @@ pub const FD_EXTENSIONS: i32 = 11;
 pub const FD_WORKSPACE: i32 = 12;
 /// Child fd of the execution's network folder (`/run/skill-runner`).
 pub const FD_NET: i32 = 13;
+/// Child fd of the prepared `/etc` ([`crate::sandbox::etcview`]).
+pub const FD_ETC: i32 = 14;
 /// The user the command runs as inside the sandbox.
 pub const SANDBOX_UID: u32 = 1000;
 pub const SANDBOX_GID: u32 = 1000;
@@ -121,6 +123,9 @@ pub struct Plan<'a> {
     /// sandbox's user namespace (see [`crate::sandbox::shim`]); `None` when a
     /// cgroup enforces it.
     pub nproc: Option<u64>,
+    /// `/etc` is the prepared copy on [`FD_ETC`] ([`crate::sandbox::etcview`]):
+    /// the profile's mounts below `/etc` and the account files are in it.
+    pub etc_view: bool,
 }
 
 /// The environment in the sandbox (docs/formats.md): the fixed baseline,
@@ -159,22 +164,33 @@ pub fn bwrap_args(plan: &Plan<'_>) -> Vec<OsString> {
     a.opt("--gid", SANDBOX_GID.to_string());
     a.opt("--hostname", "sandbox");
     a.flag("--clearenv");
-    // System view from the profile, in order.
+    // System view from the profile, in order (its `/etc` pieces are in the
+    // prepared copy when there is one).
     for m in plan.mounts {
+        if plan.etc_view && crate::sandbox::etcview::folded(m) {
+            continue;
+        }
         match m {
             Mount::RoBind { src, dest } => a.pair("--ro-bind", src, dest),
             Mount::RoBindTry { src, dest } => a.pair("--ro-bind-try", src, dest),
             Mount::Symlink { target, dest } => a.pair("--symlink", target, dest),
         }
     }
-    // The account files are copied into the sandbox's root tmpfs, which
-    // `--remount-ro /` below makes read-only with everything else in it:
-    // no bind and no remount of their own (a `--ro-bind-data` costs bwrap
-    // a temporary file, a bind, a read of the mount table and a remount).
-    a.opt("--perms", "0444");
-    a.pair("--file", FD_PASSWD.to_string(), "/etc/passwd");
-    a.opt("--perms", "0444");
-    a.pair("--file", FD_GROUP.to_string(), "/etc/group");
+    if plan.etc_view {
+        // One read-only bind of a copy of those pieces and the account
+        // files, instead of a bind, a mount-table read and a remount each.
+        a.pair("--ro-bind-fd", FD_ETC.to_string(), "/etc");
+    } else {
+        // The account files are copied into the sandbox's root tmpfs, which
+        // `--remount-ro /` below makes read-only with everything else in
+        // it: no bind and no remount of their own (a `--ro-bind-data` costs
+        // bwrap a temporary file, a bind, a read of the mount table and a
+        // remount).
+        a.opt("--perms", "0444");
+        a.pair("--file", FD_PASSWD.to_string(), "/etc/passwd");
+        a.opt("--perms", "0444");
+        a.pair("--file", FD_GROUP.to_string(), "/etc/group");
+    }
     // A fresh /proc, read-only as a whole: /proc/sys, /proc/sysrq-trigger
     // and the other host-global files must not be writable whatever uid
     // the sandbox has (one remount; bwrap's own cover skips /proc/sys
@@ -356,6 +372,7 @@ mod tests {
             features,
             proxy,
             nproc: None,
+            etc_view: false,
         })
         .into_iter()
         .map(|s| s.into_string().unwrap())
@@ -620,6 +637,7 @@ mod tests {
             features: BwrapFeatures::default(),
             proxy: false,
             nproc: Some(20),
+            etc_view: false,
         })
         .into_iter()
         .map(|s| s.into_string().unwrap())
@@ -683,6 +701,87 @@ mod tests {
                 "/skill-extensions",
                 "--remount-ro",
                 "/",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_prepared_etc_replaces_the_etc_pieces_and_the_account_files() {
+        let mounts = vec![
+            Mount::RoBind {
+                src: "/usr".into(),
+                dest: "/usr".into(),
+            },
+            Mount::RoBindTry {
+                src: "/etc/ssl/certs".into(),
+                dest: "/etc/ssl/certs".into(),
+            },
+            Mount::Symlink {
+                target: "usr/lib".into(),
+                dest: "/lib".into(),
+            },
+        ];
+        let env = environment(&[]);
+        let argv = vec!["true".to_string()];
+        let plan = |etc_view| Plan {
+            mounts: &mounts,
+            workspace: Workspace::Host,
+            extensions: Extensions::Host,
+            cwd: "",
+            env: &env,
+            argv: &argv,
+            tmp_bytes: 1024,
+            features: BwrapFeatures::default(),
+            proxy: false,
+            nproc: None,
+            etc_view,
+        };
+        let strings = |args: Vec<OsString>| -> Vec<String> {
+            args.into_iter().map(|s| s.into_string().unwrap()).collect()
+        };
+        let with = strings(bwrap_args(&plan(true)));
+        let from = with.iter().position(|a| a == "--clearenv").unwrap() + 1;
+        let to = with.iter().position(|a| a == "--proc").unwrap();
+        assert_eq!(
+            with[from..to],
+            [
+                "--ro-bind",
+                "/usr",
+                "/usr",
+                "--symlink",
+                "usr/lib",
+                "/lib",
+                "--ro-bind-fd",
+                "14",
+                "/etc"
+            ]
+        );
+        assert!(!with.iter().any(|a| a == "--file" || a == "--ro-bind-try"));
+        // Without it, the pieces and the account files as before.
+        let without = strings(bwrap_args(&plan(false)));
+        let to = without.iter().position(|a| a == "--proc").unwrap();
+        assert_eq!(
+            without[from..to],
+            [
+                "--ro-bind",
+                "/usr",
+                "/usr",
+                "--ro-bind-try",
+                "/etc/ssl/certs",
+                "/etc/ssl/certs",
+                "--symlink",
+                "usr/lib",
+                "/lib",
+                "--perms",
+                "0444",
+                "--file",
+                "5",
+                "/etc/passwd",
+                "--perms",
+                "0444",
+                "--file",
+                "6",
+                "/etc/group"
             ]
         );
     }

@@ -14,12 +14,16 @@
 //!   exec shim ([`shim`]), which alone tells a finished sandbox from a
 //!   failed setup;
 //! - a job with a network allowlist reaches only the runner's proxy
-//!   ([`net`]).
+//!   ([`net`]);
+//! - `/etc` is one read-only bind of a copy of the profile's `/etc`
+//!   pieces ([`etcview`]), used only while the host's files are as they
+//!   were copied, else the pieces are bound one by one.
 //!
 //! The room knows nothing of packages: it takes the folder to bind at
 //! `/skills` as a descriptor.
 
 pub mod bwrap;
+pub mod etcview;
 pub mod host;
 pub mod identity;
 pub mod macos;

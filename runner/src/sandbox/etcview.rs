@@ -1,0 +1,703 @@
+//! The sandbox's `/etc` as one read-only bind of a prepared copy.
+//!
+//! A profile shows the command a few host files below `/etc` (the default
+//! one: `ld.so.cache`, `alternatives`, `ssl/certs`), and the runner adds
+//! `/etc/passwd` and `/etc/group`. As separate binds each piece costs
+//! bubblewrap a mount, a read of the whole mount table and a read-only
+//! remount. Here they are copied once into a folder of the data dir, and
+//! `/etc` is that folder, bound read-only on one descriptor
+//! ([`crate::sandbox::bwrap::FD_ETC`]). The sandbox sees the same bytes,
+//! the same symlinks and nothing else below `/etc`, read-only as before.
+//!
+//! A copy must not go stale: what it was made from is written down with
+//! it (a manifest: device, inode, size, modification and change time of
+//! every folder and regular file it copied), and each execution looks at
+//! those again (about ten `statx` calls for the default profile) before
+//! it uses the copy. A changed entry shows up there: a file rewritten in
+//! place changes its own times, an entry added, removed, renamed or
+//! replaced changes its folder's. A change makes a new copy, a new
+//! *generation* beside the old one; the old one is left alone, since a
+//! running sandbox may have it bound. A copy made from entries changed in
+//! the last [`SETTLE`] is used but not recorded as current (the next
+//! execution looks again): a second change within one timestamp tick of
+//! the first would not show in the times.
+//!
+//! Layout: `<root>/<key>/<generation>/{manifest,etc/...}` and
+//! `<root>/<key>/current` naming the generation; `<key>` is a digest of
+//! the pieces (source, destination) and the account files, `<generation>`
+//! the digest of the manifest. Copies are built in `<root>/.staging/` and
+//! renamed into place, so a reader sees a whole generation or none.
+//!
+//! What cannot be copied faithfully and safely is refused with an error,
+//! and the caller then binds the pieces as before: a piece that is a
+//! symlink itself, a device, FIFO or socket below one, a name with a
+//! newline, a file or folder closed to others (a bind keeps it closed to
+//! the sandbox user; a copy readable by it would not), a folder on the way
+//! or inside that someone other than root or the runner's user may change
+//! (the copy is made by path), more than [`MAX_BYTES`] or [`MAX_ENTRIES`].
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use sha2::{Digest, Sha256};
+
+use crate::sandbox::profile::Mount;
+
+/// How recent a source change may be for its copy to be recorded as
+/// current (see the module docs).
+pub const SETTLE: Duration = Duration::from_secs(2);
+
+/// One piece of the host's `/etc` the profile shows: the host path and
+/// where it appears in the sandbox (below `/etc`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    pub src: PathBuf,
+    pub dest: PathBuf,
+}
+
+/// The pieces of `mounts` that the view takes over, or `None` when the
+/// profile's `/etc` cannot be one folder: nothing of it below `/etc`, or
+/// something there that is not a read-only bind (a mirrored symlink), or a
+/// mount of `/etc` itself.
+pub fn pieces(mounts: &[Mount]) -> Option<Vec<Piece>> {
+    let etc = Path::new("/etc");
+    let mut out = Vec::new();
+    for m in mounts {
+        match m {
+            Mount::RoBind { src, dest } | Mount::RoBindTry { src, dest } => {
+                if dest == etc {
+                    return None;
+                }
+                if dest.starts_with(etc) {
+                    out.push(Piece {
+                        src: src.clone(),
+                        dest: dest.clone(),
+                    });
+                }
+            }
+            Mount::Symlink { dest, .. } => {
+                if dest.starts_with(etc) {
+                    return None;
+                }
+            }
+        }
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+/// Whether a mount is one of those the view takes over.
+pub fn folded(m: &Mount) -> bool {
+    match m {
+        Mount::RoBind { dest, .. } | Mount::RoBindTry { dest, .. } => dest.starts_with("/etc"),
+        Mount::Symlink { .. } => false,
+    }
+}
+
+/// Files the runner itself puts in `/etc` (name below `/etc`, contents).
+pub type Extra<'a> = (&'a str, &'a [u8]);
+
+/// The folder whose copy of `pieces` and `extra` is current, made now if
+/// there is none: a folder below `root` to bind read-only at `/etc`.
+pub fn prepare(root: &Path, pieces: &[Piece], extra: &[Extra<'_>]) -> io::Result<PathBuf> {
+    prepare_with(root, pieces, extra, SETTLE)
+}
+
+/// [`prepare`] with the settling time as a parameter (tests use zero).
+pub fn prepare_with(
+    root: &Path,
+    pieces: &[Piece],
+    extra: &[Extra<'_>],
+    settle: Duration,
+) -> io::Result<PathBuf> {
+    let keydir = root.join(key(pieces, extra));
+    if let Some(dir) = current(&keydir)? {
+        return Ok(dir);
+    }
+    build(root, &keydir, pieces, extra, settle)
+}
+
+/// Where `explain` says the view is: the generation the host's files give
+/// now (made by the first execution that uses it), as a path relative to
+/// the views' root.
+pub fn expected(pieces: &[Piece], extra: &[Extra<'_>]) -> io::Result<PathBuf> {
+    let manifest = scan(pieces)?;
+    Ok(PathBuf::from(key(pieces, extra))
+        .join(generation(&manifest))
+        .join("etc"))
+}
+
+/// The identity of a view: its pieces and extra files.
+fn key(pieces: &[Piece], extra: &[Extra<'_>]) -> String {
+    let mut h = Sha256::new();
+    h.update(b"skill-runner etc view 1\n");
+    for p in pieces {
+        h.update(p.src.as_os_str().as_encoded_bytes());
+        h.update([0]);
+        h.update(p.dest.as_os_str().as_encoded_bytes());
+        h.update([0]);
+    }
+    h.update(b"\n");
+    for (name, bytes) in extra {
+        h.update(name.as_bytes());
+        h.update([0]);
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    }
+    crate::text::to_hex(&h.finalize())
+}
+
+fn generation(manifest: &str) -> String {
+    crate::text::to_hex(&Sha256::digest(manifest.as_bytes()))
+}
+
+/// The current generation's `etc` folder when what it was made from is
+/// unchanged.
+fn current(keydir: &Path) -> io::Result<Option<PathBuf>> {
+    let name = match fs::read_to_string(keydir.join("current")) {
+        Ok(n) => n,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if name.len() != 64 || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(None);
+    }
+    let gen = keydir.join(&name);
+    let manifest = match fs::read_to_string(gen.join("manifest")) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    for line in manifest.lines() {
+        let (stamp, path) = line.split_once('\t').unwrap_or((line, ""));
+        let now = fs::symlink_metadata(path).ok().map(|m| stamp_of(&m));
+        if now.as_deref() != Some(stamp) {
+            return Ok(None);
+        }
+    }
+    Ok(Some(gen.join("etc")))
+}
+
+/// What is recorded of a folder or regular file.
+fn stamp_of(m: &fs::Metadata) -> String {
+    let kind = if m.is_dir() { 'd' } else { 'f' };
+    format!(
+        "{kind} {} {} {} {}.{:09} {}.{:09}",
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec()
+    )
+}
+
+/// The most a copy holds: beyond, the pieces are bound one by one (a
+/// profile naming a large tree must not make every host change a copy of
+/// it).
+pub const MAX_BYTES: u64 = 64 << 20;
+/// The most entries a copy holds.
+pub const MAX_ENTRIES: usize = 10_000;
+
+/// The manifest of the pieces as they are now: one line per folder and
+/// regular file, `stamp<TAB>path`, in a fixed order.
+///
+/// Only what everyone may read is copied: the copy is made by the runner
+/// and readable by the sandbox user, so a file or folder closed to others
+/// (which a bind would have kept closed) is refused, and the pieces stay
+/// binds.
+fn scan(pieces: &[Piece]) -> io::Result<String> {
+    let mut out = String::new();
+    let (mut bytes, mut entries) = (0u64, 0usize);
+    let me = nix::unistd::geteuid().as_raw();
+    for p in pieces {
+        let meta = fs::symlink_metadata(&p.src)?;
+        if meta.file_type().is_symlink() {
+            return Err(unsupported(&p.src, "a symlink"));
+        }
+        for above in p.src.ancestors().skip(1) {
+            let m = fs::symlink_metadata(above)?;
+            if m.file_type().is_symlink() || !only_trusted_change(&m, me, true) {
+                return Err(unsupported(above, "a folder someone else may change"));
+            }
+        }
+        walk(&p.src, &meta, &mut |path, m| {
+            let path = path
+                .to_str()
+                .filter(|s| !s.contains(['\n', '\t']))
+                .ok_or_else(|| unsupported(path, "a name that is not plain UTF-8"))?;
+            let open_to_all = if m.is_dir() {
+                m.mode() & 0o005 == 0o005
+            } else {
+                !m.is_file() || m.mode() & 0o004 != 0
+            };
+            if !open_to_all {
+                return Err(unsupported(Path::new(path), "not readable by everyone"));
+            }
+            if m.is_dir() && !only_trusted_change(m, me, false) {
+                return Err(unsupported(
+                    Path::new(path),
+                    "a folder someone else may change",
+                ));
+            }
+            entries += 1;
+            bytes += if m.is_file() { m.size() } else { 0 };
+            if entries > MAX_ENTRIES || bytes > MAX_BYTES {
+                return Err(unsupported(
+                    Path::new(path),
+                    "beyond what a copy holds (64 MiB, 10,000 entries)",
+                ));
+            }
+            if m.is_dir() || m.is_file() {
+                out.push_str(&stamp_of(m));
+                out.push('\t');
+                out.push_str(path);
+                out.push('\n');
+            }
+            Ok(())
+        })?;
+    }
+    Ok(out)
+}
+
+/// Whether only root or the runner's own user can change what a folder
+/// holds: owned by one of them and writable by no one else (a sticky
+/// folder, where others cannot move what they do not own, is allowed on
+/// the way to a piece). The copy is made by path, so nobody else may swap
+/// an entry for a symlink between the look and the copy.
+fn only_trusted_change(m: &fs::Metadata, me: u32, sticky_ok: bool) -> bool {
+    let owner = m.uid() == 0 || m.uid() == me;
+    let others_write = m.mode() & 0o022 != 0;
+    let sticky = m.mode() & 0o1000 != 0;
+    owner && (!others_write || (sticky_ok && sticky))
+}
+
+/// Calls `visit` on `path` and, for a folder, everything below it (names
+/// sorted); refuses what a copy cannot hold.
+fn walk(
+    path: &Path,
+    meta: &fs::Metadata,
+    visit: &mut dyn FnMut(&Path, &fs::Metadata) -> io::Result<()>,
+) -> io::Result<()> {
+    let ty = meta.file_type();
+    if !(ty.is_dir() || ty.is_file() || ty.is_symlink()) {
+        return Err(unsupported(path, "not a file, folder or symlink"));
+    }
+    visit(path, meta)?;
+    if ty.is_dir() {
+        let mut names: Vec<_> = fs::read_dir(path)?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<io::Result<_>>()?;
+        names.sort();
+        for name in names {
+            let child = path.join(name);
+            let m = fs::symlink_metadata(&child)?;
+            walk(&child, &m, visit)?;
+        }
+    }
+    Ok(())
+}
+
+fn unsupported(path: &Path, what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("{} is {what}", path.display()),
+    )
+}
+
+/// Makes a new generation and returns its `etc` folder.
+fn build(
+    root: &Path,
+    keydir: &Path,
+    pieces: &[Piece],
+    extra: &[Extra<'_>],
+    settle: Duration,
+) -> io::Result<PathBuf> {
+    let started = SystemTime::now();
+    let before = scan(pieces)?;
+    let staging = root.join(".staging");
+    fs::create_dir_all(&staging)?;
+    sweep_staging(&staging);
+    let tmp = staging.join(crate::fsx::random_hex());
+    let made = fill(&tmp, pieces, extra, &before);
+    // The copy is of what the manifest says only if nothing changed while
+    // it was made.
+    let made = made.and_then(|()| {
+        if scan(pieces)? == before {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::Interrupted,
+                "the host's files changed while they were copied",
+            ))
+        }
+    });
+    if let Err(e) = made {
+        let _ = crate::fsx::remove_tree(&tmp);
+        return Err(e);
+    }
+    fs::create_dir_all(keydir)?;
+    let name = generation(&before);
+    let gen = keydir.join(&name);
+    match fs::rename(&tmp, &gen) {
+        Ok(()) => {}
+        // Another runner made the same generation first: use theirs.
+        Err(_) if gen.join("manifest").is_file() => {
+            let _ = crate::fsx::remove_tree(&tmp);
+        }
+        Err(e) => {
+            let _ = crate::fsx::remove_tree(&tmp);
+            return Err(e);
+        }
+    }
+    if settled(&before, started, settle) {
+        crate::fsx::write_replace(&keydir.join("current"), name.as_bytes())?;
+    }
+    Ok(gen.join("etc"))
+}
+
+/// Copies the pieces and extra files into `tmp/etc` (folders 0555, files
+/// 0444 at the end) and writes `tmp/manifest`.
+fn fill(tmp: &Path, pieces: &[Piece], extra: &[Extra<'_>], manifest: &str) -> io::Result<()> {
+    let etc = tmp.join("etc");
+    fs::create_dir_all(&etc)?;
+    for p in pieces {
+        let rel = p
+            .dest
+            .strip_prefix("/etc")
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a piece outside /etc"))?;
+        let dest = etc.join(rel);
+        if let Some(parent) = dest.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        let meta = fs::symlink_metadata(&p.src)?;
+        let base = p.src.clone();
+        walk(&p.src, &meta, &mut |path, m| {
+            let rel = path.strip_prefix(&base).unwrap_or(Path::new(""));
+            let to = if rel.as_os_str().is_empty() {
+                dest.clone()
+            } else {
+                dest.join(rel)
+            };
+            let ty = m.file_type();
+            if ty.is_dir() {
+                fs::create_dir_all(&to)
+            } else if ty.is_symlink() {
+                std::os::unix::fs::symlink(fs::read_link(path)?, &to)
+            } else {
+                fs::copy(path, &to).map(drop)
+            }
+        })?;
+    }
+    for (name, bytes) in extra {
+        fs::write(etc.join(name), bytes)?;
+    }
+    fs::write(tmp.join("manifest"), manifest)?;
+    seal(&etc)?;
+    crate::fsx::chmod(&tmp.join("manifest"), 0o444)?;
+    crate::fsx::chmod(tmp, 0o555)
+}
+
+/// Files 0444 (0555 where anyone could execute them), folders 0555,
+/// symlinks as they are.
+fn seal(dir: &Path) -> io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let ty = entry.file_type()?;
+        if ty.is_dir() {
+            seal(&entry.path())?;
+        } else if ty.is_file() {
+            let mode = entry.metadata()?.permissions().mode();
+            let x = if mode & 0o111 == 0o111 { 0o111 } else { 0 };
+            crate::fsx::chmod(&entry.path(), 0o444 | x)?;
+        }
+    }
+    crate::fsx::chmod(dir, 0o555)
+}
+
+/// Whether every entry of the manifest was last changed more than
+/// `settle` before `started`.
+fn settled(manifest: &str, started: SystemTime, settle: Duration) -> bool {
+    let Ok(limit) = started.duration_since(SystemTime::UNIX_EPOCH) else {
+        return false;
+    };
+    let limit = limit.saturating_sub(settle).as_secs_f64();
+    manifest.lines().all(|line| {
+        let mut words = line.split('\t').next().unwrap_or("").split(' ').skip(4);
+        let time = |w: Option<&str>| w.and_then(|t| t.parse::<f64>().ok());
+        match (time(words.next()), time(words.next())) {
+            (Some(m), Some(c)) => settle.is_zero() || (m < limit && c < limit),
+            _ => false,
+        }
+    })
+}
+
+/// Removes staging folders a crashed runner left (older than an hour).
+fn sweep_staging(staging: &Path) {
+    let Ok(entries) = fs::read_dir(staging) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > Duration::from_secs(3600));
+        if old {
+            let _ = crate::fsx::remove_tree(&entry.path());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Host {
+        _tmp: tempfile::TempDir,
+        root: PathBuf,
+        views: PathBuf,
+    }
+
+    fn host() -> Host {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("host");
+        fs::create_dir_all(root.join("certs/sub")).unwrap();
+        fs::write(root.join("cache"), b"loader cache").unwrap();
+        fs::write(root.join("certs/bundle.crt"), b"CERTS 1").unwrap();
+        fs::write(root.join("certs/sub/deep.pem"), b"deep").unwrap();
+        std::os::unix::fs::symlink("/usr/share/x.pem", root.join("certs/abcd.0")).unwrap();
+        let views = tmp.path().join("views");
+        Host {
+            _tmp: tmp,
+            root,
+            views,
+        }
+    }
+
+    fn pieces_of(h: &Host) -> Vec<Piece> {
+        vec![
+            Piece {
+                src: h.root.join("cache"),
+                dest: "/etc/ld.so.cache".into(),
+            },
+            Piece {
+                src: h.root.join("certs"),
+                dest: "/etc/ssl/certs".into(),
+            },
+        ]
+    }
+
+    const EXTRA: &[Extra<'static>] = &[("passwd", b"sandbox:x:1000\n"), ("group", b"g\n")];
+
+    fn prep(h: &Host) -> PathBuf {
+        prepare_with(&h.views, &pieces_of(h), EXTRA, Duration::ZERO).unwrap()
+    }
+
+    #[test]
+    fn the_copy_holds_the_same_bytes_links_and_account_files_read_only() {
+        let h = host();
+        let etc = prep(&h);
+        assert_eq!(fs::read(etc.join("ld.so.cache")).unwrap(), b"loader cache");
+        assert_eq!(
+            fs::read(etc.join("ssl/certs/bundle.crt")).unwrap(),
+            b"CERTS 1"
+        );
+        assert_eq!(
+            fs::read(etc.join("ssl/certs/sub/deep.pem")).unwrap(),
+            b"deep"
+        );
+        assert_eq!(
+            fs::read_link(etc.join("ssl/certs/abcd.0")).unwrap(),
+            Path::new("/usr/share/x.pem")
+        );
+        assert_eq!(fs::read(etc.join("passwd")).unwrap(), b"sandbox:x:1000\n");
+        assert_eq!(fs::read(etc.join("group")).unwrap(), b"g\n");
+        let mode = |p: &Path| fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&etc), 0o555);
+        assert_eq!(mode(&etc.join("ssl/certs/sub")), 0o555);
+        assert_eq!(mode(&etc.join("ld.so.cache")), 0o444);
+        assert_eq!(mode(&etc.join("passwd")), 0o444);
+        // Nothing else: the listing is exactly the pieces and the files.
+        let mut names: Vec<_> = fs::read_dir(&etc)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["group", "ld.so.cache", "passwd", "ssl"]);
+        // What explain names is what was made.
+        assert_eq!(h.views.join(expected(&pieces_of(&h), EXTRA).unwrap()), etc);
+    }
+
+    #[test]
+    fn an_unchanged_host_reuses_the_copy_and_a_change_makes_a_new_one() {
+        let h = host();
+        let first = prep(&h);
+        let ino = |p: &Path| fs::metadata(p).unwrap().ino();
+        let first_ino = ino(&first);
+        assert_eq!(prep(&h), first);
+        assert_eq!(ino(&prep(&h)), first_ino, "reused, not rebuilt");
+
+        // A file rewritten in place, deep in a folder.
+        fs::write(h.root.join("certs/sub/deep.pem"), b"changed").unwrap();
+        let second = prep(&h);
+        assert_ne!(second, first);
+        assert_eq!(
+            fs::read(second.join("ssl/certs/sub/deep.pem")).unwrap(),
+            b"changed"
+        );
+        // The old generation is left for a sandbox that may have it bound.
+        assert_eq!(
+            fs::read(first.join("ssl/certs/sub/deep.pem")).unwrap(),
+            b"deep"
+        );
+
+        // An entry added, one replaced by a link, one removed.
+        fs::write(h.root.join("certs/new.crt"), b"new").unwrap();
+        let third = prep(&h);
+        assert_eq!(fs::read(third.join("ssl/certs/new.crt")).unwrap(), b"new");
+        fs::remove_file(h.root.join("certs/bundle.crt")).unwrap();
+        std::os::unix::fs::symlink("elsewhere", h.root.join("certs/bundle.crt")).unwrap();
+        let fourth = prep(&h);
+        assert_eq!(
+            fs::read_link(fourth.join("ssl/certs/bundle.crt")).unwrap(),
+            Path::new("elsewhere")
+        );
+        fs::remove_file(h.root.join("certs/new.crt")).unwrap();
+        let fifth = prep(&h);
+        assert!(!fifth.join("ssl/certs/new.crt").exists());
+        // A single file piece replaced by rename.
+        fs::write(h.root.join("cache.new"), b"new cache").unwrap();
+        fs::rename(h.root.join("cache.new"), h.root.join("cache")).unwrap();
+        assert_eq!(
+            fs::read(prep(&h).join("ld.so.cache")).unwrap(),
+            b"new cache"
+        );
+    }
+
+    #[test]
+    fn a_copy_of_just_changed_files_is_not_recorded_as_current() {
+        let h = host();
+        // Sources changed just now: with the real settling time, the copy is
+        // used but `current` is not written, so the next execution looks
+        // again instead of trusting times that may not have moved.
+        let etc = prepare(&h.views, &pieces_of(&h), EXTRA).unwrap();
+        assert!(etc.join("ld.so.cache").is_file());
+        let keydir = etc.parent().unwrap().parent().unwrap();
+        assert!(!keydir.join("current").exists());
+        // Settled (a zero settling time): recorded.
+        prep(&h);
+        assert!(keydir.join("current").is_file());
+    }
+
+    #[test]
+    fn a_forged_current_or_manifest_is_not_trusted() {
+        let h = host();
+        let etc = prep(&h);
+        let keydir = etc.parent().unwrap().parent().unwrap().to_owned();
+        fs::write(keydir.join("current"), "../../../elsewhere").unwrap();
+        assert_eq!(
+            prep(&h),
+            etc,
+            "a current that is no generation name is ignored"
+        );
+        // A manifest whose stamps do not match the host means a rebuild
+        // (which lands on the same generation name when nothing changed).
+        let gen = etc.parent().unwrap();
+        crate::fsx::chmod(gen, 0o755).unwrap();
+        crate::fsx::chmod(&gen.join("manifest"), 0o644).unwrap();
+        fs::write(gen.join("manifest"), "d 1 2 3 4.0 5.0\t/nonexistent\n").unwrap();
+        assert!(current(&keydir).unwrap().is_none());
+    }
+
+    #[test]
+    fn what_a_copy_cannot_hold_is_refused() {
+        let h = host();
+        nix::unistd::mkfifo(&h.root.join("certs/fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let e = prepare_with(&h.views, &pieces_of(&h), EXTRA, Duration::ZERO).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
+        fs::remove_file(h.root.join("certs/fifo")).unwrap();
+        // A piece that is itself a symlink: bwrap would follow it; a copy
+        // could not say when its target changes.
+        let link = Piece {
+            src: h.root.join("link"),
+            dest: "/etc/link".into(),
+        };
+        std::os::unix::fs::symlink(h.root.join("cache"), &link.src).unwrap();
+        let e = prepare_with(&h.views, &[link], EXTRA, Duration::ZERO).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
+        // A file or folder closed to others (a bind keeps it closed to the
+        // sandbox user, a copy readable by it would not); a folder someone
+        // else could change, inside a piece or on the way to it (an entry
+        // could be swapped for a symlink between the look and the copy).
+        for (path, mode, back, why) in [
+            (
+                h.root.join("certs/sub/deep.pem"),
+                0o600,
+                0o644,
+                "not readable by everyone",
+            ),
+            (
+                h.root.join("certs/sub"),
+                0o750,
+                0o755,
+                "not readable by everyone",
+            ),
+            (
+                h.root.join("certs/sub"),
+                0o777,
+                0o755,
+                "someone else may change",
+            ),
+            (h.root.clone(), 0o775, 0o755, "someone else may change"),
+        ] {
+            crate::fsx::chmod(&path, mode).unwrap();
+            let e = prepare_with(&h.views, &pieces_of(&h), EXTRA, Duration::ZERO).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
+            assert!(e.to_string().contains(why), "{e}");
+            crate::fsx::chmod(&path, back).unwrap();
+        }
+        // A tree beyond what a copy holds.
+        let big = Piece {
+            src: h.root.join("big"),
+            dest: "/etc/big".into(),
+        };
+        fs::create_dir(&big.src).unwrap();
+        fs::File::create(big.src.join("f"))
+            .unwrap()
+            .set_len(MAX_BYTES + 1)
+            .unwrap();
+        let e = prepare_with(&h.views, &[big], EXTRA, Duration::ZERO).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
+        assert!(prepare_with(&h.views, &pieces_of(&h), EXTRA, Duration::ZERO).is_ok());
+        // Nothing half-made is left behind.
+        let left = fs::read_dir(h.views.join(".staging")).map_or(0, |d| d.count());
+        assert_eq!(left, 0);
+    }
+
+    #[test]
+    fn only_a_profile_whose_etc_is_read_only_binds_is_folded() {
+        let bind = |s: &str, d: &str| Mount::RoBindTry {
+            src: s.into(),
+            dest: d.into(),
+        };
+        let usr = Mount::RoBind {
+            src: "/usr".into(),
+            dest: "/usr".into(),
+        };
+        assert_eq!(pieces(std::slice::from_ref(&usr)), None);
+        let got = pieces(&[usr.clone(), bind("/etc/ssl/certs", "/etc/ssl/certs")]).unwrap();
+        assert_eq!(got.len(), 1);
+        assert!(!folded(&usr) && folded(&bind("/x", "/etc/x")));
+        let link = Mount::Symlink {
+            target: "x".into(),
+            dest: "/etc/y".into(),
+        };
+        assert_eq!(pieces(&[bind("/etc/a", "/etc/a"), link]), None);
+        assert_eq!(pieces(&[bind("/etc", "/etc")]), None);
+    }
+}
