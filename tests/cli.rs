@@ -1155,6 +1155,35 @@ fn the_sandbox_s_etc_is_a_read_only_copy_that_follows_the_host() {
         std::fs::read_to_string(Path::new(&on_disk).join("skill-test/sub/value")).unwrap(),
         "six\n"
     );
+
+    // A file closed to others is not copied (a copy would let the sandbox
+    // user read it): the pieces are bound one by one, where the file stays
+    // closed to it, and explain says so too.
+    std::fs::set_permissions(
+        conf.join("sub/value"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let identity = world.run_json(&json!({"argv": ["true"]})).1["identity"]["mode"].clone();
+    if identity == "sandbox_user" {
+        assert_eq!(run(), expect(""));
+    }
+    let out = runner(&world, &["explain", "--json", job.to_str().unwrap()]);
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(doc["folders"].get("14").is_none(), "{doc:#}");
+    assert!(doc["fds"].get("5").is_some(), "{doc:#}");
+    let argv: Vec<&str> = doc["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let piece = conf.to_str().unwrap();
+    assert!(
+        argv.windows(3)
+            .any(|w| w == ["--ro-bind-try", piece, "/etc/skill-test"]),
+        "{argv:?}"
+    );
 }
 
 /// The built-in profile's text with one more mount first in its list.

@@ -31,10 +31,14 @@
 //! What cannot be copied faithfully and safely is refused with an error,
 //! and the caller then binds the pieces as before: a piece that is a
 //! symlink itself, a device, FIFO or socket below one, a name with a
-//! newline, a file or folder closed to others (a bind keeps it closed to
-//! the sandbox user; a copy readable by it would not), a folder on the way
-//! or inside that someone other than root or the runner's user may change
+//! newline, a file or folder closed to its owner, group or others or
+//! carrying an ACL (a bind keeps it closed to some user; a copy readable
+//! by the sandbox user would not), pieces where one lies below another
+//! (binds hide the first; a copy would merge them), a folder on the way or
+//! inside that someone other than root or the runner's user may change
 //! (the copy is made by path), more than [`MAX_BYTES`] or [`MAX_ENTRIES`].
+//! A generation's name covers the copied bytes as well as the stamps, so
+//! a file changed without its times moving never reuses an older copy.
 
 use std::fs;
 use std::io;
@@ -124,8 +128,9 @@ pub fn prepare_with(
 /// the views' root.
 pub fn expected(pieces: &[Piece], extra: &[Extra<'_>]) -> io::Result<PathBuf> {
     let manifest = scan(pieces)?;
+    let content = copy_or_hash(pieces, extra, None)?;
     Ok(PathBuf::from(key(pieces, extra))
-        .join(generation(&manifest))
+        .join(generation(&manifest, &content))
         .join("etc"))
 }
 
@@ -149,8 +154,16 @@ fn key(pieces: &[Piece], extra: &[Extra<'_>]) -> String {
     crate::text::to_hex(&h.finalize())
 }
 
-fn generation(manifest: &str) -> String {
-    crate::text::to_hex(&Sha256::digest(manifest.as_bytes()))
+/// A generation's name: what it was made from and what it holds. The bytes
+/// count too: a file can change without its times moving (a write through
+/// a shared mapping, a coarse clock), and a copy of the new bytes must not
+/// be mistaken for an older one of the same stamps.
+fn generation(manifest: &str, content: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(manifest.as_bytes());
+    h.update(b"\0");
+    h.update(content.as_bytes());
+    crate::text::to_hex(&h.finalize())
 }
 
 /// The current generation's `etc` folder when what it was made from is
@@ -206,10 +219,19 @@ pub const MAX_ENTRIES: usize = 10_000;
 /// regular file, `stamp<TAB>path`, in a fixed order.
 ///
 /// Only what everyone may read is copied: the copy is made by the runner
-/// and readable by the sandbox user, so a file or folder closed to others
-/// (which a bind would have kept closed) is refused, and the pieces stay
-/// binds.
+/// and readable by the sandbox user, so a file or folder closed to its
+/// owner, group or others, or carrying an ACL (which a bind would have
+/// kept closed to some user), is refused, and the pieces stay binds. So
+/// are pieces where one lies below another (binds would hide the first).
 fn scan(pieces: &[Piece]) -> io::Result<String> {
+    for (i, a) in pieces.iter().enumerate() {
+        for b in &pieces[i + 1..] {
+            if a.dest.starts_with(&b.dest) || b.dest.starts_with(&a.dest) {
+                // Binds would hide the earlier piece; a copy would merge them.
+                return Err(unsupported(&b.dest, "where another piece is too"));
+            }
+        }
+    }
     let mut out = String::new();
     let (mut bytes, mut entries) = (0u64, 0usize);
     let me = nix::unistd::geteuid().as_raw();
@@ -229,12 +251,16 @@ fn scan(pieces: &[Piece]) -> io::Result<String> {
                 .to_str()
                 .filter(|s| !s.contains(['\n', '\t']))
                 .ok_or_else(|| unsupported(path, "a name that is not plain UTF-8"))?;
+            // Readable by owner, group and others alike, and no ACL: then
+            // the sandbox user may read it through a bind whoever it is.
             let open_to_all = if m.is_dir() {
-                m.mode() & 0o005 == 0o005
+                m.mode() & 0o555 == 0o555
             } else {
-                !m.is_file() || m.mode() & 0o004 != 0
+                !m.is_file() || m.mode() & 0o444 == 0o444
             };
-            if !open_to_all {
+            let acl = (m.is_dir() || m.is_file())
+                && crate::supervise::sys::has_access_acl(Path::new(path))?;
+            if !open_to_all || acl {
                 return Err(unsupported(Path::new(path), "not readable by everyone"));
             }
             if m.is_dir() && !only_trusted_change(m, me, false) {
@@ -325,9 +351,9 @@ fn build(
     let made = fill(&tmp, pieces, extra, &before);
     // The copy is of what the manifest says only if nothing changed while
     // it was made.
-    let made = made.and_then(|()| {
+    let made = made.and_then(|content| {
         if scan(pieces)? == before {
-            Ok(())
+            Ok(content)
         } else {
             Err(io::Error::new(
                 io::ErrorKind::Interrupted,
@@ -335,12 +361,19 @@ fn build(
             ))
         }
     });
-    if let Err(e) = made {
-        let _ = crate::fsx::remove_tree(&tmp);
-        return Err(e);
-    }
+    let content = match made {
+        Ok(content) => content,
+        Err(e) => {
+            let _ = crate::fsx::remove_tree(&tmp);
+            return Err(e);
+        }
+    };
     fs::create_dir_all(keydir)?;
-    let name = generation(&before);
+    // Passable by the sandbox user, whatever the umask (bwrap, which a root
+    // runner starts as that user, binds the copy by its path).
+    crate::fsx::chmod(root, 0o755)?;
+    crate::fsx::chmod(keydir, 0o755)?;
+    let name = generation(&before, &content);
     let gen = keydir.join(&name);
     match fs::rename(&tmp, &gen) {
         Ok(()) => {}
@@ -360,45 +393,126 @@ fn build(
 }
 
 /// Copies the pieces and extra files into `tmp/etc` (folders 0555, files
-/// 0444 at the end) and writes `tmp/manifest`.
-fn fill(tmp: &Path, pieces: &[Piece], extra: &[Extra<'_>], manifest: &str) -> io::Result<()> {
+/// 0444 at the end), writes `tmp/manifest`, and returns the digest of what
+/// was copied.
+fn fill(tmp: &Path, pieces: &[Piece], extra: &[Extra<'_>], manifest: &str) -> io::Result<String> {
     let etc = tmp.join("etc");
     fs::create_dir_all(&etc)?;
-    for p in pieces {
-        let rel = p
-            .dest
-            .strip_prefix("/etc")
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a piece outside /etc"))?;
-        let dest = etc.join(rel);
-        if let Some(parent) = dest.parent() {
-            fs::create_dir_all(parent)?;
-        }
-        let meta = fs::symlink_metadata(&p.src)?;
-        let base = p.src.clone();
-        walk(&p.src, &meta, &mut |path, m| {
-            let rel = path.strip_prefix(&base).unwrap_or(Path::new(""));
-            let to = if rel.as_os_str().is_empty() {
-                dest.clone()
-            } else {
-                dest.join(rel)
-            };
-            let ty = m.file_type();
-            if ty.is_dir() {
-                fs::create_dir_all(&to)
-            } else if ty.is_symlink() {
-                std::os::unix::fs::symlink(fs::read_link(path)?, &to)
-            } else {
-                fs::copy(path, &to).map(drop)
-            }
-        })?;
-    }
-    for (name, bytes) in extra {
-        fs::write(etc.join(name), bytes)?;
-    }
+    let content = copy_or_hash(pieces, extra, Some(&etc))?;
     fs::write(tmp.join("manifest"), manifest)?;
     seal(&etc)?;
     crate::fsx::chmod(&tmp.join("manifest"), 0o444)?;
-    crate::fsx::chmod(tmp, 0o555)
+    crate::fsx::chmod(tmp, 0o555)?;
+    Ok(content)
+}
+
+/// The digest of what a copy of the pieces and extra files holds (names,
+/// kinds, bytes, link targets), copying it into `out` (the copy's `etc`)
+/// on the way when given.
+///
+/// Nothing here follows a symlink into the host: a source file is opened
+/// with `O_NOFOLLOW` and must be the file [`scan`] looked at (same device
+/// and inode, at most the size seen), and in `out` no piece lies below
+/// another ([`scan`] refuses overlaps) and no folder is entered through a
+/// link, so each write lands in the copy. Files are created, never
+/// rewritten.
+fn copy_or_hash(pieces: &[Piece], extra: &[Extra<'_>], out: Option<&Path>) -> io::Result<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut h = Sha256::new();
+    let entry = |h: &mut Sha256, rel: &Path, kind: &[u8], data: &[u8]| {
+        h.update(rel.as_os_str().as_bytes());
+        h.update([0]);
+        h.update(kind);
+        h.update((data.len() as u64).to_le_bytes());
+        h.update(data);
+    };
+    for p in pieces {
+        let dest = p
+            .dest
+            .strip_prefix("/etc")
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a piece outside /etc"))?
+            .to_owned();
+        if let (Some(out), Some(parent)) = (out, dest.parent()) {
+            fs::create_dir_all(out.join(parent))?;
+        }
+        let meta = fs::symlink_metadata(&p.src)?;
+        walk(&p.src, &meta, &mut |path, m| {
+            let below = path.strip_prefix(&p.src).unwrap_or(Path::new(""));
+            // (Joining an empty path would add a trailing slash.)
+            let rel = if below.as_os_str().is_empty() {
+                dest.clone()
+            } else {
+                dest.join(below)
+            };
+            let to = out.map(|o| o.join(&rel));
+            let ty = m.file_type();
+            if ty.is_dir() {
+                entry(&mut h, &rel, b"d", b"");
+                if let Some(to) = to {
+                    fs::create_dir(&to)?;
+                }
+            } else if ty.is_symlink() {
+                let target = fs::read_link(path)?;
+                entry(&mut h, &rel, b"l", target.as_os_str().as_bytes());
+                if let Some(to) = to {
+                    std::os::unix::fs::symlink(&target, &to)?;
+                }
+            } else {
+                let bytes = read_as_scanned(path, m)?;
+                entry(&mut h, &rel, b"f", &bytes);
+                if let Some(to) = to {
+                    write_created(&to, &bytes)?;
+                }
+            }
+            Ok(())
+        })?;
+    }
+    for (name, bytes) in extra {
+        entry(&mut h, Path::new(name), b"f", bytes);
+        if let Some(out) = out {
+            write_created(&out.join(name), bytes)?;
+        }
+    }
+    Ok(crate::text::to_hex(&h.finalize()))
+}
+
+/// The bytes of the regular file `scan` saw at `path`, or an error when
+/// the entry is something else now (a symlink, another file, longer).
+fn read_as_scanned(path: &Path, seen: &fs::Metadata) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let changed = || {
+        io::Error::new(
+            io::ErrorKind::Interrupted,
+            format!("{} changed while it was copied", path.display()),
+        )
+    };
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|_| changed())?;
+    let now = file.metadata()?;
+    if !now.is_file() || now.dev() != seen.dev() || now.ino() != seen.ino() {
+        return Err(changed());
+    }
+    let mut bytes = Vec::with_capacity(seen.size() as usize);
+    file.take(seen.size() + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 != seen.size() {
+        return Err(changed());
+    }
+    Ok(bytes)
+}
+
+/// Creates `path` (never through a symlink, never over anything) with
+/// `bytes`.
+fn write_created(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?
+        .write_all(bytes)
 }
 
 /// Files 0444 (0555 where anyone could execute them), folders 0555,
@@ -580,6 +694,21 @@ mod tests {
     }
 
     #[test]
+    fn a_generation_is_named_by_its_bytes_too() {
+        // Same stamps, other bytes (a write through a shared mapping moves
+        // no time): another generation, never the older copy.
+        assert_ne!(generation("m", "bytes one"), generation("m", "bytes two"));
+        let h = host();
+        let etc = prep(&h);
+        let gen = etc.parent().unwrap().file_name().unwrap();
+        let content = copy_or_hash(&pieces_of(&h), EXTRA, None).unwrap();
+        let manifest = scan(&pieces_of(&h)).unwrap();
+        assert_eq!(gen.to_str().unwrap(), generation(&manifest, &content));
+        let other = copy_or_hash(&pieces_of(&h), &[("passwd", b"x")], None).unwrap();
+        assert_ne!(content, other);
+    }
+
+    #[test]
     fn a_copy_of_just_changed_files_is_not_recorded_as_current() {
         let h = host();
         // Sources changed just now: with the real settling time, the copy is
@@ -599,12 +728,13 @@ mod tests {
         let h = host();
         let etc = prep(&h);
         let keydir = etc.parent().unwrap().parent().unwrap().to_owned();
-        fs::write(keydir.join("current"), "../../../elsewhere").unwrap();
-        assert_eq!(
-            prep(&h),
-            etc,
-            "a current that is no generation name is ignored"
-        );
+        // A current that is no generation name is not followed, even to a
+        // folder whose (empty) manifest would match anything.
+        fs::create_dir_all(h.views.join("elsewhere/etc")).unwrap();
+        fs::write(h.views.join("elsewhere/manifest"), "").unwrap();
+        fs::write(keydir.join("current"), "../elsewhere").unwrap();
+        assert_eq!(current(&keydir).unwrap(), None);
+        assert_eq!(prep(&h), etc);
         // A manifest whose stamps do not match the host means a rebuild
         // (which lands on the same generation name when nothing changed).
         let gen = etc.parent().unwrap();
@@ -642,6 +772,12 @@ mod tests {
                 "not readable by everyone",
             ),
             (
+                h.root.join("certs/sub/deep.pem"),
+                0o604,
+                0o644,
+                "not readable by everyone",
+            ),
+            (
                 h.root.join("certs/sub"),
                 0o750,
                 0o755,
@@ -660,6 +796,38 @@ mod tests {
             assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
             assert!(e.to_string().contains(why), "{e}");
             crate::fsx::chmod(&path, back).unwrap();
+        }
+        // An ACL denying one user what the mode bits allow everyone: the
+        // sandbox user could be that user.
+        let mut acl = 2u32.to_le_bytes().to_vec();
+        for (tag, perm, id) in [
+            (0x01u16, 6u16, u32::MAX), // owner rw
+            (0x02, 0, 65533),          // user 65533: nothing
+            (0x04, 4, u32::MAX),       // group r
+            (0x10, 4, u32::MAX),       // mask r
+            (0x20, 4, u32::MAX),       // others r
+        ] {
+            acl.extend(tag.to_le_bytes());
+            acl.extend(perm.to_le_bytes());
+            acl.extend(id.to_le_bytes());
+        }
+        let file = h.root.join("certs/bundle.crt");
+        crate::supervise::sys::set_xattr(&file, c"system.posix_acl_access", &acl)
+            .expect("this file system takes ACLs");
+        let e = prepare_with(&h.views, &pieces_of(&h), EXTRA, Duration::ZERO).unwrap_err();
+        assert!(e.to_string().contains("not readable by everyone"), "{e}");
+        fs::remove_file(&file).unwrap();
+        fs::write(&file, b"CERTS 1").unwrap();
+        // Pieces where one lies below another: binds would hide the first,
+        // a copy would merge them (and could write through its links).
+        for dest in ["/etc/ssl/certs/x", "/etc/ssl/certs", "/etc/ssl"] {
+            let mut overlapping = pieces_of(&h);
+            overlapping.push(Piece {
+                src: h.root.join("cache"),
+                dest: dest.into(),
+            });
+            let e = prepare_with(&h.views, &overlapping, EXTRA, Duration::ZERO).unwrap_err();
+            assert!(e.to_string().contains("where another piece is too"), "{e}");
         }
         // A tree beyond what a copy holds.
         let big = Piece {

@@ -15,7 +15,8 @@
 //!   reserved until the supervisor is done signalling it, so a kill can
 //!   never hit a recycled pid;
 //! - [`arg_max`] and [`limit_malloc_arenas`]: a system constant and an
-//!   allocator setting, which libc offers only as `unsafe` functions.
+//!   allocator setting, which libc offers only as `unsafe` functions;
+//! - [`has_access_acl`]: whether a file carries an ACL (`lgetxattr`).
 
 use std::ffi::{CString, OsString};
 use std::io;
@@ -824,6 +825,61 @@ pub fn fork_detached(keep: RawFd) -> io::Result<bool> {
     close_range(3, keep - 1);
     close_range(keep + 1, RawFd::MAX);
     Ok(true)
+}
+
+/// Whether `path` (not followed, if a symlink) carries a POSIX access
+/// ACL, which can deny a user what the mode bits allow. A file system
+/// without extended attributes has none.
+#[cfg(target_os = "linux")]
+pub fn has_access_acl(path: &Path) -> io::Result<bool> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a path with a NUL byte"))?;
+    // SAFETY: both strings are NUL-terminated and live across the call; a
+    // null buffer of size 0 only asks for the attribute's size.
+    let n = unsafe {
+        libc::lgetxattr(
+            c.as_ptr(),
+            c"system.posix_acl_access".as_ptr(),
+            std::ptr::null_mut(),
+            0,
+        )
+    };
+    if n >= 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::ENODATA) | Some(libc::EOPNOTSUPP) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+/// See the Linux version: elsewhere no ACL is looked at.
+#[cfg(not(target_os = "linux"))]
+pub fn has_access_acl(_path: &Path) -> io::Result<bool> {
+    Ok(false)
+}
+
+/// Sets an extended attribute (tests: an ACL the runner must notice).
+#[cfg(all(test, target_os = "linux"))]
+pub fn set_xattr(path: &Path, name: &std::ffi::CStr, value: &[u8]) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: NUL-terminated strings and a buffer of `value.len()` bytes,
+    // all alive across the call.
+    let r = unsafe {
+        libc::lsetxattr(
+            c.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// `sysconf(_SC_ARG_MAX)`: the bytes `execve` takes for argv and the
