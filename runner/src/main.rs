@@ -351,7 +351,7 @@ fn explain(
     match platform {
         "linux" => {
             let (program, args, folders) =
-                Runner::explain(&job).map_err(|e| anyhow::anyhow!(e.message))?;
+                Runner::explain(&job, &cfg.data_dir).map_err(|e| anyhow::anyhow!(e.message))?;
             // The account files reach bwrap on fds 5 and 6 unless they are
             // in the prepared /etc (fd 14).
             let accounts = args.iter().any(|a| a == "--file");

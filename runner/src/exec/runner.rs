@@ -979,11 +979,14 @@ impl Runner {
     /// What `explain` prints: the bwrap argv for a job, with the
     /// per-execution folder shown as `<data-dir>/executions/<id>.<random>`
     /// and the published snapshot root as `<data-dir>/published/<identity>`.
-    /// Touches nothing: no data dir, no staging.
-    /// Also returns the host folders the runner would open on fds 10-13.
+    /// Touches nothing: no staging; of the data dir it only reads which
+    /// prepared `/etc` is current (`data_dir`, see
+    /// [`crate::sandbox::etcview::expected`]).
+    /// Also returns the host folders the runner would open on fds 10-14.
     #[allow(clippy::type_complexity)]
     pub fn explain(
         job: &Job,
+        data_dir: &Path,
     ) -> Result<(PathBuf, Vec<std::ffi::OsString>, Vec<(i32, String)>), ErrorInfo> {
         let bwrap = Bwrap::find().unwrap_or(Bwrap {
             path: PathBuf::from("bwrap"),
@@ -1024,8 +1027,10 @@ impl Runner {
         // The prepared /etc the host's files give now (the first execution
         // makes it; see crate::sandbox::etcview).
         let mounts = job.profile.resolve_mounts(profile::host_entry);
-        let etc = crate::sandbox::etcview::pieces(&mounts)
-            .and_then(|pieces| crate::sandbox::etcview::expected(&pieces, &etc_extra()).ok());
+        let views = data_dir.join(ETC_VIEWS);
+        let etc = crate::sandbox::etcview::pieces(&mounts).and_then(|pieces| {
+            crate::sandbox::etcview::expected(&views, &pieces, &etc_extra()).ok()
+        });
         if let Some(rel) = &etc {
             folders.push((
                 bwrap::FD_ETC,

@@ -123,13 +123,20 @@ pub fn prepare_with(
     build(root, &keydir, pieces, extra, settle)
 }
 
-/// Where `explain` says the view is: the generation the host's files give
-/// now (made by the first execution that uses it), as a path relative to
-/// the views' root.
-pub fn expected(pieces: &[Piece], extra: &[Extra<'_>]) -> io::Result<PathBuf> {
+/// Where `explain` says the view is, as a path relative to the views'
+/// `root`: the current generation when an execution would use it, else the
+/// one the host's files give now (made by the first execution that uses
+/// it).
+pub fn expected(root: &Path, pieces: &[Piece], extra: &[Extra<'_>]) -> io::Result<PathBuf> {
+    let key = key(pieces, extra);
+    if let Some(etc) = current(&root.join(&key))? {
+        if let Ok(rel) = etc.strip_prefix(root) {
+            return Ok(rel.to_owned());
+        }
+    }
     let manifest = scan(pieces)?;
     let content = copy_or_hash(pieces, extra, None)?;
-    Ok(PathBuf::from(key(pieces, extra))
+    Ok(PathBuf::from(key)
         .join(generation(&manifest, &content))
         .join("etc"))
 }
@@ -185,12 +192,32 @@ fn current(keydir: &Path) -> io::Result<Option<PathBuf>> {
     };
     for line in manifest.lines() {
         let (stamp, path) = line.split_once('\t').unwrap_or((line, ""));
-        let now = fs::symlink_metadata(path).ok().map(|m| stamp_of(&m));
+        let now = fs::symlink_metadata(path).ok().map(|m| {
+            if stamp.starts_with("a ") {
+                stamp_above(&m)
+            } else {
+                stamp_of(&m)
+            }
+        });
         if now.as_deref() != Some(stamp) {
             return Ok(None);
         }
     }
     Ok(Some(gen.join("etc")))
+}
+
+/// What is recorded of a folder above a piece: that it is the same folder,
+/// with the same mode and owner (its times move with every entry added
+/// or removed beside the piece, which changes nothing copied).
+fn stamp_above(m: &fs::Metadata) -> String {
+    format!(
+        "a {} {} {:o} {} {}",
+        m.dev(),
+        m.ino(),
+        m.mode(),
+        m.uid(),
+        m.gid()
+    )
 }
 
 /// What is recorded of a folder or regular file.
@@ -236,17 +263,35 @@ fn scan(pieces: &[Piece]) -> io::Result<String> {
     let (mut bytes, mut entries) = (0u64, 0usize);
     let me = nix::unistd::geteuid().as_raw();
     for p in pieces {
-        let meta = fs::symlink_metadata(&p.src)?;
+        let meta = fs::symlink_metadata(&p.src).map_err(at(&p.src))?;
         if meta.file_type().is_symlink() {
             return Err(unsupported(&p.src, "a symlink"));
         }
-        for above in p.src.ancestors().skip(1) {
-            let m = fs::symlink_metadata(above)?;
+        // The folders above: the sandbox user must be able to pass them
+        // (a bind would fail where it cannot), nobody else may change them,
+        // and they are part of what the copy was made from.
+        let mut above: Vec<&Path> = p.src.ancestors().skip(1).collect();
+        above.reverse();
+        for dir in above {
+            let m = fs::symlink_metadata(dir).map_err(at(dir))?;
             if m.file_type().is_symlink() || !only_trusted_change(&m, me, true) {
-                return Err(unsupported(above, "a folder someone else may change"));
+                return Err(unsupported(dir, "a folder someone else may change"));
             }
+            if m.mode() & 0o111 != 0o111 || crate::supervise::sys::has_access_acl(dir)? {
+                return Err(unsupported(dir, "a folder not everyone may pass"));
+            }
+            record(&mut out, dir, &stamp_above(&m))?;
         }
+        // Only ordinary file systems, and no mount crossed: a file of /proc
+        // or /sys can say something else to root than to the sandbox user.
+        if !ordinary_file_system(&p.src)? {
+            return Err(unsupported(&p.src, "on a file system that is not copied"));
+        }
+        let device = meta.dev();
         walk(&p.src, &meta, &mut |path, m| {
+            if m.dev() != device {
+                return Err(unsupported(path, "on another mount"));
+            }
             let path = path
                 .to_str()
                 .filter(|s| !s.contains(['\n', '\t']))
@@ -278,15 +323,52 @@ fn scan(pieces: &[Piece]) -> io::Result<String> {
                 ));
             }
             if m.is_dir() || m.is_file() {
-                out.push_str(&stamp_of(m));
-                out.push('\t');
-                out.push_str(path);
-                out.push('\n');
+                record(&mut out, Path::new(path), &stamp_of(m))?;
             }
             Ok(())
         })?;
     }
     Ok(out)
+}
+
+/// Adds a manifest line for `path`.
+fn record(out: &mut String, path: &Path, stamp: &str) -> io::Result<()> {
+    let path = path
+        .to_str()
+        .filter(|s| !s.contains(['\n', '\t']))
+        .ok_or_else(|| unsupported(path, "a name that is not plain UTF-8"))?;
+    out.push_str(stamp);
+    out.push('\t');
+    out.push_str(path);
+    out.push('\n');
+    Ok(())
+}
+
+/// Whether `path` is on a file system whose files read the same to every
+/// reader: the disk and memory file systems a host's `/etc` lives on.
+#[cfg(target_os = "linux")]
+fn ordinary_file_system(path: &Path) -> io::Result<bool> {
+    const ORDINARY: &[i64] = &[
+        0xEF53,      // ext2, ext3, ext4
+        0x5846_5342, // xfs
+        0x9123_683E, // btrfs
+        0x0102_1994, // tmpfs
+        0x794C_7630, // overlayfs
+        0x7371_7368, // squashfs
+        0x2FC1_2FC1, // zfs
+        0xF2F5_2010, // f2fs
+    ];
+    let fs = nix::sys::statfs::statfs(path).map_err(|e| at(path)(e.into()))?;
+    #[allow(clippy::unnecessary_cast)]
+    let kind = fs.filesystem_type().0 as i64;
+    Ok(ORDINARY.contains(&kind))
+}
+
+/// See the Linux version: elsewhere (where `explain` alone looks) every
+/// file system counts.
+#[cfg(not(target_os = "linux"))]
+fn ordinary_file_system(_path: &Path) -> io::Result<bool> {
+    Ok(true)
 }
 
 /// Whether only root or the runner's own user can change what a folder
@@ -314,17 +396,25 @@ fn walk(
     }
     visit(path, meta)?;
     if ty.is_dir() {
-        let mut names: Vec<_> = fs::read_dir(path)?
-            .map(|e| e.map(|e| e.file_name()))
-            .collect::<io::Result<_>>()?;
+        let mut names: Vec<_> = fs::read_dir(path)
+            .and_then(|d| {
+                d.map(|e| e.map(|e| e.file_name()))
+                    .collect::<io::Result<_>>()
+            })
+            .map_err(at(path))?;
         names.sort();
         for name in names {
             let child = path.join(name);
-            let m = fs::symlink_metadata(&child)?;
+            let m = fs::symlink_metadata(&child).map_err(at(&child))?;
             walk(&child, &m, visit)?;
         }
     }
     Ok(())
+}
+
+/// Puts the path into an error from the file system.
+fn at(path: &Path) -> impl Fn(io::Error) -> io::Error + '_ {
+    move |e| io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
 fn unsupported(path: &Path, what: &str) -> io::Error {
@@ -361,31 +451,24 @@ fn build(
             ))
         }
     });
-    let content = match made {
-        Ok(content) => content,
-        Err(e) => {
-            let _ = crate::fsx::remove_tree(&tmp);
-            return Err(e);
+    let placed = made.and_then(|content| {
+        fs::create_dir_all(keydir)?;
+        // Passable by the sandbox user, whatever the umask (bwrap, which a
+        // root runner starts as that user, binds the copy by its path).
+        crate::fsx::chmod(root, 0o755)?;
+        crate::fsx::chmod(keydir, 0o755)?;
+        let name = generation(&before, &content);
+        let gen = keydir.join(&name);
+        match fs::rename(&tmp, &gen) {
+            Ok(()) => Ok((name, gen)),
+            // Another runner made the same generation first: use theirs.
+            Err(_) if gen.join("manifest").is_file() => Ok((name, gen)),
+            Err(e) => Err(at(&gen)(e)),
         }
-    };
-    fs::create_dir_all(keydir)?;
-    // Passable by the sandbox user, whatever the umask (bwrap, which a root
-    // runner starts as that user, binds the copy by its path).
-    crate::fsx::chmod(root, 0o755)?;
-    crate::fsx::chmod(keydir, 0o755)?;
-    let name = generation(&before, &content);
-    let gen = keydir.join(&name);
-    match fs::rename(&tmp, &gen) {
-        Ok(()) => {}
-        // Another runner made the same generation first: use theirs.
-        Err(_) if gen.join("manifest").is_file() => {
-            let _ = crate::fsx::remove_tree(&tmp);
-        }
-        Err(e) => {
-            let _ = crate::fsx::remove_tree(&tmp);
-            return Err(e);
-        }
-    }
+    });
+    // Whatever happened, nothing is left in staging.
+    let _ = crate::fsx::remove_tree(&tmp);
+    let (name, gen) = placed?;
     if settled(&before, started, settle) {
         crate::fsx::write_replace(&keydir.join("current"), name.as_bytes())?;
     }
@@ -540,6 +623,9 @@ fn settled(manifest: &str, started: SystemTime, settle: Duration) -> bool {
     };
     let limit = limit.saturating_sub(settle).as_secs_f64();
     manifest.lines().all(|line| {
+        if line.starts_with("a ") {
+            return true; // a folder above: no times recorded
+        }
         let mut words = line.split('\t').next().unwrap_or("").split(' ').skip(4);
         let time = |w: Option<&str>| w.and_then(|t| t.parse::<f64>().ok());
         match (time(words.next()), time(words.next())) {
@@ -644,7 +730,11 @@ mod tests {
         names.sort();
         assert_eq!(names, ["group", "ld.so.cache", "passwd", "ssl"]);
         // What explain names is what was made.
-        assert_eq!(h.views.join(expected(&pieces_of(&h), EXTRA).unwrap()), etc);
+        assert_eq!(
+            h.views
+                .join(expected(&h.views, &pieces_of(&h), EXTRA).unwrap()),
+            etc
+        );
     }
 
     #[test]
@@ -706,6 +796,27 @@ mod tests {
         assert_eq!(gen.to_str().unwrap(), generation(&manifest, &content));
         let other = copy_or_hash(&pieces_of(&h), &[("passwd", b"x")], None).unwrap();
         assert_ne!(content, other);
+    }
+
+    #[test]
+    fn a_closed_folder_above_a_recorded_copy_makes_it_not_current() {
+        let h = host();
+        let etc = prep(&h);
+        let keydir = etc.parent().unwrap().parent().unwrap().to_owned();
+        assert_eq!(current(&keydir).unwrap(), Some(etc.clone()));
+        // The folders above are recorded: closing one is a change, and the
+        // next look refuses the copy (the pieces are then bound).
+        crate::fsx::chmod(&h.root, 0o700).unwrap();
+        assert_eq!(current(&keydir).unwrap(), None);
+        assert!(prepare_with(&h.views, &pieces_of(&h), EXTRA, Duration::ZERO).is_err());
+        // explain names what an execution would use: the current copy.
+        crate::fsx::chmod(&h.root, 0o755).unwrap();
+        let etc = prep(&h);
+        assert_eq!(
+            h.views
+                .join(expected(&h.views, &pieces_of(&h), EXTRA).unwrap()),
+            etc
+        );
     }
 
     #[test]
@@ -829,6 +940,21 @@ mod tests {
             let e = prepare_with(&h.views, &overlapping, EXTRA, Duration::ZERO).unwrap_err();
             assert!(e.to_string().contains("where another piece is too"), "{e}");
         }
+        // A folder above a piece that not everyone may pass: a bind would
+        // fail for the sandbox user; a copy must not make it readable.
+        crate::fsx::chmod(&h.root, 0o711).unwrap();
+        assert!(prepare_with(&h.views, &pieces_of(&h), EXTRA, Duration::ZERO).is_ok());
+        crate::fsx::chmod(&h.root, 0o700).unwrap();
+        let e = prepare_with(&h.views, &pieces_of(&h), EXTRA, Duration::ZERO).unwrap_err();
+        assert!(e.to_string().contains("not everyone may pass"), "{e}");
+        crate::fsx::chmod(&h.root, 0o755).unwrap();
+        // A file system whose files may read differently to root.
+        let proc = Piece {
+            src: "/proc/version".into(),
+            dest: "/etc/status".into(),
+        };
+        let e = prepare_with(&h.views, &[proc], EXTRA, Duration::ZERO).unwrap_err();
+        assert!(e.to_string().contains("not copied"), "{e}");
         // A tree beyond what a copy holds.
         let big = Piece {
             src: h.root.join("big"),
