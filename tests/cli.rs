@@ -409,12 +409,7 @@ fn explain_json_ends_with_the_rewritten_argv() {
     assert_eq!(out.status.code(), Some(0), "{}", show(&out));
     let doc: Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}):{}", show(&out)));
-    let argv: Vec<&str> = doc["argv"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
+    let argv = argv_of(&doc);
     assert!(
         argv.ends_with(&[
             "--",
@@ -1140,12 +1135,7 @@ fn the_sandbox_s_etc_is_a_read_only_copy_that_follows_the_host() {
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     let etc = doc["folders"]["14"].as_str().unwrap();
     assert!(etc.starts_with("<data-dir>/system-views/"), "{etc}");
-    let argv: Vec<&str> = doc["argv"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
+    let argv = argv_of(&doc);
     assert!(
         argv.windows(3).any(|w| w == ["--ro-bind-fd", "14", "/etc"]),
         "{argv:?}"
@@ -1172,12 +1162,7 @@ fn the_sandbox_s_etc_is_a_read_only_copy_that_follows_the_host() {
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(doc["folders"].get("14").is_none(), "{doc:#}");
     assert!(doc["fds"].get("5").is_some(), "{doc:#}");
-    let argv: Vec<&str> = doc["argv"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap())
-        .collect();
+    let argv = argv_of(&doc);
     let piece = conf.to_str().unwrap();
     assert!(
         argv.windows(3)
@@ -1197,4 +1182,14 @@ fn default_profile_with(op: &str, src: &Path, dest: &str) -> String {
         ),
         1,
     )
+}
+
+/// The argv of an `explain --json` document.
+fn argv_of(doc: &Value) -> Vec<&str> {
+    doc["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect()
 }

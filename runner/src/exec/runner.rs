@@ -1037,9 +1037,10 @@ impl Runner {
                 format!("<data-dir>/{ETC_VIEWS}/{}", rel.display()),
             ));
         }
-        let args = Runner::plan_args(
+        let args = Runner::plan_args_with(
             job,
             &bwrap,
+            &mounts,
             job.workspace.is_some(),
             job.extensions_dir.is_some() || job.workspace.is_some(),
             None,

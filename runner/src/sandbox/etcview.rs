@@ -67,26 +67,22 @@ pub struct Piece {
 /// something there that is not a read-only bind (a mirrored symlink), or a
 /// mount of `/etc` itself.
 pub fn pieces(mounts: &[Mount]) -> Option<Vec<Piece>> {
-    let etc = Path::new("/etc");
     let mut out = Vec::new();
     for m in mounts {
         match m {
-            Mount::RoBind { src, dest } | Mount::RoBindTry { src, dest } => {
-                if dest == etc {
-                    return None;
-                }
-                if dest.starts_with(etc) {
-                    out.push(Piece {
-                        src: src.clone(),
-                        dest: dest.clone(),
-                    });
-                }
+            Mount::RoBind { dest, .. } | Mount::RoBindTry { dest, .. }
+                if dest == Path::new("/etc") =>
+            {
+                return None;
             }
-            Mount::Symlink { dest, .. } => {
-                if dest.starts_with(etc) {
-                    return None;
-                }
+            Mount::RoBind { src, dest } | Mount::RoBindTry { src, dest } if folded(m) => {
+                out.push(Piece {
+                    src: src.clone(),
+                    dest: dest.clone(),
+                });
             }
+            Mount::Symlink { dest, .. } if dest.starts_with("/etc") => return None,
+            _ => {}
         }
     }
     (!out.is_empty()).then_some(out)
@@ -137,7 +133,7 @@ pub fn expected(root: &Path, pieces: &[Piece], extra: &[Extra<'_>]) -> io::Resul
     let manifest = scan(pieces)?;
     let content = copy_or_hash(pieces, extra, None)?;
     Ok(PathBuf::from(key)
-        .join(generation(&manifest, &content))
+        .join(generation(&manifest.text, &content))
         .join("etc"))
 }
 
@@ -242,15 +238,23 @@ pub const MAX_BYTES: u64 = 64 << 20;
 /// The most entries a copy holds.
 pub const MAX_ENTRIES: usize = 10_000;
 
-/// The manifest of the pieces as they are now: one line per folder and
-/// regular file, `stamp<TAB>path`, in a fixed order.
+/// What a copy is made from: one line per folder and regular file,
+/// `stamp<TAB>path`, in a fixed order (the manifest), and the latest time
+/// any of those files or folders changed.
+#[derive(Debug, PartialEq, Eq)]
+struct Manifest {
+    text: String,
+    newest: SystemTime,
+}
+
+/// The manifest of the pieces as they are now.
 ///
 /// Only what everyone may read is copied: the copy is made by the runner
 /// and readable by the sandbox user, so a file or folder closed to its
 /// owner, group or others, or carrying an ACL (which a bind would have
 /// kept closed to some user), is refused, and the pieces stay binds. So
 /// are pieces where one lies below another (binds would hide the first).
-fn scan(pieces: &[Piece]) -> io::Result<String> {
+fn scan(pieces: &[Piece]) -> io::Result<Manifest> {
     for (i, a) in pieces.iter().enumerate() {
         for b in &pieces[i + 1..] {
             if a.dest.starts_with(&b.dest) || b.dest.starts_with(&a.dest) {
@@ -260,6 +264,7 @@ fn scan(pieces: &[Piece]) -> io::Result<String> {
         }
     }
     let mut out = String::new();
+    let mut newest = SystemTime::UNIX_EPOCH;
     let (mut bytes, mut entries) = (0u64, 0usize);
     let me = nix::unistd::geteuid().as_raw();
     for p in pieces {
@@ -280,7 +285,7 @@ fn scan(pieces: &[Piece]) -> io::Result<String> {
             if m.mode() & 0o111 != 0o111 || crate::supervise::sys::has_access_acl(dir)? {
                 return Err(unsupported(dir, "a folder not everyone may pass"));
             }
-            record(&mut out, dir, &stamp_above(&m))?;
+            record(&mut out, plain(dir)?, &stamp_above(&m));
         }
         // Only ordinary file systems, and no mount crossed: a file of /proc
         // or /sys can say something else to root than to the sandbox user.
@@ -292,10 +297,7 @@ fn scan(pieces: &[Piece]) -> io::Result<String> {
             if m.dev() != device {
                 return Err(unsupported(path, "on another mount"));
             }
-            let path = path
-                .to_str()
-                .filter(|s| !s.contains(['\n', '\t']))
-                .ok_or_else(|| unsupported(path, "a name that is not plain UTF-8"))?;
+            let name = plain(path)?;
             // Readable by owner, group and others alike, and no ACL: then
             // the sandbox user may read it through a bind whoever it is.
             let open_to_all = if m.is_dir() {
@@ -303,45 +305,55 @@ fn scan(pieces: &[Piece]) -> io::Result<String> {
             } else {
                 !m.is_file() || m.mode() & 0o444 == 0o444
             };
-            let acl = (m.is_dir() || m.is_file())
-                && crate::supervise::sys::has_access_acl(Path::new(path))?;
+            let acl = (m.is_dir() || m.is_file()) && crate::supervise::sys::has_access_acl(path)?;
             if !open_to_all || acl {
-                return Err(unsupported(Path::new(path), "not readable by everyone"));
+                return Err(unsupported(path, "not readable by everyone"));
             }
             if m.is_dir() && !only_trusted_change(m, me, false) {
-                return Err(unsupported(
-                    Path::new(path),
-                    "a folder someone else may change",
-                ));
+                return Err(unsupported(path, "a folder someone else may change"));
             }
             entries += 1;
             bytes += if m.is_file() { m.size() } else { 0 };
             if entries > MAX_ENTRIES || bytes > MAX_BYTES {
                 return Err(unsupported(
-                    Path::new(path),
+                    path,
                     "beyond what a copy holds (64 MiB, 10,000 entries)",
                 ));
             }
             if m.is_dir() || m.is_file() {
-                record(&mut out, Path::new(path), &stamp_of(m))?;
+                record(&mut out, name, &stamp_of(m));
+                newest = newest.max(changed_at(m));
             }
             Ok(())
         })?;
     }
-    Ok(out)
+    Ok(Manifest { text: out, newest })
 }
 
-/// Adds a manifest line for `path`.
-fn record(out: &mut String, path: &Path, stamp: &str) -> io::Result<()> {
-    let path = path
-        .to_str()
+/// `path` as a manifest can hold it: UTF-8, no newline or tab.
+fn plain(path: &Path) -> io::Result<&str> {
+    path.to_str()
         .filter(|s| !s.contains(['\n', '\t']))
-        .ok_or_else(|| unsupported(path, "a name that is not plain UTF-8"))?;
+        .ok_or_else(|| unsupported(path, "a name that is not plain UTF-8"))
+}
+
+/// Adds a manifest line.
+fn record(out: &mut String, path: &str, stamp: &str) {
     out.push_str(stamp);
     out.push('\t');
     out.push_str(path);
     out.push('\n');
-    Ok(())
+}
+
+/// The later of a file's modification and change times.
+fn changed_at(m: &fs::Metadata) -> SystemTime {
+    let at = |secs: i64, nanos: i64| {
+        u64::try_from(secs)
+            .ok()
+            .map(|s| SystemTime::UNIX_EPOCH + Duration::new(s, nanos.clamp(0, 999_999_999) as u32))
+            .unwrap_or(SystemTime::UNIX_EPOCH)
+    };
+    at(m.mtime(), m.mtime_nsec()).max(at(m.ctime(), m.ctime_nsec()))
 }
 
 /// Whether `path` is on a file system whose files read the same to every
@@ -438,7 +450,7 @@ fn build(
     fs::create_dir_all(&staging)?;
     sweep_staging(&staging);
     let tmp = staging.join(crate::fsx::random_hex());
-    let made = fill(&tmp, pieces, extra, &before);
+    let made = fill(&tmp, pieces, extra, &before.text);
     // The copy is of what the manifest says only if nothing changed while
     // it was made.
     let made = made.and_then(|content| {
@@ -457,7 +469,7 @@ fn build(
         // root runner starts as that user, binds the copy by its path).
         crate::fsx::chmod(root, 0o755)?;
         crate::fsx::chmod(keydir, 0o755)?;
-        let name = generation(&before, &content);
+        let name = generation(&before.text, &content);
         let gen = keydir.join(&name);
         match fs::rename(&tmp, &gen) {
             Ok(()) => Ok((name, gen)),
@@ -469,7 +481,9 @@ fn build(
     // Whatever happened, nothing is left in staging.
     let _ = crate::fsx::remove_tree(&tmp);
     let (name, gen) = placed?;
-    if settled(&before, started, settle) {
+    // Recorded as current only when the last change is older than the
+    // settling time (see the module docs).
+    if settle.is_zero() || before.newest + settle < started {
         crate::fsx::write_replace(&keydir.join("current"), name.as_bytes())?;
     }
     Ok(gen.join("etc"))
@@ -615,26 +629,6 @@ fn seal(dir: &Path) -> io::Result<()> {
     crate::fsx::chmod(dir, 0o555)
 }
 
-/// Whether every entry of the manifest was last changed more than
-/// `settle` before `started`.
-fn settled(manifest: &str, started: SystemTime, settle: Duration) -> bool {
-    let Ok(limit) = started.duration_since(SystemTime::UNIX_EPOCH) else {
-        return false;
-    };
-    let limit = limit.saturating_sub(settle).as_secs_f64();
-    manifest.lines().all(|line| {
-        if line.starts_with("a ") {
-            return true; // a folder above: no times recorded
-        }
-        let mut words = line.split('\t').next().unwrap_or("").split(' ').skip(4);
-        let time = |w: Option<&str>| w.and_then(|t| t.parse::<f64>().ok());
-        match (time(words.next()), time(words.next())) {
-            (Some(m), Some(c)) => settle.is_zero() || (m < limit && c < limit),
-            _ => false,
-        }
-    })
-}
-
 /// Removes staging folders a crashed runner left (older than an hour).
 fn sweep_staging(staging: &Path) {
     let Ok(entries) = fs::read_dir(staging) else {
@@ -694,8 +688,19 @@ mod tests {
 
     const EXTRA: &[Extra<'static>] = &[("passwd", b"sandbox:x:1000\n"), ("group", b"g\n")];
 
+    /// A copy of `pieces` with no settling time.
+    fn try_prep(h: &Host, pieces: &[Piece]) -> io::Result<PathBuf> {
+        prepare_with(&h.views, pieces, EXTRA, Duration::ZERO)
+    }
+
     fn prep(h: &Host) -> PathBuf {
-        prepare_with(&h.views, &pieces_of(h), EXTRA, Duration::ZERO).unwrap()
+        try_prep(h, &pieces_of(h)).unwrap()
+    }
+
+    /// The copy `explain` names.
+    fn explained(h: &Host) -> PathBuf {
+        h.views
+            .join(expected(&h.views, &pieces_of(h), EXTRA).unwrap())
     }
 
     #[test]
@@ -730,11 +735,7 @@ mod tests {
         names.sort();
         assert_eq!(names, ["group", "ld.so.cache", "passwd", "ssl"]);
         // What explain names is what was made.
-        assert_eq!(
-            h.views
-                .join(expected(&h.views, &pieces_of(&h), EXTRA).unwrap()),
-            etc
-        );
+        assert_eq!(explained(&h), etc);
     }
 
     #[test]
@@ -793,7 +794,7 @@ mod tests {
         let gen = etc.parent().unwrap().file_name().unwrap();
         let content = copy_or_hash(&pieces_of(&h), EXTRA, None).unwrap();
         let manifest = scan(&pieces_of(&h)).unwrap();
-        assert_eq!(gen.to_str().unwrap(), generation(&manifest, &content));
+        assert_eq!(gen.to_str().unwrap(), generation(&manifest.text, &content));
         let other = copy_or_hash(&pieces_of(&h), &[("passwd", b"x")], None).unwrap();
         assert_ne!(content, other);
     }
@@ -808,15 +809,11 @@ mod tests {
         // next look refuses the copy (the pieces are then bound).
         crate::fsx::chmod(&h.root, 0o700).unwrap();
         assert_eq!(current(&keydir).unwrap(), None);
-        assert!(prepare_with(&h.views, &pieces_of(&h), EXTRA, Duration::ZERO).is_err());
+        assert!(try_prep(&h, &pieces_of(&h)).is_err());
         // explain names what an execution would use: the current copy.
         crate::fsx::chmod(&h.root, 0o755).unwrap();
         let etc = prep(&h);
-        assert_eq!(
-            h.views
-                .join(expected(&h.views, &pieces_of(&h), EXTRA).unwrap()),
-            etc
-        );
+        assert_eq!(explained(&h), etc);
     }
 
     #[test]
@@ -859,7 +856,7 @@ mod tests {
     fn what_a_copy_cannot_hold_is_refused() {
         let h = host();
         nix::unistd::mkfifo(&h.root.join("certs/fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
-        let e = prepare_with(&h.views, &pieces_of(&h), EXTRA, Duration::ZERO).unwrap_err();
+        let e = try_prep(&h, &pieces_of(&h)).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
         fs::remove_file(h.root.join("certs/fifo")).unwrap();
         // A piece that is itself a symlink: bwrap would follow it; a copy
@@ -869,41 +866,23 @@ mod tests {
             dest: "/etc/link".into(),
         };
         std::os::unix::fs::symlink(h.root.join("cache"), &link.src).unwrap();
-        let e = prepare_with(&h.views, &[link], EXTRA, Duration::ZERO).unwrap_err();
+        let e = try_prep(&h, &[link]).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
         // A file or folder closed to others (a bind keeps it closed to the
         // sandbox user, a copy readable by it would not); a folder someone
         // else could change, inside a piece or on the way to it (an entry
         // could be swapped for a symlink between the look and the copy).
+        let (deep, sub) = (h.root.join("certs/sub/deep.pem"), h.root.join("certs/sub"));
+        let (closed, changeable) = ("not readable by everyone", "someone else may change");
         for (path, mode, back, why) in [
-            (
-                h.root.join("certs/sub/deep.pem"),
-                0o600,
-                0o644,
-                "not readable by everyone",
-            ),
-            (
-                h.root.join("certs/sub/deep.pem"),
-                0o604,
-                0o644,
-                "not readable by everyone",
-            ),
-            (
-                h.root.join("certs/sub"),
-                0o750,
-                0o755,
-                "not readable by everyone",
-            ),
-            (
-                h.root.join("certs/sub"),
-                0o777,
-                0o755,
-                "someone else may change",
-            ),
-            (h.root.clone(), 0o775, 0o755, "someone else may change"),
+            (deep.clone(), 0o600, 0o644, closed),
+            (deep, 0o604, 0o644, closed),
+            (sub.clone(), 0o750, 0o755, closed),
+            (sub, 0o777, 0o755, changeable),
+            (h.root.clone(), 0o775, 0o755, changeable),
         ] {
             crate::fsx::chmod(&path, mode).unwrap();
-            let e = prepare_with(&h.views, &pieces_of(&h), EXTRA, Duration::ZERO).unwrap_err();
+            let e = try_prep(&h, &pieces_of(&h)).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
             assert!(e.to_string().contains(why), "{e}");
             crate::fsx::chmod(&path, back).unwrap();
@@ -925,7 +904,7 @@ mod tests {
         let file = h.root.join("certs/bundle.crt");
         crate::supervise::sys::set_xattr(&file, c"system.posix_acl_access", &acl)
             .expect("this file system takes ACLs");
-        let e = prepare_with(&h.views, &pieces_of(&h), EXTRA, Duration::ZERO).unwrap_err();
+        let e = try_prep(&h, &pieces_of(&h)).unwrap_err();
         assert!(e.to_string().contains("not readable by everyone"), "{e}");
         fs::remove_file(&file).unwrap();
         fs::write(&file, b"CERTS 1").unwrap();
@@ -937,15 +916,15 @@ mod tests {
                 src: h.root.join("cache"),
                 dest: dest.into(),
             });
-            let e = prepare_with(&h.views, &overlapping, EXTRA, Duration::ZERO).unwrap_err();
+            let e = try_prep(&h, &overlapping).unwrap_err();
             assert!(e.to_string().contains("where another piece is too"), "{e}");
         }
         // A folder above a piece that not everyone may pass: a bind would
         // fail for the sandbox user; a copy must not make it readable.
         crate::fsx::chmod(&h.root, 0o711).unwrap();
-        assert!(prepare_with(&h.views, &pieces_of(&h), EXTRA, Duration::ZERO).is_ok());
+        assert!(try_prep(&h, &pieces_of(&h)).is_ok());
         crate::fsx::chmod(&h.root, 0o700).unwrap();
-        let e = prepare_with(&h.views, &pieces_of(&h), EXTRA, Duration::ZERO).unwrap_err();
+        let e = try_prep(&h, &pieces_of(&h)).unwrap_err();
         assert!(e.to_string().contains("not everyone may pass"), "{e}");
         crate::fsx::chmod(&h.root, 0o755).unwrap();
         // A file system whose files may read differently to root.
@@ -953,7 +932,7 @@ mod tests {
             src: "/proc/version".into(),
             dest: "/etc/status".into(),
         };
-        let e = prepare_with(&h.views, &[proc], EXTRA, Duration::ZERO).unwrap_err();
+        let e = try_prep(&h, &[proc]).unwrap_err();
         assert!(e.to_string().contains("not copied"), "{e}");
         // A tree beyond what a copy holds.
         let big = Piece {
@@ -965,9 +944,9 @@ mod tests {
             .unwrap()
             .set_len(MAX_BYTES + 1)
             .unwrap();
-        let e = prepare_with(&h.views, &[big], EXTRA, Duration::ZERO).unwrap_err();
+        let e = try_prep(&h, &[big]).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
-        assert!(prepare_with(&h.views, &pieces_of(&h), EXTRA, Duration::ZERO).is_ok());
+        assert!(try_prep(&h, &pieces_of(&h)).is_ok());
         // Nothing half-made is left behind.
         let left = fs::read_dir(h.views.join(".staging")).map_or(0, |d| d.count());
         assert_eq!(left, 0);
