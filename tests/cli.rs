@@ -668,7 +668,7 @@ fn nested_user_namespace_runs_the_example_or_refuses_clearly() {
         return;
     }
     let Some(bwrap_works) = nested_bwrap_works() else {
-        eprintln!("SKIPPED nested_user_namespace_runs_the_example_or_refuses_clearly: unshare cannot make a user namespace here");
+        skip("unshare cannot make a user namespace here");
         return;
     };
     let world = World::new();
@@ -689,7 +689,7 @@ fn nested_user_namespace_keeps_the_escape_probes_denied() {
         return;
     }
     let Some(bwrap_works) = nested_bwrap_works() else {
-        eprintln!("SKIPPED nested_user_namespace_keeps_the_escape_probes_denied: unshare cannot make a user namespace here");
+        skip("unshare cannot make a user namespace here");
         return;
     };
     let world = World::new();

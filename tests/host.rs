@@ -190,7 +190,7 @@ fn a_workspace_the_sandbox_user_cannot_write_is_refused_with_the_fix() {
         return;
     }
     let Some(uid) = sandbox_uid() else {
-        eprintln!("SKIPPED: the runner keeps its own uid here");
+        skip("the runner keeps its own uid here");
         return;
     };
     let world = World::new();
@@ -381,11 +381,11 @@ fn the_pids_rlimit_counts_only_the_executions_own_processes() {
         return;
     }
     let Some(uid) = sandbox_uid() else {
-        eprintln!("SKIPPED: needs a root runner with a sandbox user");
+        skip("needs a root runner with a sandbox user");
         return;
     };
     if !can_unshare_mounts() {
-        eprintln!("SKIPPED: needs root to hide the cgroup file systems");
+        skip("needs root to hide the cgroup file systems");
         return;
     }
     // More processes of the sandbox's host uid than the job's limit, as
@@ -457,7 +457,7 @@ fn without_writable_cgroups_a_fork_bomb_is_bounded_or_the_job_refused() {
         return;
     }
     if !can_unshare_mounts() {
-        eprintln!("SKIPPED: needs root to hide the cgroup file systems");
+        skip("needs root to hide the cgroup file systems");
         return;
     }
     let world = World::new();

@@ -9,16 +9,15 @@
 //! probe (`tests/probe`) makes the requests from inside the sandbox and
 //! reports the proxy's answer: `HTTP <status> <reason> <last body line>`.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use skill_runner_tests::daemon::Daemon;
 use skill_runner_tests::*;
 
 /// An HTTP origin on the host's loopback: answers every request with
@@ -185,7 +184,7 @@ fn tools_that_honour_the_proxy_variables_work() {
         .filter(|t| Path::new(t).exists())
         .collect();
     if tools.is_empty() {
-        eprintln!("SKIPPED tools_that_honour_the_proxy_variables_work: neither curl nor python3 in /usr/bin");
+        skip("neither curl nor python3 in /usr/bin");
         return;
     }
     let fx = Fixture::new();
@@ -420,81 +419,17 @@ fn the_result_lists_every_request() {
 // ---------------------------------------------------------------------------
 // The daemon: one proxy runtime, a policy per execution
 
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
+/// A daemon with `root` as its root and `args`.
+fn start_daemon(world: &World, root: &Path, args: &[&str]) -> Daemon {
+    let mut all = vec!["--root", root.to_str().unwrap()];
+    all.extend_from_slice(args);
+    Daemon::start(world, &all)
 }
 
-impl Daemon {
-    fn start(world: &World, root: &Path, args: &[&str]) -> Daemon {
-        let run = world.path().join("run");
-        std::fs::create_dir_all(&run).unwrap();
-        std::fs::set_permissions(&run, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-            .unwrap();
-        let socket = run.join("d.sock");
-        let mut child = runner_command()
-            .arg("--data-dir")
-            .arg(world.data_dir())
-            .arg("serve")
-            .arg("--socket")
-            .arg(&socket)
-            .arg("--root")
-            .arg(root)
-            .args(args)
-            .env_remove("SKILL_RUNNER_CONFIG")
-            .env_remove("SKILL_RUNNER_TOKEN")
-            .env_remove("SKILL_RUNNER_LISTEN")
-            .env_remove("SKILL_RUNNER_ROOTS")
-            .env_remove("SKILL_RUNNER_NETWORK_ALLOW")
-            .env_remove("SKILL_RUNNER_NETWORK_PRIVATE")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let start = Instant::now();
-        while UnixStream::connect(&socket).is_err() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("the daemon exited: {status}");
-            }
-            assert!(start.elapsed() < HANG_GUARD, "the daemon never listened");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Daemon { child, socket }
-    }
-
-    fn request(&self, method: &str, path: &str, body: &[u8]) -> (u16, String) {
-        let mut s = UnixStream::connect(&self.socket).unwrap();
-        s.set_read_timeout(Some(HANG_GUARD)).unwrap();
-        write!(
-            s,
-            "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        )
-        .unwrap();
-        s.write_all(body).unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        let (head, body) = out.split_once("\r\n\r\n").unwrap();
-        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-        (status, body.to_owned())
-    }
-
-    fn run(&self, job: &Value) -> (u16, Value) {
-        let (status, body) =
-            self.request("POST", "/v1/executions", &serde_json::to_vec(job).unwrap());
-        (
-            status,
-            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}")),
-        )
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `POST /v1/executions` of `job`: the status and the result document.
+fn run(daemon: &Daemon, job: &Value) -> (u16, Value) {
+    let r = daemon.post("/v1/executions", job);
+    (r.status, r.json())
 }
 
 /// A fixture whose workspace lies under a daemon root.
@@ -517,7 +452,7 @@ fn concurrent_executions_keep_their_own_allowlists() {
         return;
     }
     let (fx, root) = daemon_fixture();
-    let daemon = Arc::new(Daemon::start(&fx.world, &root, &[]));
+    let daemon = Arc::new(start_daemon(&fx.world, &root, &[]));
     let (a, b) = (Origin::start("a"), Origin::start("b"));
     let (pa, pb) = (a.port, b.port);
     // Each execution asks for both origins, twice, a second apart: the two
@@ -538,7 +473,7 @@ fn concurrent_executions_keep_their_own_allowlists() {
             let started = started.clone();
             std::thread::spawn(move || {
                 started.lock().unwrap().push(Instant::now());
-                daemon.run(&job)
+                run(&daemon, &job)
             })
         })
         .collect();
@@ -575,8 +510,9 @@ fn concurrent_executions_keep_their_own_allowlists() {
     let d0 = results[0].1["duration_ms"].as_u64().unwrap();
     assert!(d0 >= 2000, "{d0}");
     // And /metrics counts requests per host.
-    let (status, metrics) = daemon.request("GET", "/metrics", b"");
-    assert_eq!(status, 200);
+    let r = daemon.get("/metrics");
+    assert_eq!(r.status, 200);
+    let metrics = String::from_utf8(r.body).unwrap();
     assert!(
         metrics.contains(
             "skill_runner_network_requests_total{host=\"localhost\",allowed=\"true\"} 4\n"
@@ -600,15 +536,18 @@ fn a_daemon_can_forbid_private_addresses_and_cap_allowlists() {
     let origin = Origin::start("c");
     let p = origin.port;
     let cap = format!("pypi.org,127.0.0.0/8:{p}");
-    let daemon = Daemon::start(
+    let daemon = start_daemon(
         &fx.world,
         &root,
         &["--network-private", "false", "--network-allow", &cap],
     );
-    let (status, doc) = daemon.run(&fx.job(
-        "true",
-        json!({"allow": [format!("localhost:{p}")], "private": true}),
-    ));
+    let (status, doc) = run(
+        &daemon,
+        &fx.job(
+            "true",
+            json!({"allow": [format!("localhost:{p}")], "private": true}),
+        ),
+    );
     assert_eq!(status, 400, "{doc:#}");
     assert_eq!(doc["error"]["kind"], "bad_job");
     assert!(
@@ -620,7 +559,7 @@ fn a_daemon_can_forbid_private_addresses_and_cap_allowlists() {
     );
     // Private forbidden even when the job names the address itself; and
     // the cap refuses what the job allows but the daemon does not.
-    let (status, doc) = daemon.run(&fx.job(
+    let (status, doc) = run(&daemon, &fx.job(
         &format!(
             "/workspace/probe proxy-get http://127.0.0.1:{p}/; /workspace/probe proxy-get http://example.org/"
         ),

@@ -20,6 +20,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::{json, Value};
+use skill_runner_tests::daemon::Daemon;
 use skill_runner_tests::*;
 
 /// Whether this process is root (the emulations need it).
@@ -34,16 +35,11 @@ fn require_root_sandbox() -> bool {
     if !require_sandbox() {
         return false;
     }
-    let thread = std::thread::current();
-    let test = thread.name().unwrap_or("this test");
-    if root() {
-        return true;
+    if !root() {
+        skip("the emulation needs root");
+        return false;
     }
-    if std::env::var_os("SKILL_RUNNER_MUST_WORK").is_some() {
-        panic!("{test}: needs root, but SKILL_RUNNER_MUST_WORK is set");
-    }
-    eprintln!("SKIPPED {test}: the emulation needs root");
-    false
+    true
 }
 
 /// The bundled example job.
@@ -217,7 +213,7 @@ fn no_user_namespaces_left_is_refused_with_the_sysctl_to_change() {
     let script = "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$SR\" run --json examples/hello-job.json";
     let out = output_within(&mut sh(&world, script, prefix), HANG_GUARD);
     if out.status.code() == Some(1) && text(&out.stderr).contains("max_user_namespaces") {
-        eprintln!("SKIPPED no_user_namespaces_left_is_refused_with_the_sysctl_to_change: cannot set user.max_user_namespaces here");
+        skip("cannot set user.max_user_namespaces here");
         return;
     }
     // Refused before anything starts (the runner reads the sysctl) or by
@@ -324,32 +320,6 @@ fn an_unwritable_data_dir_names_the_setting_to_change() {
     }
 }
 
-/// `GET /v1/health` over a Unix socket: the status code and the body.
-fn health(socket: &std::path::Path) -> (u16, Value) {
-    use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
-    s.write_all(b"GET /v1/health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut reply = Vec::new();
-    s.read_to_end(&mut reply).unwrap();
-    let (code, body) = http_reply(&reply);
-    (code, serde_json::from_slice(&body).unwrap())
-}
-
-/// Kills a child daemon when the test panics before stopping it, so a
-/// failed request does not leave the daemon running.
-struct KillIfPanicking(i32);
-
-impl Drop for KillIfPanicking {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            // SAFETY: kill on our own child's pid, not yet reaped (the
-            // guard is forgotten before the child is waited for).
-            unsafe { libc::kill(self.0, libc::SIGKILL) };
-        }
-    }
-}
-
 #[test]
 fn the_daemon_says_so_at_start_and_health_answers_503() {
     // The daemon runs a real job's sandbox before it listens: where
@@ -359,29 +329,28 @@ fn the_daemon_says_so_at_start_and_health_answers_503() {
         return;
     }
     let world = World::new();
-    let socket = world.path().join("sock/skill-runner.sock");
-    let mut serve = world.cmd();
-    serve
-        .args(["serve", "--socket"])
-        .arg(&socket)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+    let mut serve = Daemon::command(&world, &[]);
     under_namespace_denial(&mut serve);
-    let daemon = serve.spawn().unwrap();
-    let guard = KillIfPanicking(daemon.id() as i32);
-    let started = std::time::Instant::now();
-    while !socket.exists() && started.elapsed() < HANG_GUARD {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let (code, body) = health(&socket);
-    let events = stream(&socket, r#"{"argv": ["true"]}"#);
-    // From here the child is stopped and reaped below: its pid may be
-    // reused, so the guard must never signal it.
-    std::mem::forget(guard);
-    // SAFETY: kill on our own child's pid, not yet reaped.
-    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
-    let out = daemon.wait_with_output().unwrap();
-    let log = text(&out.stderr);
+    let mut daemon =
+        Daemon::spawn(serve).unwrap_or_else(|log| panic!("the daemon did not start:\n{log}"));
+    let health = daemon.get("/v1/health");
+    let (code, body) = (health.status, health.json());
+    let streamed = daemon.request(
+        "POST",
+        "/v1/executions",
+        &[
+            ("Accept", "application/x-ndjson"),
+            ("Content-Type", "application/json"),
+        ],
+        br#"{"argv": ["true"]}"#,
+    );
+    let events: Vec<Value> = String::from_utf8(streamed.body)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    daemon.stop();
+    let log = daemon.log();
     assert_eq!(code, 503, "{body:#}\n{log}");
     assert_eq!(body["status"], "sandbox_failed", "{body:#}");
     assert_eq!(body["sandbox"]["available"], false, "{body:#}");
@@ -404,22 +373,4 @@ fn the_daemon_says_so_at_start_and_health_answers_503() {
     assert_eq!(result["error"]["kind"], "sandbox_failed", "{result:#}");
     assert_eq!(result["exit_code"], 125, "{result:#}");
     assert_eq!(result["stderr"], "", "{result:#}");
-}
-
-/// `POST /v1/executions` of `job` as an NDJSON stream: its events.
-fn stream(socket: &std::path::Path, job: &str) -> Vec<Value> {
-    use std::io::{Read, Write};
-    let mut s = std::os::unix::net::UnixStream::connect(socket).unwrap();
-    let request = format!(
-        "POST /v1/executions HTTP/1.1\r\nHost: x\r\nAccept: application/x-ndjson\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{job}",
-        job.len()
-    );
-    s.write_all(request.as_bytes()).unwrap();
-    let mut reply = Vec::new();
-    s.read_to_end(&mut reply).unwrap();
-    String::from_utf8(http_reply(&reply).1)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }

@@ -1,10 +1,18 @@
 //! Shared helpers for the integration tests: where the real binaries are,
-//! a private data dir per test, skill folders and job files, and running
-//! `skill-runner` as a user would.
+//! a private data dir per test, skill folders and job files, running
+//! `skill-runner` as a user would, and (in [`daemon`]) the one daemon
+//! harness.
 //!
-//! Tests that need bubblewrap call [`require_sandbox`]: on a host without
-//! it they print `SKIPPED` and return early, unless `SKILL_RUNNER_MUST_WORK`
-//! is set (CI sets it), in which case they fail.
+//! Every runner a test starts comes from [`runner_command`], which clears
+//! the caller's `SKILL_RUNNER_*` variables: a test sets what it needs and
+//! nothing leaks in from the shell that ran `cargo test`.
+//!
+//! A test that cannot run on this host calls [`skip`] (or returns when
+//! [`require_sandbox`] says no sandbox can start here): it prints
+//! `SKIPPED: <test>: <reason>` and is counted as skipped by `scripts/test`,
+//! or fails under `SKILL_RUNNER_MUST_WORK` (CI sets it).
+
+pub mod daemon;
 
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
@@ -54,15 +62,25 @@ pub fn project_dir() -> PathBuf {
 /// binary and its arguments, and must exec them in the same process).
 /// `scripts/test-cgroup2` uses one to start every runner as a service
 /// manager or a container engine would: alone in a cgroup of its own.
+///
+/// The runner inherits none of the caller's `SKILL_RUNNER_*` variables
+/// (settings such as `SKILL_RUNNER_TOKEN` or `SKILL_RUNNER_ROOTS` would
+/// change what a test sees); the test sets those it means.
 pub fn runner_command() -> Command {
-    match std::env::var_os("SKILL_RUNNER_TEST_LAUNCHER").filter(|l| !l.is_empty()) {
+    let mut c = match std::env::var_os("SKILL_RUNNER_TEST_LAUNCHER").filter(|l| !l.is_empty()) {
         Some(launcher) => {
             let mut c = Command::new(launcher);
             c.arg(runner_bin());
             c
         }
         None => Command::new(runner_bin()),
+    };
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("SKILL_RUNNER_") {
+            c.env_remove(name);
+        }
     }
+    c
 }
 
 /// The cgroup version that must enforce memory and pids limits here, from
@@ -93,14 +111,55 @@ pub fn assert_cgroup_mechanism(enforced_by: &str, result: &dyn std::fmt::Display
     }
 }
 
-/// True when sandboxes can run here; otherwise prints SKIPPED (or panics
-/// under `SKILL_RUNNER_MUST_WORK`). The verdict is `skill-runner doctor`'s
-/// (the real binary, which runs a real job in a throwaway data dir), asked
-/// once per test binary. The test is named by its thread, which the test
-/// harness names after it.
+/// The running test's name: libtest names each test's thread after it
+/// (`daemon::streams::streamed_events_arrive_in_order`).
+pub fn test_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("this test")
+        .to_owned()
+}
+
+/// Records that the running test cannot run on this host, and why; the
+/// caller returns right after. Prints `SKIPPED: <test>: <reason>` on
+/// stdout (libtest shows it with `--nocapture` or `--show-output`) and,
+/// when `SKILL_RUNNER_SKIP_LOG` names a file, appends the same line to it:
+/// `scripts/test` counts those lines as skipped, not passed. Under
+/// `SKILL_RUNNER_MUST_WORK` (CI sets it) a skip is a failure instead.
+pub fn skip(reason: impl std::fmt::Display) {
+    let line = format!(
+        "SKIPPED: {}: {}",
+        test_name(),
+        one_line(&reason.to_string())
+    );
+    if std::env::var_os("SKILL_RUNNER_MUST_WORK").is_some() {
+        panic!("{line}\n(SKILL_RUNNER_MUST_WORK is set: nothing may be skipped)");
+    }
+    println!("{line}");
+    if let Some(log) = std::env::var_os("SKILL_RUNNER_SKIP_LOG").filter(|l| !l.is_empty()) {
+        use std::io::Write;
+        // One write of one line, appended: lines of tests running at the
+        // same time never mix.
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap_or_else(|e| panic!("cannot open SKILL_RUNNER_SKIP_LOG {log:?}: {e}"));
+        file.write_all(format!("{line}\n").as_bytes())
+            .unwrap_or_else(|e| panic!("cannot append to SKILL_RUNNER_SKIP_LOG {log:?}: {e}"));
+    }
+}
+
+/// `text` on one line, for a skip reason that quotes a command's output.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// True when sandboxes can run here; otherwise [`skip`]s the test (which
+/// fails it under `SKILL_RUNNER_MUST_WORK`). The verdict is
+/// `skill-runner doctor`'s (the real binary, which runs a real job in a
+/// throwaway data dir), asked once per test binary.
 pub fn require_sandbox() -> bool {
-    let thread = std::thread::current();
-    let test = thread.name().unwrap_or("this test");
     static VERDICT: std::sync::OnceLock<(bool, String)> = std::sync::OnceLock::new();
     let (ok, report) = VERDICT.get_or_init(|| {
         let world = World::new();
@@ -111,14 +170,12 @@ pub fn require_sandbox() -> bool {
             .expect("run skill-runner doctor");
         (out.status.success(), show(&out))
     });
-    if *ok {
-        return true;
+    if !*ok {
+        skip(format!(
+            "no sandbox can start here (skill-runner doctor):{report}"
+        ));
     }
-    if std::env::var_os("SKILL_RUNNER_MUST_WORK").is_some() {
-        panic!("{test}: sandbox unavailable but SKILL_RUNNER_MUST_WORK is set:\n{report}");
-    }
-    eprintln!("SKIPPED {test}: sandbox unavailable here:\n{report}");
-    false
+    *ok
 }
 
 /// One test's private world: data dir, scratch folder.
@@ -206,7 +263,6 @@ impl World {
     pub fn cmd(&self) -> Command {
         let mut c = runner_command();
         c.env("SKILL_RUNNER_DATA_DIR", self.data_dir())
-            .env_remove("SKILL_RUNNER_LOG")
             .stdin(Stdio::null());
         c
     }
@@ -492,19 +548,4 @@ impl<R: BufRead> Read for Chunked<R> {
         }
         Ok(n)
     }
-}
-
-/// The status and body of a whole reply, its chunks joined when it is
-/// chunked (a chunk may end anywhere, inside a line or a character).
-pub fn http_reply(reply: &[u8]) -> (u16, Vec<u8>) {
-    use std::io::Read;
-    let mut r = std::io::BufReader::new(reply);
-    let (status, headers) = read_head(&mut r);
-    let mut body = Vec::new();
-    if is_chunked(&headers) {
-        Chunked::new(r).read_to_end(&mut body).unwrap();
-    } else {
-        r.read_to_end(&mut body).unwrap();
-    }
-    (status, body)
 }

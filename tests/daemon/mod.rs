@@ -1,0 +1,103 @@
+//! The daemon (`skill-runner serve`, docs/daemon.md) driven over its real
+//! Unix socket or loopback TCP, running real bubblewrap sandboxes, through
+//! the harness in `support/daemon.rs`. One file per promise:
+
+mod auth; // TCP needs a valid bearer token; idle clients without it starve no one
+mod cancellation; // a client that leaves, or DELETE, cancels and leaves no process
+mod executions; // many at once stay isolated; detached runs; listing and paging
+mod lifecycle; // start, stop, crash and restart; bad settings; a private socket and data dir
+mod memory; // memory and retention stay bounded whatever a job or client does
+mod metrics; // Prometheus metrics, JSON logs, and job text that cannot forge log lines
+mod openapi; // docs/openapi.json matches the router and every real response
+mod packages; // published bundles run by binding; lying hashes are refused naming the skill
+mod requests; // malformed, slow, oversized or excess requests get a JSON error
+mod retries; // a retry of the same job is the same execution, never a second run
+mod roots; // a job reaches only folders under the roots, never the runner's state
+mod sessions; // the skill host's sessions and tools over HTTP
+mod streams; // NDJSON events in order, re-attached readers, heartbeats, stalled readers
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+use skill_runner_tests::daemon::Daemon;
+use skill_runner_tests::*;
+
+/// A bundle (docs/formats.md) of one skill folder, and its binding.
+pub(crate) fn bundle_of(id: &str, dir: &Path) -> (Value, Value) {
+    let limits = skill_runner::package::format::PackageLimits::default();
+    let files = skill_runner::package::source::read_dir_files(dir, &limits).unwrap();
+    let binding = skill_runner::package::hash::Binding {
+        id: id.to_owned(),
+        revision: 1,
+        version: "1.0.0".to_owned(),
+        hash: hash_of(dir),
+    };
+    let text = skill_runner::package::bundle::render(&[(binding.clone(), files)]);
+    (
+        serde_json::from_str(&text).unwrap(),
+        serde_json::to_value(&binding).unwrap(),
+    )
+}
+
+/// A private token file (0600) holding `token`, for `--token-file`.
+pub(crate) fn token_file(w: &World, token: &str) -> PathBuf {
+    let file = w.path().join("token");
+    std::fs::write(&file, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    file
+}
+
+/// A world with a `roots` folder and its skills folder, and the `--root`
+/// argument that makes both roots of the daemon.
+pub(crate) fn world_with_roots() -> (World, String) {
+    let w = World::new();
+    let roots = w.path().join("roots");
+    std::fs::create_dir_all(&roots).unwrap();
+    std::fs::create_dir_all(w.path().join("skills")).unwrap();
+    let arg = format!("{}:{}", roots.display(), w.path().join("skills").display());
+    (w, arg)
+}
+
+/// A folder under the daemon's roots, for a job's workspace.
+pub(crate) fn workspace_in(w: &World, name: &str) -> PathBuf {
+    let ws = w.path().join("roots").join(name);
+    std::fs::create_dir_all(&ws).unwrap();
+    give_to_sandbox(&ws);
+    ws
+}
+
+/// A job that waits until the host creates `go` in its workspace, then
+/// prints `released`: no timing is involved in when it finishes.
+pub(crate) fn gated_job(id: &str, ws: &Path) -> Value {
+    json!({
+        "execution_id": id,
+        "workspace": ws,
+        "argv": ["sh", "-c", "echo waiting; while [ ! -e go ]; do sleep 0.05; done; echo released"],
+    })
+}
+
+/// Lets the jobs of [`gated_job`] in `ws` finish.
+pub(crate) fn open_gate(ws: &Path) {
+    std::fs::write(ws.join("go"), b"").unwrap();
+}
+
+/// A published two-skill set, one with a supplementary file.
+pub(crate) fn publish_two(d: &Daemon, w: &World) -> Vec<Value> {
+    let tool = w.skill(
+        "tooly",
+        &[
+            ("scripts/run.sh", b"echo from-tooly\n"),
+            ("references/api.md", b"# API\nCall it.\n"),
+        ],
+    );
+    let plain = w.skill("plain", &[]);
+    let mut bindings = Vec::new();
+    for (id, dir) in [("tooly", &tool), ("plain", &plain)] {
+        let (bundle, binding) = bundle_of(id, dir);
+        let r = d.post("/v1/skill-packages", &bundle);
+        assert_eq!(r.status, 200, "{:#}", r.json());
+        bindings.push(binding);
+    }
+    bindings
+}

@@ -1,0 +1,447 @@
+//! The one daemon harness: `skill-runner serve` started for a test's
+//! [`World`], the few lines of HTTP/1.1 the tests speak to it (by hand, so
+//! that a test can also misbehave on purpose: slow-loris, disconnects,
+//! bodies that never end), and the waits they need.
+//!
+//! Every daemon starts from [`runner_command`], so it sees none of the
+//! caller's `SKILL_RUNNER_*` variables: only its arguments and the log level
+//! set here. Each test starts its own daemon with a private data dir; it is
+//! killed when the [`Daemon`] is dropped. No wait here is a timing
+//! assertion: each has a generous hang-protection limit ([`PATIENCE`]).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::{is_chunked, read_head, runner_command, Chunked, World};
+
+/// Hang protection for every wait.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A running `skill-runner serve`, its log collected as it comes.
+#[derive(Debug)]
+pub struct Daemon {
+    child: Option<Child>,
+    /// The Unix socket it listens on (empty when it listens on TCP).
+    pub socket: PathBuf,
+    /// The TCP address it listens on, if any.
+    pub tcp: Option<SocketAddr>,
+    /// The bearer token every request carries, if any.
+    pub token: Option<String>,
+    log: Arc<Mutex<String>>,
+}
+
+impl Daemon {
+    /// Starts `skill-runner serve` for `world` with `args`, and waits until
+    /// it listens.
+    pub fn start(world: &World, args: &[&str]) -> Daemon {
+        Self::try_start(world, args).unwrap_or_else(|log| panic!("daemon did not start:\n{log}"))
+    }
+
+    /// `skill-runner --data-dir <world's> serve ARGS`, logging at `info` to
+    /// a pipe, for [`Daemon::spawn`]; a test may change it first.
+    pub fn command(world: &World, args: &[&str]) -> Command {
+        let mut c = runner_command();
+        c.arg("--data-dir")
+            .arg(world.data_dir())
+            .arg("serve")
+            .args(args)
+            .env("SKILL_RUNNER_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    /// Like [`Daemon::start`], but a daemon that exits before it listens
+    /// is its log as the error.
+    pub fn try_start(world: &World, args: &[&str]) -> Result<Daemon, String> {
+        Self::spawn(Self::command(world, args))
+    }
+
+    /// Starts `command` (from [`Daemon::command`]) and waits until the
+    /// daemon logs the address it listens on; if it exits first, its log
+    /// is the error.
+    pub fn spawn(mut command: Command) -> Result<Daemon, String> {
+        let mut child = command.spawn().expect("spawn skill-runner serve");
+        let log = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().expect("the daemon's stderr is piped");
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let mut l = sink.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        });
+        let start = Instant::now();
+        let address = loop {
+            if let Some(addr) = log.lock().unwrap().lines().find_map(listening_address) {
+                break addr;
+            }
+            if let Ok(Some(_)) = child.try_wait() {
+                std::thread::sleep(Duration::from_millis(100));
+                return Err(log.lock().unwrap().clone());
+            }
+            if start.elapsed() > PATIENCE {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the daemon never listened:\n{}", log.lock().unwrap());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let (socket, tcp) = match address.strip_prefix("http://") {
+            Some(a) => (PathBuf::new(), Some(a.trim().parse().unwrap())),
+            None => (
+                PathBuf::from(address.trim().trim_start_matches("unix:")),
+                None,
+            ),
+        };
+        Ok(Daemon {
+            child: Some(child),
+            socket,
+            tcp,
+            token: None,
+            log,
+        })
+    }
+
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("daemon already stopped").id()
+    }
+
+    /// What the daemon logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    pub fn connect(&self) -> Conn {
+        let c = match self.tcp {
+            Some(addr) => Conn::Tcp(TcpStream::connect(addr).unwrap()),
+            None => Conn::Unix(UnixStream::connect(&self.socket).unwrap()),
+        };
+        c.set_timeout(PATIENCE);
+        c
+    }
+
+    /// One request on a fresh connection (`Connection: close`).
+    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+        let mut conn = self.connect();
+        send(
+            &mut conn,
+            method,
+            path,
+            headers,
+            body,
+            self.token.as_deref(),
+        );
+        read_response(BufReader::new(conn))
+    }
+
+    pub fn get(&self, path: &str) -> Resp {
+        self.request("GET", path, &[], b"")
+    }
+
+    pub fn delete(&self, path: &str) -> Resp {
+        self.request("DELETE", path, &[], b"")
+    }
+
+    pub fn post(&self, path: &str, body: &Value) -> Resp {
+        self.request(
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            &serde_json::to_vec(body).unwrap(),
+        )
+    }
+
+    /// Sends a signal and waits for the daemon to exit.
+    pub fn signal_and_wait(&mut self, signal: i32) -> ExitStatus {
+        let mut child = self.child.take().expect("daemon already stopped");
+        kill(child.id() as i32, signal);
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "daemon did not exit after signal {signal}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stop(&mut self) -> ExitStatus {
+        self.signal_and_wait(libc::SIGTERM)
+    }
+}
+
+/// The address in the daemon's "listening on ADDR" log line (human or
+/// JSON).
+pub fn listening_address(line: &str) -> Option<String> {
+    let rest = line.split("listening on ").nth(1)?;
+    if !(rest.starts_with("unix:") || rest.starts_with("http://")) {
+        return None;
+    }
+    Some(
+        rest.split(|c: char| c.is_whitespace() || c == '"')
+            .next()?
+            .to_owned(),
+    )
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Sends `signal` to `pid` with kill(1).
+pub fn kill(pid: i32, signal: i32) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
+/// A connection to the daemon, over its socket or TCP.
+#[derive(Debug)]
+pub enum Conn {
+    Unix(UnixStream),
+    Tcp(TcpStream),
+}
+
+impl Conn {
+    /// Whether the daemon has answered on it (or closed it), waiting a
+    /// millisecond at most. Reads what came, if anything.
+    pub fn answered(&mut self) -> bool {
+        self.set_timeout(Duration::from_millis(1));
+        let got = self.read(&mut [0u8; 1]);
+        self.set_timeout(PATIENCE);
+        !matches!(got, Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut))
+    }
+
+    pub fn set_timeout(&self, t: Duration) {
+        match self {
+            Conn::Unix(s) => {
+                s.set_read_timeout(Some(t)).unwrap();
+                s.set_write_timeout(Some(t)).unwrap();
+            }
+            Conn::Tcp(s) => {
+                s.set_read_timeout(Some(t)).unwrap();
+                s.set_write_timeout(Some(t)).unwrap();
+            }
+        }
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Unix(s) => s.read(buf),
+            Conn::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Unix(s) => s.write(buf),
+            Conn::Tcp(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Unix(s) => s.flush(),
+            Conn::Tcp(s) => s.flush(),
+        }
+    }
+}
+
+/// Writes one request with `Connection: close` (and the bearer `token`,
+/// if any) on `conn`.
+pub fn send(
+    conn: &mut Conn,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    token: Option<&str>,
+) {
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(t) = token {
+        head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+    }
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    conn.write_all(head.as_bytes()).unwrap();
+    // The daemon may answer (413) and close before taking all of a body.
+    let _ = conn.write_all(body);
+}
+
+/// A whole response.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "not JSON ({e}), status {}: {}",
+                self.status,
+                String::from_utf8_lossy(&self.body)
+            )
+        })
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Asserts an error response of this status and kind.
+    pub fn assert_error(&self, status: u16, kind: &str) -> String {
+        let doc = self.json();
+        assert_eq!(self.status, status, "{doc:#}");
+        assert_eq!(doc["error"]["kind"], kind, "{doc:#}");
+        let msg = doc["error"]["message"].as_str().unwrap().to_owned();
+        assert!(!msg.is_empty());
+        msg
+    }
+}
+
+/// Reads a whole response: by its length, its chunks, or to the end.
+pub fn read_response<R: BufRead>(mut r: R) -> Resp {
+    let (status, headers) = read_head(&mut r);
+    let mut body = Vec::new();
+    if is_chunked(&headers) {
+        Chunked::new(r).read_to_end(&mut body).unwrap();
+    } else if let Some(len) = headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .map(|(_, v)| v.parse::<usize>().unwrap())
+    {
+        body.resize(len, 0);
+        r.read_exact(&mut body).unwrap();
+    } else {
+        r.read_to_end(&mut body).unwrap();
+    }
+    Resp {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// Polls `cond` until true; panics after [`PATIENCE`].
+pub fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < PATIENCE, "gave up waiting: {what}");
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// Pids of processes whose command line contains `marker`.
+pub fn processes_with(marker: &str) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if text.contains(marker) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// A `sleep` argument unique to one test, so its processes can be found.
+pub fn marker(n: u32) -> String {
+    format!("{}.{:03}{}", 300 + n, std::process::id() % 1000, n)
+}
+
+/// A streamed response: its lines, read one by one as they come.
+#[derive(Debug)]
+pub struct Lines {
+    lines: std::io::Lines<BufReader<Chunked<BufReader<Conn>>>>,
+    pub status: u16,
+}
+
+impl Lines {
+    pub fn open(
+        d: &Daemon,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Lines {
+        let mut conn = d.connect();
+        send(&mut conn, method, path, headers, body, d.token.as_deref());
+        let mut r = BufReader::new(conn);
+        let (status, headers) = read_head(&mut r);
+        assert!(is_chunked(&headers), "status {status}, not a stream");
+        Lines {
+            lines: BufReader::new(Chunked::new(r)).lines(),
+            status,
+        }
+    }
+
+    pub fn next_event(&mut self) -> Option<Value> {
+        let line = self.lines.next()?.unwrap();
+        Some(serde_json::from_str(&line).unwrap())
+    }
+
+    /// Every event up to and with `exit`, heartbeats left out.
+    pub fn rest(&mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(e) = self.next_event() {
+            let exit = e["event"] == "exit";
+            if e["event"] != "heartbeat" {
+                out.push(e);
+            }
+            if exit {
+                break;
+            }
+        }
+        out
+    }
+}
+
+/// The `seq` of each event.
+pub fn seqs(events: &[Value]) -> Vec<u64> {
+    events.iter().map(|e| e["seq"].as_u64().unwrap()).collect()
+}
