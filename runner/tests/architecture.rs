@@ -5,9 +5,10 @@
 //! `runner/src/lib.rs`.
 //!
 //! The module graph is read from the sources: every `crate::…` path and
-//! every `super::…` path in code (comments and the `#[cfg(test)]` module
-//! at the end of a file are skipped) is an edge to the deepest module it
-//! names. `cargo test -p skill-runner --test architecture -- --nocapture`
+//! every `super::…` path in code (comments, the `#[cfg(test)]` module at
+//! the end of a file, and the sibling `x_tests.rs` that holds the unit tests
+//! of `x.rs` are skipped) is an edge to the deepest module it names.
+//! `cargo test -p skill-runner --test library architecture -- --nocapture`
 //! prints the graph.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -51,6 +52,12 @@ impl Crate {
             }
             if parts == ["main"] || parts == ["cli"] {
                 continue; // the binary, above every room
+            }
+            if parts.last().is_some_and(|p| p.ends_with("_tests")) {
+                // The unit tests of the sibling file, which includes them as
+                // `#[cfg(test)] #[path = "x_tests.rs"] mod tests;`: like a
+                // `#[cfg(test)]` module at the end of a file, not a room's code.
+                continue;
             }
             let text = fs::read_to_string(&file).unwrap();
             modules.insert(parts.join("::"), code_only(&text));

@@ -1,7 +1,7 @@
 //! Sweeping what runners of deleted data dirs left in the real cgroup
 //! hierarchy: old empty execution cgroups go, young or busy ones stay.
 //! Needs a host where the runner can make cgroups (root here and in CI);
-//! elsewhere it says so and returns, unless `SKILL_RUNNER_MUST_WORK` is set.
+//! elsewhere it is skipped (a failure under `SKILL_RUNNER_MUST_WORK`).
 
 use std::fs;
 use std::path::PathBuf;
@@ -12,11 +12,7 @@ use skill_runner::supervise::cgroup::{self, Support};
 fn support() -> Option<Support> {
     let s = Support::detect().scoped("test-sweep-ours");
     if matches!(s, Support::None { .. }) {
-        assert!(
-            std::env::var_os("SKILL_RUNNER_MUST_WORK").is_none(),
-            "no cgroups here but SKILL_RUNNER_MUST_WORK is set: {s:?}"
-        );
-        eprintln!("SKIPPED: no cgroup the runner can create here ({s:?})");
+        crate::skip(format!("no cgroup the runner can create here ({s:?})"));
         return None;
     }
     Some(s)

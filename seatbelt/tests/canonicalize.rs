@@ -2,11 +2,9 @@
 //! the disk. Symbolic links come from a table standing in for
 //! `std::fs::read_link`.
 
-mod common;
-
 use std::collections::BTreeMap;
 
-use common::{check_profile, default_like_policy};
+use crate::common::{check_profile, default_like_policy};
 use seatbelt::{canonicalize, render, CanonicalizeError, Network, Roots, MAX_SYMLINK_FOLLOWS};
 
 /// A `read_link` backed by a table of `link -> target`.

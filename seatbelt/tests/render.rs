@@ -5,12 +5,10 @@
 //! `scripts/bless-seatbelt`) rewrites them instead of comparing. The other
 //! tests assert what must hold for any input, and what must never appear.
 
-mod common;
-
 use std::fs;
 use std::path::PathBuf;
 
-use common::{
+use crate::common::{
     check_profile, default_like_policy, has_network_rule, param, params_text, refs, roots,
     roots_under, rules,
 };

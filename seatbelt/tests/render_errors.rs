@@ -3,9 +3,7 @@
 //! whole disk or the terminals. Every error message is lowercase, has no
 //! trailing period, and says what to do next.
 
-mod common;
-
-use common::{check_profile, default_like_policy, roots};
+use crate::common::{check_profile, default_like_policy, roots};
 use seatbelt::{render, Network, RenderError, Roots, SystemPolicy};
 
 /// A root's name in error messages, and how to set it.

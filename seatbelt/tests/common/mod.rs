@@ -7,8 +7,6 @@
 //! on the snapshot root or its ancestors, and no string in a path filter that
 //! is not a parameter or a constant of the static `.sbpl` files.
 
-#![allow(dead_code)] // each test binary uses a different part of this module
-
 use std::collections::BTreeSet;
 
 use seatbelt::sexpr::{self, Expr};
