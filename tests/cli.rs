@@ -1,7 +1,7 @@
 //! The command line (README, docs/formats.md) as a user meets it: the bundled
 //! example, plain and `--json` runs, clear refusals of bad input, `explain`,
 //! `hash`, `pack`, `store`, `doctor`, and running inside a nested
-//! unprivileged user namespace (as inside a container), issue 3.
+//! unprivileged user namespace (as inside a container).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -733,7 +733,7 @@ fn nested_user_namespace_keeps_the_escape_probes_denied() {
 }
 
 // ---------------------------------------------------------------------------
-// Issue 14: the job from stdin, named folders, --help, freezing stored bytes
+// The job from stdin, named folders, --help, freezing stored bytes
 // ---------------------------------------------------------------------------
 
 /// `run -` reads the job from stdin; its relative paths resolve against
@@ -916,7 +916,7 @@ fn session_create_freezes_the_stored_binding_of_the_same_bytes() {
 }
 
 // ---------------------------------------------------------------------------
-// Issue 11: the runner's state is never a job's folder; --confine
+// The runner's state is never a job's folder; --confine
 // ---------------------------------------------------------------------------
 
 #[test]
@@ -1042,8 +1042,8 @@ fn a_profile_cannot_bind_the_runners_state() {
     }
 }
 
-/// Fuzzing review (issue 11): a profile that is a device or a FIFO is
-/// refused at once, never read until memory runs out.
+/// A profile that is a device or a FIFO is refused at once, never read
+/// until memory runs out (found in the review of the fuzz targets).
 #[test]
 fn a_profile_that_is_not_a_small_regular_file_is_refused() {
     let world = World::new();
@@ -1057,7 +1057,7 @@ fn a_profile_that_is_not_a_small_regular_file_is_refused() {
     );
 }
 
-/// Issue 16: `/etc` is one read-only bind of a copy of the profile's `/etc`
+/// `/etc` is one read-only bind of a copy of the profile's `/etc`
 /// pieces and the account files. The sandbox must see what binds showed,
 /// nothing more, read-only, and never a stale copy: each change of the host's
 /// files shows in the next run, even several changes within one second.

@@ -1,4 +1,4 @@
-//! The escape suite (issue 3): every isolation and supervision promise of
+//! The escape suite: every isolation and supervision promise of
 //! the README's threat model, shown by attempting the forbidden thing inside a real
 //! bubblewrap sandbox and watching it fail.
 //!

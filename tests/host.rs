@@ -1,4 +1,4 @@
-//! The host suite (issue 10): the sandboxed command is never host root,
+//! The host suite: the sandboxed command is never host root,
 //! host-global state is out of its reach whatever uid it has, and every
 //! limit holds or the job is refused.
 //!

@@ -1,6 +1,6 @@
 //! The snapshot-root invariants (docs/packages.md) proven with the real binary
-//! and real bubblewrap (issue 2; 2 and 3 are also covered by the library
-//! tests and the escape suite).
+//! and real bubblewrap (invariants 2 and 3 are also covered by the
+//! library tests and the escape suite).
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -171,7 +171,7 @@ fn source_edits_after_acceptance_are_not_observed() {
         .contains("\"edit\""));
 }
 
-/// Regression (daemon review of issue 4): a command must not be able to
+/// Regression (found in the daemon's review): a command must not be able to
 /// plant `.sciencediscovery/skill-extensions -> /some/host/dir` in its
 /// workspace and get that host folder mounted writable by the next run.
 #[test]
@@ -220,7 +220,7 @@ fn planted_extensions_symlink_is_refused() {
     );
 }
 
-/// Issue 3: a limit passed by the command itself is reported as
+/// A limit passed by the command itself is reported as
 /// `limit_exceeded`, naming the limit (file size and CPU time, enforced by
 /// rlimits, whose signals kill the command).
 #[test]
@@ -261,7 +261,7 @@ fn rlimit_limits_are_reported_by_name() {
     );
 }
 
-/// Issue 3: a cwd that leaves the workspace through a symlink is refused
+/// A cwd that leaves the workspace through a symlink is refused
 /// before anything runs.
 #[test]
 fn cwd_through_a_symlink_out_of_the_workspace_is_refused() {

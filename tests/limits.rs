@@ -1,5 +1,5 @@
 //! Memory and process limits hold for the whole sandbox, and the result
-//! names what enforced them (issue 10: on a cgroup v2 host, a runner
+//! names what enforced them (on a cgroup v2 host, a runner
 //! outside the root cgroup fell back to `RLIMIT_AS` and no process limit,
 //! and a 300 MiB allocation under 64 MiB ended as plain `exited`).
 //!

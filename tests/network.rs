@@ -1,4 +1,4 @@
-//! Network allowlists (issue 13): a job's `network` may be
+//! Network allowlists: a job's `network` may be
 //! `{"allow": [...], "private": false}`, served by the runner's proxy
 //! through a forwarder inside the sandbox's own (loopback-only) network
 //! namespace.

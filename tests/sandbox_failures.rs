@@ -1,6 +1,6 @@
 //! A sandbox that bubblewrap cannot finish is `failed`, `sandbox_failed`,
 //! exit 125, with bubblewrap's reason and the fix, never the command's own
-//! exit code; and `doctor` fails exactly there (issue 12).
+//! exit code; and `doctor` fails exactly there.
 //!
 //! The container failures of docs/containers.md, emulated on the host in
 //! well under a second each, driving the real binary:

@@ -1,5 +1,5 @@
-//! The skill host from the command line (docs/skill-host.md, the skill-host
-//! issue): `skill-runner catalog list|find|show` over built-in, user and
+//! The skill host from the command line (docs/skill-host.md):
+//! `skill-runner catalog list|find|show` over built-in, user and
 //! project folders; `skill-runner session create|load|resource|events`;
 //! and a `run` job that names a session and gets its frozen skills, even
 //! after the catalog folder changed.
@@ -123,7 +123,7 @@ fn catalog_lists_finds_and_shows_across_sources() {
     let found = h.json(&["catalog", "find", "csv report", "--json"]);
     assert_eq!(found["hits"][0]["name"], "csv-report");
     assert!(found["hits"][0].get("explain").is_none(), "{found}");
-    // --explain (issue 17): the terms' weights, then per skill what each
+    // --explain: the terms' weights, then per skill what each
     // term and the name added.
     let out = h.run(&["catalog", "find", "CSV reports for me", "--explain"]);
     let stdout = text(&out.stdout);

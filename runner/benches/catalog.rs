@@ -1,4 +1,4 @@
-//! Catalog benchmark (the skill-host issue), in one run:
+//! Catalog benchmark, in one run:
 //!
 //! 1. `find` latency on a generated catalog of 10,000 skills: median and
 //!    worst of each query kind (target: under 5 ms a query), after the

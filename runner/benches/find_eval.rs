@@ -1,4 +1,4 @@
-//! Find-ranking quality (issue 17): top-1, top-3 and mean reciprocal rank
+//! Find-ranking quality: top-1, top-3 and mean reciprocal rank
 //! of `catalog find` / `find_skills` on the evaluation set in `eval/`,
 //! side by side with a plain BM25 baseline over name and description.
 //!

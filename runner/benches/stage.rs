@@ -1,4 +1,4 @@
-//! Staging benchmark (issue 2), side by side with the naive pipelines it
+//! Staging benchmark, side by side with the naive pipelines it
 //! must beat, in one run on warm page cache:
 //!
 //! 1. stage + verify a 40 MiB selection (one 40 MiB asset, 200 files of

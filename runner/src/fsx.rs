@@ -330,7 +330,7 @@ pub fn create_private_dir(path: &Path) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    /// Issue 11: a folder swapped for a symlink (`renameat2` with
+    /// A folder swapped for a symlink (`renameat2` with
     /// `RENAME_EXCHANGE`) again and again while the tree is removed never
     /// redirects the removal into the symlink's target.
     #[cfg(target_os = "linux")]

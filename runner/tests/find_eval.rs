@@ -1,4 +1,4 @@
-//! The find-ranking quality gate of issue 17: on the evaluation set in
+//! The find-ranking quality gate: on the evaluation set in
 //! `runner/benches/eval/` (50 skills, one query a line with the skill that
 //! should win), the ranking of `catalog find` and `find_skills` must do at
 //! least as well as a plain BM25 over name and description, on top-1 and

@@ -1,6 +1,6 @@
 //! The macOS backend, tested on Linux as pure code: each built-in profile's
 //! `[macos]` section rendered through the `seatbelt` crate against a golden
-//! file, and the argv/environment a Mac run would use (issue 5).
+//! file, and the argv/environment a Mac run would use.
 //!
 //! Re-bless the golden files with `scripts/bless-seatbelt` (BLESS=1).
 
@@ -150,7 +150,7 @@ fn escaping_aliases_are_refused() {
     }
 }
 
-/// A job with a network allowlist (issue 13): the profile lets the command
+/// A job with a network allowlist: the profile lets the command
 /// reach the proxy's loopback port alone, and the proxy variables name it.
 #[test]
 fn golden_an_allowlist_opens_the_proxy_port_and_nothing_else() {

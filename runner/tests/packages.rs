@@ -1,6 +1,6 @@
 //! Package layer on a real file system: bad inputs are refused with a clear
 //! error and leave nothing behind; staging and the store keep the
-//! snapshot-root invariants of docs/packages.md (issue 2).
+//! snapshot-root invariants of docs/packages.md.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -354,8 +354,9 @@ fn bundle_bad_paths_are_refused() {
     }
 }
 
-/// Issue 11 (fuzzing, target `bundle`): serde names an unknown key as it
-/// was written; the refusal stays one line.
+/// Found by fuzzing (target `bundle`): serde names an unknown key as it
+/// was written, so a key holding a newline made the refusal several lines;
+/// it stays one line.
 #[test]
 fn bundle_refusals_are_one_line() {
     let e = bundle::parse(br#"{"skills":[],"wut\n":1}"#, &PackageLimits::default())

@@ -188,7 +188,7 @@ fn interrupted_stagings_are_swept() {
     assert!(names(&staging).is_empty());
 }
 
-/// Issue 11: eviction considers only names the runner makes, in its own
+/// Eviction considers only names the runner makes, in its own
 /// folder; job folders, foreign names and a FIFO record are left alone.
 #[test]
 fn eviction_considers_only_the_runners_own_roots() {
@@ -210,8 +210,8 @@ fn eviction_considers_only_the_runners_own_roots() {
     assert!(roots.dir().join("not-an-identity/skills").exists());
 }
 
-/// Issue 11: a record that is a FIFO (or a symlink) is refused at once
-/// instead of blocking the execution.
+/// A record that is a FIFO (or a symlink) is refused at once: opening
+/// a FIFO record blocked the execution.
 #[test]
 fn a_fifo_or_symlink_record_is_refused_without_blocking() {
     let t = tempfile::tempdir().unwrap();

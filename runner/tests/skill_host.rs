@@ -1,5 +1,5 @@
-//! The skill host on a real file system (docs/skill-host.md, the skill-host
-//! issue): the delivery-mode decision table, freezing, catalog precedence
+//! The skill host on a real file system (docs/skill-host.md):
+//! the delivery-mode decision table, freezing, catalog precedence
 //! and shadowing, index invalidation, ranking, name validation, bounded
 //! reads, binary refusal, path aliases and escapes, activation events.
 //!
@@ -812,7 +812,7 @@ fn a_fresh_folder_is_not_trusted_from_the_index() {
 }
 
 /// A fixed catalog, fixed queries, exact order and scores (BM25F with
-/// name bonuses since issue 17; docs/skill-host.md, "Ranking").
+/// name bonuses; docs/skill-host.md, "Ranking").
 #[test]
 fn ranking_is_deterministic_on_a_fixed_catalog() {
     let fx = Fx::new();
@@ -890,8 +890,8 @@ fn ranking_is_deterministic_on_a_fixed_catalog() {
         .unwrap();
     assert_eq!(list.result.hits.len(), 1);
     assert_eq!(list.result.hits[0].name, "csv");
-    // Issue 17: `total` counts the matches (csv, csv-report), not the
-    // session's skills.
+    // `total` counts the matches (csv, csv-report), not the session's
+    // skills (it was the session's skill count even with a query).
     assert_eq!(list.result.total, 2);
     let all = host.skills(&s.id, &SkillsQuery::default()).unwrap();
     let names: Vec<&str> = all.result.hits.iter().map(|h| h.name.as_str()).collect();
@@ -1285,7 +1285,7 @@ fn damaged_store_bytes_are_not_served() {
 }
 
 // ---------------------------------------------------------------------------
-// Found by fuzzing (issue 11, docs/fuzzing.md)
+// Found by fuzzing (docs/fuzzing.md)
 // ---------------------------------------------------------------------------
 
 /// Target `session`: a package path may hold a newline (it is admissible);

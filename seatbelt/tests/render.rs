@@ -78,7 +78,7 @@ fn golden_network_proxy_profile_and_params() {
     assert_golden("network_proxy.params", &params_text(&out));
 }
 
-/// A job's allowlist on macOS (issue 13): one rule, outbound TCP to the
+/// A job's allowlist on macOS: one rule, outbound TCP to the
 /// proxy's loopback address (a parameter), nothing else of the network;
 /// the rest of the profile is the offline one.
 #[test]

@@ -66,9 +66,9 @@ fn malformed_requests_get_json_errors() {
         .assert_error(405, "method_not_allowed");
     d.post("/v1/skill-packages", &json!({"skills": "no"}))
         .assert_error(400, "bad_bundle");
-    // Issue 11 (fuzzing, target `http`): a path that does not decode gets
-    // the error document too (not axum's plain text), and a query key
-    // with a newline comes back on one line.
+    // Found by fuzzing (target `http`): a path that does not decode got
+    // axum's plain text, not the error document; and a query key with a
+    // newline must come back on one line.
     d.get("/v1/executions/%FF").assert_error(400, "bad_request");
     d.get("/v1/sessions/%FF%FE/events")
         .assert_error(400, "bad_request");

@@ -56,8 +56,8 @@ fn host_paths_outside_the_roots_are_refused() {
     assert!(msg.contains("extensions_dir"), "{msg}");
     assert!(!Path::new("/etc/skill-extensions").exists());
 
-    // Under the roots, a named workspace must exist (issue 14): refused,
-    // not created.
+    // Under the roots, a named workspace must exist: refused, not
+    // created.
     let missing = root.join("missing/ws");
     let msg = d
         .post(

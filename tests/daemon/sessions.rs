@@ -8,7 +8,7 @@ use skill_runner_tests::*;
 
 use super::*;
 
-/// The skill host over HTTP (issue 6, docs/skill-host.md): a session created
+/// The skill host over HTTP (docs/skill-host.md): a session created
 /// from published bindings in both delivery modes, its tools as routes,
 /// the refusal of a file-needing skill in a session without file tools,
 /// bounded resource reads, and an execution naming the session.

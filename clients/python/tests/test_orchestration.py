@@ -1,4 +1,4 @@
-"""Detached runs, long-polls, re-attach, retry, listings, tool calls, version (issue 14)."""
+"""Detached runs, long-polls, re-attach, retry, listings, tool calls, version."""
 
 import json
 from typing import Any, Dict, Iterator, List

@@ -1,4 +1,4 @@
-/** Detached runs, long-polls, re-attach, retry, listings, tool calls, version (issue 14). */
+/** Detached runs, long-polls, re-attach, retry, listings, tool calls, version. */
 import * as assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 

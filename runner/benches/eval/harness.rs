@@ -1,4 +1,4 @@
-//! The find-ranking evaluation of issue 17: the skills of `skills.toml`,
+//! The find-ranking evaluation: the skills of `skills.toml`,
 //! the queries of `queries.txt`, the product ranking
 //! ([`skill_runner::skillhost::catalog::rank`]) and a plain BM25 baseline, scored by
 //! top-1, top-3 and mean reciprocal rank.

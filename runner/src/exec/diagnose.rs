@@ -171,7 +171,7 @@ pub fn setup_failed(stderr: &[u8], status: Result<i32, i32>, container: Option<&
 mod tests {
     use super::*;
 
-    /// The messages measured in containers and emulated on hosts (issue 12).
+    /// The messages measured in containers and emulated on hosts.
     const SEEN: &[(&str, &str)] = &[
         ("bwrap: No permissions to creating new namespace, likely because the kernel does not allow non-privileged user namespaces. On e.g. debian this can be enabled with 'sysctl kernel.unprivileged_userns_clone=1'.", "seccomp=deploy/seccomp-bwrap.json"),
         ("bwrap: No permissions to create a new namespace, likely because the kernel does not allow non-privileged user namespaces.", "seccomp=deploy/seccomp-bwrap.json"),

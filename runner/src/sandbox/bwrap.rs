@@ -487,7 +487,7 @@ mod tests {
         assert_eq!(got, want);
     }
 
-    /// The same plan with a network allowlist (issue 13): the proxy's
+    /// The same plan with a network allowlist: the proxy's
     /// folder bound, the proxy variables set, the shim told to start the
     /// forwarder; nothing else changes, and the network namespace is still
     /// new (`--unshare-all`, never `--share-net`).

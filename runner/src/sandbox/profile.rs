@@ -430,7 +430,7 @@ mod tests {
         );
     }
 
-    /// Binds that add nothing are left out (issue 16): a `ro-bind-try`
+    /// Binds that add nothing are left out: a `ro-bind-try`
     /// of a missing path, and a path bound onto itself inside an earlier
     /// read-only bind of its ancestor, unless a symlink lies between them
     /// or a mount in between covers it.
@@ -484,7 +484,7 @@ mod tests {
         assert_eq!(p.resolve_mounts(host).len(), 3);
     }
 
-    /// Issue 11 (fuzzing, target `profile`): TOML messages span lines, and
+    /// Found by fuzzing (target `profile`): TOML messages span lines, and
     /// a mount path may hold a newline; the refusal is one line either way.
     #[test]
     fn refusals_are_one_line() {

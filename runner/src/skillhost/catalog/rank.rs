@@ -1082,8 +1082,8 @@ mod tests {
         }
     }
 
-    /// Issue 17: common words ('create', 'make', 'a', 'for') carried as
-    /// much weight as the words that decide.
+    /// Common words ('create', 'make', 'a', 'for') carried as much weight
+    /// as the words that decide; they must not.
     #[test]
     fn rare_words_outrank_common_ones() {
         let docs = [
@@ -1165,8 +1165,8 @@ mod tests {
     }
 
     /// One catalog and one query give one order, ties by name, and the
-    /// total is the number of matches (issue 17: it was the number of
-    /// skills searched).
+    /// total is the number of matches (it was the number of skills
+    /// searched).
     #[test]
     fn ranking_is_deterministic_with_ties_by_name() {
         let docs = [

@@ -230,8 +230,8 @@ impl SessionHost {
         for _ in 0..FREEZE_TRIES {
             let mut stored = self.store.bindings_of(id)?;
             // Same bytes already published: that is the binding, even when
-            // the catalog folder states no version (issue 14: the store's
-            // hello r1 / 1.0.0 must not become r2 / 0.0.0).
+            // the catalog folder states no version (the store's hello
+            // r1 / 1.0.0 must not become r2 / 0.0.0).
             if let Some(b) = stored.iter().rev().find(|b| b.hash == hash) {
                 return Ok((b.clone(), false));
             }
