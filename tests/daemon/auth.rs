@@ -16,8 +16,7 @@ fn tcp_needs_a_valid_bearer_token() {
     let w = World::new();
     // No token: refused at start with a clear message.
     let err = Daemon::try_start(&w, &["--listen", "127.0.0.1:0"])
-        .err()
-        .expect("TCP without a token started");
+        .expect_err("TCP without a token started");
     assert!(err.contains("bearer token"), "{err}");
 
     let token = "test-token-0123456789abcdef";

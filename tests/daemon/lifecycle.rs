@@ -40,9 +40,7 @@ fn socket_is_private_health_answers_and_shutdown_removes_it() {
     assert_eq!(doc["sandbox"]["available"], true);
 
     // A second daemon on the same socket is refused, and the first keeps it.
-    let second = Daemon::try_start(&w, &[])
-        .err()
-        .expect("second daemon started");
+    let second = Daemon::try_start(&w, &[]).expect_err("second daemon started");
     assert!(second.contains("another skill-runner daemon"), "{second}");
     assert_eq!(d.get("/v1/health").status, 200);
 

@@ -161,12 +161,9 @@ fn one_execution_cannot_empty_retention() {
         &w,
         &["--retain-bytes", "16MiB", "--max-output-bytes", "16MiB"],
     )
-    .err()
-    .expect("a too small retain_bytes started");
+    .expect_err("a too small retain_bytes started");
     assert!(err.contains("retain_bytes"), "{err}");
-    let err = Daemon::try_start(&w, &["--retain", "0"])
-        .err()
-        .expect("--retain 0 started");
+    let err = Daemon::try_start(&w, &["--retain", "0"]).expect_err("--retain 0 started");
     assert!(err.contains("retain"), "{err}");
 }
 
