@@ -15,32 +15,40 @@ mod network; // network allowlists through the runner's proxy, and nothing aroun
 mod sandbox_failures; // a sandbox bubblewrap cannot finish is sandbox_failed, with the fix
 mod skill_host; // catalog and sessions from the command line, and a run in a session
 
-/// Every test file is a module of this binary: a file added beside these
-/// but not listed above would never run.
+/// Every test file is a module of this binary, and every file of a folder
+/// module (`daemon/`) a module of its `mod.rs`: a file added beside these
+/// but not listed would never run.
 #[test]
 fn every_test_file_is_a_module_of_the_suite() {
     let here = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let main = std::fs::read_to_string(here.join("main.rs")).unwrap();
-    let listed: Vec<&str> = main
-        .lines()
-        .filter_map(|l| l.strip_prefix("mod ")?.split(';').next())
-        .collect();
     let mut missing = Vec::new();
-    for entry in std::fs::read_dir(here).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        let module = match name.strip_suffix(".rs") {
-            Some("main") => continue,
-            Some(m) => m.to_owned(),
-            None if path.join("mod.rs").is_file() && name != "support" => name,
-            None => continue,
-        };
-        if !listed.contains(&module.as_str()) {
-            missing.push(module);
+    let mut folders = vec![(here.to_owned(), here.join("main.rs"))];
+    while let Some((dir, list)) = folders.pop() {
+        let text = std::fs::read_to_string(&list).unwrap();
+        let listed: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("mod ")?.split(';').next())
+            .collect();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            let module = match name.strip_suffix(".rs") {
+                Some("main" | "mod") => continue,
+                Some(m) => m.to_owned(),
+                // A folder module; support/ is the crate's library, probe/ a crate.
+                None if path.join("mod.rs").is_file() && path != here.join("support") => {
+                    folders.push((path.clone(), path.join("mod.rs")));
+                    name
+                }
+                None => continue,
+            };
+            if !listed.contains(&module.as_str()) {
+                missing.push(path.strip_prefix(here).unwrap().display().to_string());
+            }
         }
     }
     assert!(
         missing.is_empty(),
-        "tests/{missing:?} are not modules of tests/main.rs: add `mod NAME; // what it proves` there"
+        "tests/{missing:?} are not modules of the suite: add `mod NAME; // what it proves` to tests/main.rs (or the folder's mod.rs)"
     );
 }

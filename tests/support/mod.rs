@@ -160,22 +160,35 @@ fn one_line(text: &str) -> String {
 /// `skill-runner doctor`'s (the real binary, which runs a real job in a
 /// throwaway data dir), asked once per test binary.
 pub fn require_sandbox() -> bool {
-    static VERDICT: std::sync::OnceLock<(bool, String)> = std::sync::OnceLock::new();
-    let (ok, report) = VERDICT.get_or_init(|| {
+    // (works, doctor's FAIL lines, doctor's whole report)
+    static VERDICT: std::sync::OnceLock<(bool, String, String)> = std::sync::OnceLock::new();
+    let (ok, why, report) = VERDICT.get_or_init(|| {
         let world = World::new();
         let out = world
             .cmd()
             .arg("doctor")
             .output()
             .expect("run skill-runner doctor");
-        (out.status.success(), show(&out))
+        let stdout = text(&out.stdout);
+        let why: Vec<&str> = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("FAIL "))
+            .collect();
+        (out.status.success(), why.join("; "), show(&out))
     });
-    if !*ok {
-        skip(format!(
-            "no sandbox can start here (skill-runner doctor):{report}"
-        ));
+    if *ok {
+        return true;
     }
-    *ok
+    if std::env::var_os("SKILL_RUNNER_MUST_WORK").is_some() {
+        panic!(
+            "{}: no sandbox can start here, but SKILL_RUNNER_MUST_WORK is set; skill-runner doctor:{report}",
+            test_name()
+        );
+    }
+    skip(format!(
+        "no sandbox can start here: skill-runner doctor: {why}"
+    ));
+    false
 }
 
 /// One test's private world: data dir, scratch folder.
