@@ -2,7 +2,10 @@
 //! bubblewrap, one test binary for the crate (`cargo test -p
 //! skill-runner-tests`; one module: `cargo test -p skill-runner-tests
 //! daemon::streams`). Shared helpers, and the one daemon harness, are in
-//! `support/` (the crate's library). Each module proves one area's
+//! `support/` (the crate's library). To add a file: write `tests/NAME.rs`
+//! (`use skill_runner_tests::*;`, and `skill_runner_tests::daemon::*` for
+//! the daemon harness) and list it below as `mod NAME; // what it proves`;
+//! a test here fails if a file is not listed. Each module proves one area's
 //! promises:
 
 mod cli; // the command line as a user meets it: run, explain, hash, pack, store, doctor
