@@ -562,3 +562,18 @@ impl<R: BufRead> Read for Chunked<R> {
         Ok(n)
     }
 }
+
+/// The status and body of a whole reply, its chunks joined when it is
+/// chunked (a chunk may end anywhere, inside a line or a character).
+pub fn http_reply(reply: &[u8]) -> (u16, Vec<u8>) {
+    use std::io::Read;
+    let mut r = std::io::BufReader::new(reply);
+    let (status, headers) = read_head(&mut r);
+    let mut body = Vec::new();
+    if is_chunked(&headers) {
+        Chunked::new(r).read_to_end(&mut body).unwrap();
+    } else {
+        r.read_to_end(&mut body).unwrap();
+    }
+    (status, body)
+}
