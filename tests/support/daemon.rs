@@ -117,6 +117,23 @@ impl Daemon {
         self.child.as_ref().expect("daemon already stopped").id()
     }
 
+    /// Waits until the daemon's log has a line for which `found` holds,
+    /// and returns it; panics, with the log, after [`PATIENCE`].
+    pub fn wait_for_line(&self, what: &str, found: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            if let Some(line) = self.log().lines().find(|l| found(l)) {
+                return line.to_owned();
+            }
+            assert!(
+                start.elapsed() < PATIENCE,
+                "no log line with {what}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// What the daemon logged so far.
     pub fn log(&self) -> String {
         self.log.lock().unwrap().clone()
