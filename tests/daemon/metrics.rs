@@ -1,8 +1,6 @@
 //! Metrics and logs: `/metrics` in the Prometheus text format, JSON logs
 //! with the execution's span, and job text that cannot forge log lines.
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 use skill_runner_tests::daemon::*;
 use skill_runner_tests::*;
@@ -75,9 +73,9 @@ fn job_text_cannot_forge_daemon_log_lines() {
     assert!(matches!(r.status, 400 | 403), "{}", r.status);
     let r = d.post("/v1/executions", &json!({"argv": [forged]}));
     assert_eq!(r.status, 200);
-    std::thread::sleep(Duration::from_millis(200));
+    // The line that quotes the job's argv0 (where a forged line would be).
+    d.wait_for_line("the execution's argv0", |l| l.contains("argv0"));
     let log = d.log();
-    assert!(log.contains("argv0"), "{log}");
     assert!(!log.lines().any(|l| l.starts_with("2026-01-01")), "{log}");
     assert!(!log.contains('\u{1b}'), "{log}");
 }
