@@ -80,7 +80,7 @@ impl Report {
                     b.path.display(),
                     if b.features.disable_userns { ", --disable-userns supported" } else { ", no --disable-userns (nested user namespaces stay possible; seccomp still refuses unshare/clone with namespace flags)" }
                 ),
-                Err(e) => e.clone(),
+                Err(e) => e.to_string(),
             },
             meaning: "without bwrap nothing can run: skill-runner never runs a command unsandboxed",
             required: true,
@@ -89,7 +89,10 @@ impl Report {
         checks.push(Check {
             name: "user namespaces",
             ok: userns.is_ok(),
-            detail: userns.clone().err().unwrap_or_else(|| "available".into()),
+            detail: match &userns {
+                Ok(()) => "available".into(),
+                Err(e) => e.to_string(),
+            },
             meaning: "bwrap needs a user namespace to drop privileges and build the sandbox's view",
             required: true,
         });
@@ -99,7 +102,7 @@ impl Report {
             ok: identity.is_ok(),
             detail: match &identity {
                 Ok(id) => describe_identity(id),
-                Err(e) => e.clone(),
+                Err(e) => e.to_string(),
             },
             meaning: "the sandboxed command is never host root when the runner can switch users (docs/sandbox.md, \"Host identity\")",
             required: true,
@@ -117,7 +120,7 @@ impl Report {
             ok: runner.is_ok(),
             detail: match &runner {
                 Ok(_) => format!("{} is usable", data_dir.display()),
-                Err(e) => e.clone(),
+                Err(e) => e.to_string(),
             },
             meaning: "the store, snapshot roots and execution folders live there; run refuses without it",
             required: true,
