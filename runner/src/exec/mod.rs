@@ -2,7 +2,8 @@
 //! limits are given their mechanisms ([`limits`]), the [`runner`] checks
 //! its [`folders`], stages its packages, makes its launch [`plan`] (which
 //! [`explain`] shows, from the same function) and starts it through the
-//! platform's [`launch`]er, supervises it, and how it ended is classified
+//! platform's [`launch`]er, supervises it (with what [`watch`]es beside
+//! it), and how it ended is classified
 //! ([`outcome`]) into a [`result`]; a refusal is an [`error::ExecError`],
 //! made the result's `error` once, at the edge; [`diagnose`] turns a
 //! launcher's failure into a fix, [`doctor`] checks a host.
@@ -29,6 +30,7 @@ pub mod outcome;
 pub mod plan;
 pub mod result;
 pub mod runner;
+pub mod watch;
 
 pub use runner::{
     default_data_dir, OutputMode, RunOptions, Runner, RunnerConfig, RunnerError, JOB_ROOT, SANDBOX,

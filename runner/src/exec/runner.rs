@@ -26,9 +26,10 @@ use crate::exec::error::ExecError;
 use crate::exec::folders::{self, Confined, Named};
 use crate::exec::job::Job;
 use crate::exec::launch::{self, Prepared};
-use crate::exec::limits::{limits_plan, Disk};
-use crate::exec::outcome::{classify, Ended, Hits};
-use crate::exec::result::{AppliedLimits, ExecResult, SkillsInfo, Usage};
+use crate::exec::limits::limits_plan;
+use crate::exec::outcome::{self, classify, Finished, Hits};
+use crate::exec::result::ExecResult;
+use crate::exec::watch;
 use crate::package::format::PackageLimits;
 use crate::package::published::{Roots, KEEP_ROOTS};
 use crate::package::stage::{Selected, SkillSource};
@@ -37,7 +38,7 @@ use crate::sandbox::host::Host;
 use crate::sandbox::profile;
 use crate::supervise::cgroup::{self, Cgroup, Support};
 use crate::supervise::diskwatch::DiskWatch;
-use crate::supervise::{self, Cancel, OutputPolicy, Sink, Spawn};
+use crate::supervise::{self, Cancel, OutputPolicy, Sink};
 
 pub use crate::exec::folders::JOB_ROOT;
 pub use crate::exec::launch::SANDBOX;
@@ -451,59 +452,6 @@ impl Runner {
         Ok((Some(cgroup), None))
     }
 
-    /// The cancel switch of the execution (the caller's, or one of its
-    /// own for the disk watcher), and the watcher of a host workspace:
-    /// past disk_bytes the run is ended.
-    fn watch(
-        &self,
-        cancel: Option<&Arc<Cancel>>,
-        disk: Disk,
-        p: &Prepared,
-        disk_bytes: u64,
-    ) -> Result<(Option<Arc<Cancel>>, Option<DiskWatch>), ExecError> {
-        let cancel = match (cancel, disk) {
-            (Some(c), _) => Some(c.clone()),
-            (None, Disk::Watcher) => {
-                let made = Cancel::new().map_err(|source| ExecError::CancelSwitch { source })?;
-                Some(made)
-            }
-            (None, Disk::Tmpfs) => None,
-        };
-        let watch = match (disk, &cancel) {
-            (Disk::Watcher, Some(cancel)) => {
-                let mut dirs: Vec<PathBuf> = p.workspace.iter().cloned().collect();
-                if let Some(e) = &p.extensions {
-                    if !dirs.iter().any(|w| e.starts_with(w)) {
-                        dirs.push(e.clone());
-                    }
-                }
-                Some(DiskWatch::start(dirs, disk_bytes, cancel.clone()))
-            }
-            _ => None,
-        };
-        Ok((cancel, watch))
-    }
-
-    /// The proxy of a job with an allowlist, serving this execution's
-    /// endpoint with this execution's policy alone.
-    fn proxy(
-        &self,
-        job: &Job,
-        p: &mut Prepared,
-    ) -> Result<Option<crate::sandbox::net::proxy::Session>, ExecError> {
-        let (Some(net), Some(allow)) = (p.net.as_mut(), job.network.allowlist()) else {
-            return Ok(None);
-        };
-        let policy = crate::sandbox::net::Policy {
-            job: allow.clone(),
-            runner: self.config.network.clone(),
-        };
-        let session = net
-            .start(policy, &job.execution_id)
-            .map_err(|source| ExecError::StartProxy { source })?;
-        Ok(Some(session))
-    }
-
     /// Launches a prepared execution and supervises it to its end.
     fn launch(
         &self,
@@ -517,50 +465,22 @@ impl Runner {
         let cgroup_procs = cgroup_procs
             .map_err(|source| ExecError::OpenCgroup { source })?
             .unwrap_or_default();
-        // Any host folder the command writes is watched; only a fresh
-        // workspace holding its own extensions dir is a tmpfs alone.
-        let disk = if p.workspace.is_some() || p.extensions.is_some() {
-            Disk::Watcher
-        } else {
-            Disk::Tmpfs
-        };
+        let disk = watch::disk_of(&p);
         let (rlimits, applied) = limits_plan(&l, cgroup.as_ref(), cg_note, &p.identity, disk)
             .map_err(ExecError::Limits)?;
         let launcher = launch::launcher(job, &p, rlimits.nproc)?;
-        let (cancel, watch) = self.watch(opts.cancel.as_ref(), disk, &p, l.disk_bytes)?;
-        let proxy = self.proxy(job, &mut p)?;
-        let plan = launcher.plan;
-        let program = plan.program.clone();
-        let spawn = Spawn {
-            program: plan.program,
-            args: plan.args,
-            env: plan.env,
-            fds: launcher.fds,
-            rlimits: rlimits.runner,
-            cgroup_procs,
-            stdin: job.stdin.clone(),
-            report_fd: plan.report_fd,
-            stderr_fd: plan.stderr_fd,
-            new_session: plan.new_session,
-            identity: p.identity.switch_to(),
-        };
-        let snapshot = &p.lease.snapshot;
-        tracing::debug!(
-            skills = snapshot.manifest.skills.len(),
-            bytes = snapshot.bytes,
-            "launching"
-        );
-        // Bytes staged by this execution: none when the root was published.
-        let staged = if p.lease.staged { snapshot.bytes } else { 0 };
-        opts.sink.launching(staged, p.staging);
-        tracing::debug!(prepare_ms = p.staging.as_secs_f64() * 1e3, "spawning");
+        let (cancel, disk_watch) = watch::disk(opts.cancel.as_ref(), disk, &p, l.disk_bytes)?;
+        let proxy = watch::proxy(job, &mut p, &self.config.network)?;
+        let spawn = launch::spawn(job, &p, launcher, rlimits.runner, cgroup_procs);
+        let program = spawn.program.clone();
+        launching(&p, opts.sink);
         let output = OutputPolicy {
             cap: l.output_bytes,
             capture: opts.output == OutputMode::Capture,
         };
         let timeout = Duration::from_millis(l.timeout_ms);
         let outcome = supervise::supervise(spawn, timeout, output, opts.sink, cancel.as_deref());
-        let disk_hit = watch.is_some_and(DiskWatch::stop);
+        let disk_hit = disk_watch.is_some_and(DiskWatch::stop);
         let outcome = outcome.map_err(|source| ExecError::Start { program, source })?;
         tracing::debug!("supervised");
         let hits = Hits {
@@ -577,71 +497,31 @@ impl Runner {
         tracing::debug!("cgroup removed");
         let ended = classify(&outcome, &l, hits);
         let network = proxy.map(crate::sandbox::net::proxy::Session::finish);
-        let result = finished(
-            job,
-            &p,
-            &outcome,
-            Finished {
-                ended,
-                applied,
-                peak,
-                network,
-            },
-        );
+        let finished = Finished {
+            ended,
+            applied,
+            peak,
+            network,
+        };
+        let result = outcome::result(job, &p, &outcome, finished);
         tracing::info!(status = ?result.status, code = ?result.exit_code, ms = result.duration_ms, "finished");
         drop(p);
         Ok(result)
     }
 }
 
-/// What the result of a launched execution is made of, besides the
-/// supervisor's outcome.
-struct Finished {
-    ended: Ended,
-    applied: AppliedLimits,
-    /// The cgroup's peak memory, where it has one.
-    peak: Option<u64>,
-    network: Option<crate::sandbox::net::NetworkInfo>,
-}
-
-/// The result of a launched execution.
-fn finished(job: &Job, p: &Prepared, outcome: &supervise::Outcome, f: Finished) -> ExecResult {
-    let Finished {
-        ended,
-        applied,
-        peak,
-        network,
-    } = f;
-    let finished_at = outcome.started_at + outcome.duration;
-    ExecResult {
-        execution_id: job.execution_id.clone(),
-        status: ended.status,
-        exit_code: ended.exit_code,
-        signal: ended.signal,
-        stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
-        stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
-        stdout_truncated: outcome.stdout.truncated,
-        stderr_truncated: outcome.stderr.truncated,
-        duration_ms: outcome.duration.as_millis() as u64,
-        started_at: crate::text::rfc3339(outcome.started_at),
-        finished_at: crate::text::rfc3339(finished_at),
-        sandbox: SANDBOX,
-        skills: Some(SkillsInfo {
-            identity: p.lease.snapshot.identity.clone(),
-            manifest: p.lease.snapshot.manifest.clone(),
-        }),
-        limits: Some(applied),
-        usage: Some(Usage {
-            cpu_ms: outcome.cpu_ms,
-            max_rss_bytes: peak
-                .unwrap_or(outcome.max_rss_bytes)
-                .max(outcome.max_rss_bytes),
-        }),
-        network,
-        error: ended.error,
-        warnings: p.lease.snapshot.warnings.clone(),
-        identity: Some(p.identity.clone()),
-    }
+/// Says the launch is next: the bytes staged by this execution (none when
+/// the root was published) and the time staging took.
+fn launching(p: &Prepared, sink: &mut dyn Sink) {
+    let snapshot = &p.lease.snapshot;
+    tracing::debug!(
+        skills = snapshot.manifest.skills.len(),
+        bytes = snapshot.bytes,
+        "launching"
+    );
+    let staged = if p.lease.staged { snapshot.bytes } else { 0 };
+    sink.launching(staged, p.staging);
+    tracing::debug!(prepare_ms = p.staging.as_secs_f64() * 1e3, "spawning");
 }
 
 /// Creates the data dir private to this user (0700), or makes an existing

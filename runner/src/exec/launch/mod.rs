@@ -9,7 +9,8 @@
 //! (the host can start the sandbox), `lease` (the snapshot root: shared on
 //! Linux, where a read-only mount protects it, private under Seatbelt),
 //! `fresh_workspace`, `etc_view` (the prepared `/etc`, Linux only) and
-//! `launcher` (the plan and the descriptors it names, opened now).
+//! `launcher` (the plan and the descriptors it names, opened now); [`spawn`]
+//! makes the supervisor's spawn of it.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -62,4 +63,30 @@ pub struct Prepared {
 pub struct Launcher {
     pub plan: crate::exec::plan::Plan,
     pub fds: Vec<(std::os::fd::OwnedFd, i32)>,
+}
+
+/// The spawn of a launcher: its plan and descriptors, the limits the
+/// runner sets on it, the cgroup it joins, the job's stdin and the host
+/// identity it starts as.
+pub fn spawn(
+    job: &crate::exec::job::Job,
+    p: &Prepared,
+    launcher: Launcher,
+    rlimits: Vec<(nix::sys::resource::Resource, u64, u64)>,
+    cgroup_procs: Vec<std::fs::File>,
+) -> crate::supervise::Spawn {
+    let Launcher { plan, fds } = launcher;
+    crate::supervise::Spawn {
+        program: plan.program,
+        args: plan.args,
+        env: plan.env,
+        fds,
+        rlimits,
+        cgroup_procs,
+        stdin: job.stdin.clone(),
+        report_fd: plan.report_fd,
+        stderr_fd: plan.stderr_fd,
+        new_session: plan.new_session,
+        identity: p.identity.switch_to(),
+    }
 }
