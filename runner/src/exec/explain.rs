@@ -1,6 +1,6 @@
 //! `skill-runner explain`: the launch a job would get, without launching
-//! it. One [`Explanation`] per platform, printed as text ([`Display`]) or
-//! JSON ([`Serialize`]).
+//! it. One [`Explanation`] per platform, printed as text ([`Display`](std::fmt::Display)) or
+//! JSON (`Serialize`).
 //!
 //! The bubblewrap explanation is the launch plan itself
 //! ([`crate::exec::plan::bwrap`]), made with this host's bwrap and

@@ -12,9 +12,18 @@
 //! ends unless `keep` is set; leftovers of crashed runners are swept by the
 //! next [`Runner::new`].
 //!
+//! The runner orchestrates; the concerns are elsewhere: the job's host
+//! folders are checked in [`crate::exec::folders`], the launch plan is
+//! [`crate::exec::plan`]'s, the platform is behind [`crate::exec::launch`],
+//! what runs beside the sandbox is [`crate::exec::watch`], and how it ended
+//! becomes the result in [`crate::exec::outcome`]. In order:
+//! `prepare` (folders, identity, staging), then `launch` (cgroup,
+//! limits, plan and descriptors, watchers, supervise, result).
+//!
 //! Fail closed: anything that cannot be set up as asked (bwrap missing or
 //! lacking options, seccomp, a limit mechanism failing) rejects the
-//! execution before anything runs.
+//! execution before anything runs, with an [`ExecError`]; [`Runner::run`]
+//! turns it into the result's error, the only place that does.
 
 use std::fs;
 use std::io;

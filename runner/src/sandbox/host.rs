@@ -3,6 +3,9 @@
 //! runner's user may change it, its options checked by running it, the
 //! answer cached per binary in `bwrap-probe.json`), user namespaces,
 //! cgroups, and the identity the command runs as.
+//!
+//! What is missing is a [`HostError`], one variant per failed check, each
+//! saying what to change; the exec room refuses executions with it.
 
 use std::fs;
 use std::io;

@@ -1,5 +1,5 @@
-//! The platform's launcher, behind one set of functions: [`linux`]
-//! (bubblewrap) or [`macos`] (Seatbelt), chosen at build time. The runner
+//! The platform's launcher, behind one set of functions: `linux.rs`
+//! (bubblewrap) or `macos.rs` (Seatbelt), chosen at build time. The runner
 //! ([`crate::exec::runner`]) orchestrates an execution through these and
 //! never names a platform itself; each platform makes its launch plan in
 //! [`crate::exec::plan`], as `explain` does.
