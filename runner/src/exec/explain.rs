@@ -315,9 +315,14 @@ impl fmt::Display for Bubblewrap {
         }
         let listed: Vec<String> = listed.iter().map(|(n, l)| format!("{n} {l}")).collect();
         writeln!(f, "# bubblewrap; fds: {}", listed.join(", "))?;
+        let shim = fds::FD_SHIM;
         match &self.shim {
-            Some(path) => writeln!(f, "# fd 8: the exec shim {}", path.display())?,
-            None => writeln!(f, "# fd 8: the small exec shim the runner carries (--fds-dir DIR writes it as DIR/8-shim)")?,
+            Some(path) => writeln!(f, "# fd {shim}: the exec shim {}", path.display())?,
+            None => writeln!(
+                f,
+                "# fd {shim}: the small exec shim the runner carries (--fds-dir DIR writes it as DIR/{})",
+                fds::file_name(shim)
+            )?,
         }
         for (fd, path) in &self.plan.folders {
             writeln!(
