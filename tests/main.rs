@@ -11,6 +11,7 @@
 mod cli; // the command line as a user meets it: run, explain, hash, pack, store, doctor
 mod daemon; // `skill-runner serve` over its socket or TCP, one file per promise
 mod escape; // every isolation promise, by attempting the forbidden thing inside a sandbox
+mod explained_fds; // explain --fds-dir writes byte for byte what a launch loads
 mod host; // the command is never host root; host-global state out of reach; limits hold
 mod invariants; // the snapshot-root invariants of docs/packages.md, end to end
 mod limits; // memory and pids limits hold for the whole sandbox and name their mechanism

@@ -13,9 +13,9 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use skill_runner::exec::job::{self, Job, RawJob};
-use skill_runner::exec::Runner;
+use skill_runner::exec::plan;
 use skill_runner::sandbox::bwrap::BwrapFeatures;
-use skill_runner::sandbox::host::Bwrap;
+use skill_runner::sandbox::profile;
 use skill_runner::sandbox::paths::{self, Spelling};
 use skill_runner_fuzz::one_line;
 
@@ -104,22 +104,29 @@ fn plan(job: &Job) {
     };
     assert_eq!(rewritten.len(), job.argv.len());
     paths::rewrite_argv(&job.argv, host).expect("both spellings accept the same argv");
-    let bwrap = Bwrap {
-        path: "/usr/bin/bwrap".into(),
-        version: "fuzz".into(),
-        features: BwrapFeatures {
-            disable_userns: true,
-        },
+    let mounts = job.profile.resolve_mounts(profile::host_entry);
+    let folders = plan::Folders {
+        skills: "/data/published/x/skills".into(),
+        workspace: job.workspace.clone(),
+        extensions: job.extensions_dir.clone(),
+        net: None,
+        etc: Some("/data/system-views/x/etc".into()),
     };
-    let args = Runner::plan_args(
+    let args = plan::bwrap(
         job,
-        &bwrap,
-        job.workspace.is_some(),
-        job.extensions_dir.is_some(),
-        Some(job.limits.pids),
-        true,
+        plan::Sandbox {
+            program: Path::new("/usr/bin/bwrap"),
+            features: BwrapFeatures {
+                disable_userns: true,
+            },
+            mounts: &mounts,
+            folders: &folders,
+            identity: &skill_runner_fuzz::identity(),
+            nproc: Some(job.limits.pids),
+        },
     )
-    .expect("a valid job plans");
+    .expect("a valid job plans")
+    .args;
     let tail: Vec<OsString> = rewritten.iter().map(OsString::from).collect();
     assert!(args.ends_with(&tail), "the command ends the argv");
     assert!(args[..args.len() - tail.len()].iter().any(|a| a == "--"));

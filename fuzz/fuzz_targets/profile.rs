@@ -14,9 +14,8 @@ use std::path::Path;
 use libfuzzer_sys::fuzz_target;
 use seatbelt::sexpr;
 use skill_runner::exec::job::Job;
-use skill_runner::exec::Runner;
+use skill_runner::exec::plan;
 use skill_runner::sandbox::bwrap::BwrapFeatures;
-use skill_runner::sandbox::host::Bwrap;
 use skill_runner::sandbox::profile::{
     self, HostEntry, Mount, MountRule, Network, Profile, RESERVED_DESTS,
 };
@@ -114,12 +113,27 @@ fn bubblewrap(p: &Profile) {
 
     let mut job = Job::from_json(br#"{"argv":["true"]}"#, None).expect("a minimal job");
     job.profile = p.clone();
-    let bwrap = Bwrap {
-        path: "/usr/bin/bwrap".into(),
-        version: "fuzz".into(),
-        features: BwrapFeatures::default(),
+    let mounts = p.resolve_mounts(profile::host_entry);
+    let folders = plan::Folders {
+        skills: "/data/published/x/skills".into(),
+        workspace: None,
+        extensions: None,
+        net: None,
+        etc: None,
     };
-    let args = Runner::plan_args(&job, &bwrap, false, false, None, false).expect("a job plans");
+    let args = plan::bwrap(
+        &job,
+        plan::Sandbox {
+            program: Path::new("/usr/bin/bwrap"),
+            features: BwrapFeatures::default(),
+            mounts: &mounts,
+            folders: &folders,
+            identity: &skill_runner_fuzz::identity(),
+            nproc: None,
+        },
+    )
+    .expect("a job plans")
+    .args;
     let mut rest = args.iter();
     for m in p.resolve_mounts(profile::host_entry) {
         let dest = match &m {

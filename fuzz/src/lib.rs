@@ -27,6 +27,17 @@ pub const SESSION_FILES: &str = "ses-0123456789abcdef0123456789abcdef";
 /// A `semantic_tools` session (no tools) of `sandbox-basics` and `lonely`.
 pub const SESSION_SEMANTIC: &str = "ses-fedcba9876543210fedcba9876543210";
 
+/// An ordinary (not root-mapped) sandbox identity, for launch plans.
+pub fn identity() -> skill_runner::sandbox::identity::Identity {
+    skill_runner::sandbox::identity::Identity {
+        uid: 1000,
+        gid: 1000,
+        mode: "runner_user",
+        root_mapped: false,
+        note: None,
+    }
+}
+
 /// Panics unless `msg` is one non-empty line: every refusal the runner
 /// prints or returns is one sentence.
 pub fn one_line(what: &str, msg: &str) {
@@ -203,7 +214,8 @@ impl Fixture {
             sessions: None,
         })
         .expect("open the runner");
-        runner.host.bwrap = Err("the fuzz harness never launches a sandbox".into());
+        // The fuzz harness never launches a sandbox.
+        runner.host.bwrap = Err(skill_runner::sandbox::host::HostError::FindBwrap);
         let mut config =
             Config::build(ServeArgs::default(), Some(self.data.clone()), None).expect("config");
         config.body_timeout = Duration::from_secs(2);

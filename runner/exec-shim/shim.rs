@@ -33,6 +33,8 @@
 
 use core::arch::{asm, global_asm};
 
+// The numbers of the sandbox's table, runner/src/sandbox/fds.rs (a test
+// there checks these copies).
 const FD_REPORT: usize = 7;
 const FD_STDERR: usize = 9;
 const STARTED: u8 = b'S';

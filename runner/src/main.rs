@@ -265,7 +265,7 @@ fn run(
         Err(m) => {
             return Ok(report_rejected(
                 &job.execution_id,
-                ErrorInfo::new(ErrorKind::RunnerFailed, m),
+                ErrorInfo::new(ErrorKind::RunnerFailed, m.to_string()),
                 json,
             ))
         }
@@ -344,195 +344,23 @@ fn explain(
     fds_dir: Option<&Path>,
     cfg: RunnerConfig,
 ) -> anyhow::Result<i32> {
+    use skill_runner::exec::explain::{self, Platform};
     let job = load_job(job_path).map_err(|e| anyhow::anyhow!(e.message))?;
     if fds_dir.is_some() && platform != "linux" {
-        anyhow::bail!("--fds-dir is for --platform linux (Seatbelt reads no descriptors)");
+        anyhow::bail!("{}", explain::ExplainError::FdsDirPlatform);
     }
-    match platform {
-        "linux" => {
-            let (program, args, folders) =
-                Runner::explain(&job, &cfg.data_dir).map_err(|e| anyhow::anyhow!(e.message))?;
-            // The account files reach bwrap on fds 5 and 6 unless they are
-            // in the prepared /etc (fd 14).
-            let accounts = args.iter().any(|a| a == "--file");
-            let shim = match fds_dir {
-                Some(dir) => Some(write_sandbox_fds(&job, dir, accounts)?),
-                None => explained_shim(&job),
-            };
-            if json {
-                let mut fds = serde_json::json!({
-                    "3": "seccomp rules (BPF)",
-                    "4": "seccomp guard (BPF)",
-                    "7": "exec shim report (written by the shim: one byte, then an errno if the command cannot be executed)",
-                    "8": "the exec shim (\"shim\"; --fds-dir writes it as 8-shim), which bwrap executes as /proc/self/fd/8",
-                    "9": "the command's stderr (bwrap's own stays on 2)",
-                });
-                if accounts {
-                    fds["5"] = "/etc/passwd".into();
-                    fds["6"] = "/etc/group".into();
-                }
-                let doc = serde_json::json!({
-                    "sandbox": "bubblewrap",
-                    "program": program,
-                    "shim": shim,
-                    "argv": args.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>(),
-                    "folders": folders.iter().map(|(fd, path)| (fd.to_string(), serde_json::Value::from(path.clone()))).collect::<serde_json::Map<_, _>>(),
-                    "fds": fds,
-                    "network": job.network.allowlist().map(|a| serde_json::json!({
-                        "allow": a.entries.iter().map(|e| e.to_string()).collect::<Vec<_>>(),
-                        "private": a.private,
-                        "proxy": skill_runner::sandbox::net::PROXY_URL,
-                        "socket": skill_runner::sandbox::net::SANDBOX_SOCKET,
-                    })),
-                });
-                println!("{}", serde_json::to_string_pretty(&doc)?);
-            } else {
-                let accounts = if accounts {
-                    " 5 /etc/passwd, 6 /etc/group,"
-                } else {
-                    ""
-                };
-                println!(
-                    "# bubblewrap; fds: 3,4 seccomp BPF,{accounts} 7 shim report, 8 the exec shim, 9 stderr"
-                );
-                match &shim {
-                    Some(path) => println!("# fd 8: the exec shim {}", path.display()),
-                    None => println!("# fd 8: the small exec shim the runner carries (--fds-dir DIR writes it as DIR/8-shim)"),
-                }
-                for (fd, path) in &folders {
-                    println!("# fd {fd}: the folder {path}, opened by the runner at launch");
-                }
-                match job.network.allowlist() {
-                    None => println!("# network: none (an empty network namespace)"),
-                    Some(a) => {
-                        println!("# network: {}", skill_runner::sandbox::net::describe(a));
-                        println!(
-                            "# network: the proxy variables point at {}, where the shim's forwarder relays to the runner's proxy over {} (fd {})",
-                            skill_runner::sandbox::net::PROXY_URL,
-                            skill_runner::sandbox::net::SANDBOX_SOCKET,
-                            skill_runner::sandbox::bwrap::FD_NET
-                        );
-                    }
-                }
-                println!(
-                    "{}",
-                    skill_runner::sandbox::bwrap::shell_quote(&program, &args)
-                );
-            }
-            Ok(0)
-        }
-        "macos" => {
-            let (profile, argv) = skill_runner::exec::runner::explain_macos(&job, &cfg.data_dir)?;
-            if json {
-                let doc = serde_json::json!({
-                    "sandbox": "seatbelt",
-                    "profile": profile.profile,
-                    "params": profile.params.iter().map(|(k, v)| serde_json::json!({"name": k, "value": v})).collect::<Vec<_>>(),
-                    "argv": argv,
-                });
-                println!("{}", serde_json::to_string_pretty(&doc)?);
-            } else {
-                println!(";; Seatbelt profile (pass with sandbox-exec -p)");
-                print!("{}", profile.profile);
-                println!(";; parameters (-D NAME=value)");
-                for (k, v) in &profile.params {
-                    println!(";; {k}={v}");
-                }
-            }
-            Ok(0)
-        }
+    let platform = match platform {
+        "linux" => Platform::Linux,
+        "macos" => Platform::Macos,
         other => bail!("unknown platform {other:?}; use linux or macos"),
+    };
+    let explanation = explain::explain(&job, &cfg.data_dir, platform, fds_dir)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&explanation)?);
+    } else {
+        print!("{explanation}");
     }
-}
-
-/// The exec shim of an explained job, as a file: the runner's own binary
-/// for a job with a network allowlist or where there is no small shim;
-/// `None` for the small shim, which is no file until `--fds-dir` writes it.
-fn explained_shim(job: &skill_runner::exec::job::Job) -> Option<PathBuf> {
-    match skill_runner::sandbox::shim::small_shim() {
-        Some(_) if job.network.allowlist().is_none() => None,
-        _ => std::env::current_exe().ok(),
-    }
-}
-
-/// Writes the contents of fds 3-6 of the explained command into `dir`,
-/// and the small exec shim as `8-shim` where the job uses it; returns the
-/// shim's path.
-#[cfg(target_os = "linux")]
-fn write_sandbox_fds(
-    job: &skill_runner::exec::job::Job,
-    dir: &Path,
-    accounts: bool,
-) -> anyhow::Result<PathBuf> {
-    let filters = skill_runner::sandbox::seccomp::compile(&job.profile, job.network.mode())?;
-    std::fs::create_dir_all(dir)
-        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
-    let programs: [(&str, &[u8]); 2] = [
-        ("3-seccomp-rules.bpf", &filters.rules),
-        ("4-seccomp-guard.bpf", &filters.guard),
-    ];
-    let account_files: [(&str, &[u8]); 2] = [
-        ("5-passwd", skill_runner::sandbox::bwrap::PASSWD.as_bytes()),
-        ("6-group", skill_runner::sandbox::bwrap::GROUP.as_bytes()),
-    ];
-    for (name, bytes) in programs {
-        write_fresh(&dir.join(name), bytes, 0o644)?;
-    }
-    for (name, bytes) in account_files {
-        let path = dir.join(name);
-        if accounts {
-            write_fresh(&path, bytes, 0o644)?;
-        } else {
-            // In the prepared /etc instead: none left from an earlier
-            // explanation that used them.
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    anyhow::bail!("cannot remove {}: {e}", path.display())
-                }
-                _ => {}
-            }
-        }
-    }
-    if let Some(shim) = explained_shim(job) {
-        return Ok(shim);
-    }
-    let bytes = skill_runner::sandbox::shim::small_shim().unwrap_or_default();
-    let path = dir.join("8-shim");
-    write_fresh(&path, bytes, 0o755)?;
-    Ok(path)
-}
-
-/// Writes `bytes` as a new file at `path`: whatever was there is removed
-/// first (never rewritten: a running sandbox may execute the old shim),
-/// and the new file is created exclusively, so a symlink planted at
-/// `path` is refused, not followed.
-#[cfg(target_os = "linux")]
-fn write_fresh(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> {
-    use std::io::Write as _;
-    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
-    let fail = |e: std::io::Error| anyhow::anyhow!("cannot write {}: {e}", path.display());
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(fail(e)),
-        _ => {}
-    }
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(path)
-        .map_err(fail)?;
-    file.write_all(bytes).map_err(fail)?;
-    file.set_permissions(std::fs::Permissions::from_mode(mode))
-        .map_err(fail)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn write_sandbox_fds(
-    _job: &skill_runner::exec::job::Job,
-    _dir: &Path,
-    _accounts: bool,
-) -> anyhow::Result<PathBuf> {
-    anyhow::bail!("--fds-dir needs a Linux build (the seccomp programs are compiled for it)")
+    Ok(0)
 }
 
 /// The catalog sources of this process: the current folder, `$HOME`, the

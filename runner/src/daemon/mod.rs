@@ -96,7 +96,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
             &config.data_dir,
         ))),
     })
-    .map_err(DaemonError::Runner)?;
+    .map_err(|e| DaemonError::Runner(e.to_string()))?;
     // Leftovers of deleted data dirs: once per daemon start, not per run.
     crate::supervise::cgroup::sweep_others(&runner.host.cgroups);
     if let Err(m) = runner.host.bwrap.as_ref().and(runner.host.userns.as_ref()) {

@@ -126,19 +126,19 @@ async fn health(State(app): State<App>) -> Response {
     // The cached verdict of a real job's sandbox (selfcheck.rs).
     let verdict = app.selfcheck.verdict();
     let checked_at = crate::text::rfc3339(verdict.checked_at);
-    let sandbox = match (&host.bwrap, &host.userns, &verdict.result) {
-        (Ok(b), Ok(()), Ok(())) => wire::Sandbox {
-            available: true,
-            bwrap: Some(&b.version),
-            checked_at,
-            reason: None,
+    let reason = match (&host.bwrap, &host.userns, &verdict.result) {
+        (Ok(_), Ok(()), Ok(())) => None,
+        (Err(e), _, _) | (_, Err(e), _) => Some(e.to_string()),
+        (_, _, Err(m)) => Some(m.clone()),
+    };
+    let sandbox = wire::Sandbox {
+        available: reason.is_none(),
+        bwrap: match (&host.bwrap, &reason) {
+            (Ok(b), None) => Some(&b.version),
+            _ => None,
         },
-        (Err(m), _, _) | (_, Err(m), _) | (_, _, Err(m)) => wire::Sandbox {
-            available: false,
-            bwrap: None,
-            checked_at,
-            reason: Some(m),
-        },
+        checked_at,
+        reason: reason.as_deref(),
     };
     let available = host.bwrap.is_ok() && host.userns.is_ok();
     let (status, code) = if app.registry.is_draining() {

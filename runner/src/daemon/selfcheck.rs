@@ -28,7 +28,7 @@ impl Verdict {
     /// Runs the trial job now (blocking: a sandbox is started).
     pub fn take(runner: &Runner) -> Verdict {
         Verdict {
-            result: crate::exec::doctor::trial(runner),
+            result: crate::exec::doctor::trial(runner).map_err(|e| e.to_string()),
             checked_at: SystemTime::now(),
         }
     }

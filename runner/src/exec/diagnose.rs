@@ -9,9 +9,6 @@
 //! (change a sysctl or the user). docs/containers.md has the same table
 //! with the measured `docker run` matrix.
 
-use crate::error::ErrorKind;
-use crate::exec::result::ErrorInfo;
-
 /// One known way for bubblewrap's setup to fail.
 #[derive(Debug, Clone, Copy)]
 pub struct Known {
@@ -130,41 +127,61 @@ fn reason(stderr: &str) -> Option<&str> {
         .or_else(|| lines().next_back())
 }
 
-/// The error of a sandbox bubblewrap could not finish: its reason, what
+/// Why bubblewrap could not finish a sandbox, and what to change: its
+/// kind on the wire is `sandbox_failed` ([`crate::exec::outcome`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SetupFailure {
+    /// A message of the table: its cause and the fix.
+    #[error("bubblewrap could not set up the sandbox{}: {line}: {cause}; to fix: {fix}; see {DOCS}", in_container(*container))]
+    Known {
+        line: String,
+        cause: &'static str,
+        fix: &'static str,
+        container: Option<&'static str>,
+    },
+    #[error(
+        "bubblewrap could not set up the sandbox: {line}; run skill-runner doctor, and see {DOCS}"
+    )]
+    Unknown { line: String },
+    #[error("bubblewrap was killed by signal {signal} before the command started; run skill-runner doctor")]
+    Killed { signal: i32 },
+    #[error("bubblewrap exited ({code}) before starting the command, without a message; run skill-runner doctor")]
+    Silent { code: i32 },
+}
+
+fn in_container(container: Option<&str>) -> String {
+    container
+        .map(|c| format!(" (in a {c} container)"))
+        .unwrap_or_default()
+}
+
+/// The failure of a sandbox bubblewrap could not finish: its reason, what
 /// it means and what to change. `status` is bubblewrap's exit (`Err` for
 /// a signal), `container` what [`container`] found.
-pub fn setup_failed(stderr: &[u8], status: Result<i32, i32>, container: Option<&str>) -> ErrorInfo {
+pub fn setup_failed(
+    stderr: &[u8],
+    status: Result<i32, i32>,
+    container: Option<&'static str>,
+) -> SetupFailure {
     let text = String::from_utf8_lossy(stderr);
-    let message = match (reason(&text), status) {
-        (Some(line), _) => {
-            let known = KNOWN.iter().find(|k| line.contains(k.pattern));
-            match known {
-                Some(k) => {
-                    let fix = match container {
-                        Some(_) => k.container_fix,
-                        None => k.host_fix,
-                    };
-                    let place = container
-                        .map(|c| format!(" (in a {c} container)"))
-                        .unwrap_or_default();
-                    format!(
-                        "bubblewrap could not set up the sandbox{place}: {line}: {}; to fix: {fix}; see {DOCS}",
-                        k.cause
-                    )
-                }
-                None => format!(
-                    "bubblewrap could not set up the sandbox: {line}; run skill-runner doctor, and see {DOCS}"
-                ),
-            }
-        }
-        (None, Err(sig)) => format!(
-            "bubblewrap was killed by signal {sig} before the command started; run skill-runner doctor"
-        ),
-        (None, Ok(code)) => format!(
-            "bubblewrap exited ({code}) before starting the command, without a message; run skill-runner doctor"
-        ),
-    };
-    ErrorInfo::new(ErrorKind::SandboxFailed, message)
+    match (reason(&text), status) {
+        (Some(line), _) => match KNOWN.iter().find(|k| line.contains(k.pattern)) {
+            Some(k) => SetupFailure::Known {
+                line: line.to_owned(),
+                cause: k.cause,
+                fix: match container {
+                    Some(_) => k.container_fix,
+                    None => k.host_fix,
+                },
+                container,
+            },
+            None => SetupFailure::Unknown {
+                line: line.to_owned(),
+            },
+        },
+        (None, Err(signal)) => SetupFailure::Killed { signal },
+        (None, Ok(code)) => SetupFailure::Silent { code },
+    }
 }
 
 #[cfg(test)]
@@ -187,11 +204,11 @@ mod tests {
     #[test]
     fn every_measured_message_names_its_fix() {
         for (line, fix) in SEEN {
-            let e = setup_failed(line.as_bytes(), Ok(1), Some("docker"));
-            assert_eq!(e.kind, ErrorKind::SandboxFailed);
-            assert!(e.message.contains(line), "{line}: {}", e.message);
-            assert!(e.message.contains(fix), "{line}: {}", e.message);
-            assert!(e.message.contains("docs/containers.md"), "{}", e.message);
+            let e = setup_failed(line.as_bytes(), Ok(1), Some("docker")).to_string();
+            assert!(e.contains(line), "{line}: {e}");
+            assert!(e.contains(fix), "{line}: {e}");
+            assert!(e.contains("docs/containers.md"), "{e}");
+            assert!(e.contains("(in a docker container)"), "{e}");
         }
     }
 
@@ -201,25 +218,25 @@ mod tests {
             b"bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n",
             Ok(1),
             None,
-        );
-        assert!(e.message.contains("fully visible"), "{}", e.message);
-        assert!(!e.message.contains("--security-opt"), "{}", e.message);
+        )
+        .to_string();
+        assert!(e.contains("fully visible"), "{e}");
+        assert!(!e.contains("--security-opt"), "{e}");
     }
 
     #[test]
     fn the_last_bwrap_line_is_the_reason() {
         let e = setup_failed(b"noise\nbwrap: first\nbwrap: sethostname: x\n", Ok(1), None);
-        assert!(e.message.contains("bwrap: sethostname: x"), "{}", e.message);
+        assert!(e.to_string().contains("bwrap: sethostname: x"), "{e}");
     }
 
     #[test]
     fn silence_and_signals_still_say_what_happened() {
-        assert!(setup_failed(b"", Err(9), None).message.contains("signal 9"));
-        assert!(setup_failed(b"", Ok(1), None)
-            .message
-            .contains("exited (1)"));
-        let unknown = setup_failed(b"bwrap: something new\n", Ok(1), None);
-        assert!(unknown.message.contains("bwrap: something new"));
-        assert!(unknown.message.contains("doctor"));
+        let said = |e: SetupFailure| e.to_string();
+        assert!(said(setup_failed(b"", Err(9), None)).contains("signal 9"));
+        assert!(said(setup_failed(b"", Ok(1), None)).contains("exited (1)"));
+        let unknown = said(setup_failed(b"bwrap: something new\n", Ok(1), None));
+        assert!(unknown.contains("bwrap: something new"));
+        assert!(unknown.contains("doctor"));
     }
 }

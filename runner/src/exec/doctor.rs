@@ -39,11 +39,26 @@ pub struct Report {
 /// built-in profile, with no skills.
 const TRIAL_JOB: &str = r#"{"argv": ["true"], "limits": {"timeout_ms": 20000}}"#;
 
+/// Why the trial job did not run and exit 0.
+#[derive(Debug, thiserror::Error)]
+pub enum TrialError {
+    #[error(transparent)]
+    Job(#[from] crate::exec::job::JobError),
+    /// The result's error, which says what to change.
+    #[error("{}: {}", .0.kind, .0.message)]
+    Failed(crate::exec::result::ErrorInfo),
+    #[error("the trial command ended {status:?} with exit code {code:?}; stderr: {stderr}")]
+    Ended {
+        status: Status,
+        code: Option<i32>,
+        stderr: String,
+    },
+}
+
 /// Runs `TRIAL_JOB` through `runner`, as `run` and the daemon run jobs:
-/// `Ok` when the command ran and exited 0, else the result's error, which
-/// says what to change.
-pub fn trial(runner: &Runner) -> Result<(), String> {
-    let job = Job::from_json(TRIAL_JOB.as_bytes(), None).map_err(|e| e.to_string())?;
+/// `Ok` when the command ran and exited 0, else the result's error.
+pub fn trial(runner: &Runner) -> Result<(), TrialError> {
+    let job = Job::from_json(TRIAL_JOB.as_bytes(), None)?;
     let result = runner.run(
         &job,
         RunOptions {
@@ -52,13 +67,14 @@ pub fn trial(runner: &Runner) -> Result<(), String> {
             cancel: None,
         },
     );
-    match (&result.status, result.exit_code, &result.error) {
+    match (result.status, result.exit_code, result.error) {
         (Status::Exited, Some(0), _) => Ok(()),
-        (_, _, Some(e)) => Err(format!("{}: {}", e.kind, e.message)),
-        (status, code, None) => Err(format!(
-            "the trial command ended {status:?} with exit code {code:?}; stderr: {}",
-            result.stderr.trim()
-        )),
+        (_, _, Some(e)) => Err(TrialError::Failed(e)),
+        (status, code, None) => Err(TrialError::Ended {
+            status,
+            code,
+            stderr: result.stderr.trim().to_owned(),
+        }),
     }
 }
 
@@ -70,26 +86,15 @@ impl Report {
     pub fn gather(data_dir: &Path) -> Report {
         let mut checks = Vec::new();
         let bwrap = Bwrap::find();
-        checks.push(Check {
-            name: "bubblewrap",
-            ok: bwrap.is_ok(),
-            detail: match &bwrap {
-                Ok(b) => format!(
-                    "{} at {}{}",
-                    b.version,
-                    b.path.display(),
-                    if b.features.disable_userns { ", --disable-userns supported" } else { ", no --disable-userns (nested user namespaces stay possible; seccomp still refuses unshare/clone with namespace flags)" }
-                ),
-                Err(e) => e.clone(),
-            },
-            meaning: "without bwrap nothing can run: skill-runner never runs a command unsandboxed",
-            required: true,
-        });
+        checks.push(bubblewrap_check(&bwrap));
         let userns = userns_available();
         checks.push(Check {
             name: "user namespaces",
             ok: userns.is_ok(),
-            detail: userns.clone().err().unwrap_or_else(|| "available".into()),
+            detail: match &userns {
+                Ok(()) => "available".into(),
+                Err(e) => e.to_string(),
+            },
             meaning: "bwrap needs a user namespace to drop privileges and build the sandbox's view",
             required: true,
         });
@@ -99,7 +104,7 @@ impl Report {
             ok: identity.is_ok(),
             detail: match &identity {
                 Ok(id) => describe_identity(id),
-                Err(e) => e.clone(),
+                Err(e) => e.to_string(),
             },
             meaning: "the sandboxed command is never host root when the runner can switch users (docs/sandbox.md, \"Host identity\")",
             required: true,
@@ -117,7 +122,7 @@ impl Report {
             ok: runner.is_ok(),
             detail: match &runner {
                 Ok(_) => format!("{} is usable", data_dir.display()),
-                Err(e) => e.clone(),
+                Err(e) => e.to_string(),
             },
             meaning: "the store, snapshot roots and execution folders live there; run refuses without it",
             required: true,
@@ -127,39 +132,16 @@ impl Report {
             checks.push(Check {
                 name: "trial sandbox",
                 ok: verdict.is_ok(),
-                detail: verdict
-                    .err()
-                    .unwrap_or_else(|| "a job's sandbox started and ran `true`".into()),
+                detail: match verdict {
+                    Ok(()) => "a job's sandbox started and ran `true`".into(),
+                    Err(e) => e.to_string(),
+                },
                 meaning: "every job would fail the same way: fix this first",
                 required: true,
             });
         }
-        let seccomp = std::fs::read_to_string("/proc/self/status")
-            .map(|s| s.lines().any(|l| l.starts_with("Seccomp:")))
-            .unwrap_or(false);
-        checks.push(Check {
-            name: "seccomp",
-            ok: seccomp,
-            detail: if seccomp { "the kernel supports seccomp filters".into() } else { "no Seccomp field in /proc/self/status".into() },
-            meaning: "without seccomp, sockets, ptrace, io_uring and friends are not refused; runs would fail when bwrap loads the filter",
-            required: true,
-        });
-        let cg = Support::detect();
-        checks.push(Check {
-            name: "cgroups",
-            ok: !matches!(cg, Support::None { .. }),
-            detail: match &cg {
-                Support::V2 { parent } => format!("cgroup v2 under {}", parent.display()),
-                Support::V1 { memory, pids } => format!(
-                    "cgroup v1: memory {}, pids {}",
-                    memory.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "unavailable".into()),
-                    pids.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "unavailable".into()),
-                ),
-                Support::None { reason } => reason.clone(),
-            },
-            meaning: "memory falls back to RLIMIT_AS per process, and the process count is not enforced for root (the result says so)",
-            required: false,
-        });
+        checks.push(seccomp_check());
+        checks.push(cgroups_check());
         if let Some(engine) = crate::exec::diagnose::container() {
             checks.push(Check {
                 name: "container",
@@ -202,6 +184,63 @@ impl Report {
             }
         );
         out
+    }
+}
+
+/// Whether bubblewrap was found, and what it supports.
+fn bubblewrap_check(bwrap: &Result<Bwrap, crate::sandbox::host::HostError>) -> Check {
+    Check {
+        name: "bubblewrap",
+        ok: bwrap.is_ok(),
+        detail: match &bwrap {
+            Ok(b) => format!(
+                "{} at {}{}",
+                b.version,
+                b.path.display(),
+                if b.features.disable_userns {
+                    ", --disable-userns supported"
+                } else {
+                    ", no --disable-userns (nested user namespaces stay possible; seccomp still refuses unshare/clone with namespace flags)"
+                }
+            ),
+            Err(e) => e.to_string(),
+        },
+        meaning: "without bwrap nothing can run: skill-runner never runs a command unsandboxed",
+        required: true,
+    }
+}
+
+/// Whether the kernel has seccomp filters.
+fn seccomp_check() -> Check {
+    let seccomp = std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Seccomp:")))
+        .unwrap_or(false);
+    Check {
+        name: "seccomp",
+        ok: seccomp,
+        detail: if seccomp { "the kernel supports seccomp filters".into() } else { "no Seccomp field in /proc/self/status".into() },
+        meaning: "without seccomp, sockets, ptrace, io_uring and friends are not refused; runs would fail when bwrap loads the filter",
+        required: true,
+    }
+}
+
+/// Which cgroups the limits can use.
+fn cgroups_check() -> Check {
+    let cg = Support::detect();
+    Check {
+        name: "cgroups",
+        ok: !matches!(cg, Support::None { .. }),
+        detail: match &cg {
+            Support::V2 { parent } => format!("cgroup v2 under {}", parent.display()),
+            Support::V1 { memory, pids } => format!(
+                "cgroup v1: memory {}, pids {}",
+                memory.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "unavailable".into()),
+                pids.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "unavailable".into()),
+            ),
+            Support::None { reason } => reason.clone(),
+        },
+        meaning: "memory falls back to RLIMIT_AS per process, and the process count is not enforced for root (the result says so)",
+        required: false,
     }
 }
 

@@ -1,8 +1,12 @@
 //! One execution end to end: a job is parsed and validated ([`job`]), its
-//! limits are given their mechanisms ([`limits`]), the [`runner`] stages
-//! its packages, plans and launches its sandbox and supervises it, and how
-//! it ended is classified ([`outcome`]) into a [`result`]; [`diagnose`]
-//! turns a launcher's failure into a fix, [`doctor`] checks a host.
+//! limits are given their mechanisms ([`limits`]), the [`runner`] checks
+//! its [`folders`], stages its packages, makes its launch [`plan`] (which
+//! [`explain`] shows, from the same function) and starts it through the
+//! platform's [`launch`]er, supervises it (with what [`watch`]es beside
+//! it), and how it ended is classified
+//! ([`outcome`]) into a [`result`]; a refusal is an [`error::ExecError`],
+//! made the result's `error` once, at the edge; [`diagnose`] turns a
+//! launcher's failure into a fix, [`doctor`] checks a host.
 //!
 //! Invariants of the room:
 //! - fail closed: anything that cannot be set up as asked rejects the
@@ -16,12 +20,18 @@
 
 pub mod diagnose;
 pub mod doctor;
+pub mod error;
+pub mod explain;
+pub mod folders;
 pub mod job;
+pub mod launch;
 pub mod limits;
 pub mod outcome;
+pub mod plan;
 pub mod result;
 pub mod runner;
+pub mod watch;
 
 pub use runner::{
-    default_data_dir, OutputMode, RunOptions, Runner, RunnerConfig, JOB_ROOT, SANDBOX,
+    default_data_dir, OutputMode, RunOptions, Runner, RunnerConfig, RunnerError, JOB_ROOT, SANDBOX,
 };

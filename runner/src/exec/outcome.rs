@@ -1,13 +1,19 @@
 //! How an execution ended, classified: the launcher's exit status, the
 //! exec shim's report, the cancel and timeout flags and the limits that
 //! were hit become the result's `status`, `exit_code`, `signal` and
-//! `error` (docs/formats.md, "Error kinds"). Pure: it reads what the
-//! supervisor observed and decides nothing else.
+//! `error` (docs/formats.md, "Error kinds"). Pure: [`classify`] reads what
+//! the supervisor observed and returns how it ended ([`Ended`]), and
+//! [`result`] makes the result document of it; nothing else is decided.
 
 use std::io;
 
 use crate::error::ErrorKind;
-use crate::exec::result::{ErrorInfo, ExecResult, Status, EXIT_NOT_FOUND};
+use crate::exec::diagnose::SetupFailure;
+use crate::exec::job::{Job, Limits};
+use crate::exec::launch::Prepared;
+use crate::exec::result::{
+    AppliedLimits, ErrorInfo, ExecResult, SkillsInfo, Status, Usage, EXIT_NOT_FOUND, EXIT_RUNNER,
+};
 use crate::supervise::{self, ExecReport};
 
 /// Which limits stopped the command.
@@ -18,18 +24,62 @@ pub struct Hits {
     pub disk: bool,
 }
 
-/// Sets status, codes and error from how the launcher ended.
-pub fn classify(
-    r: &mut ExecResult,
-    o: &supervise::Outcome,
-    l: &crate::exec::job::Limits,
-    hits: Hits,
-) {
-    let Hits {
-        memory: memory_hit,
-        pids: pids_hit,
-        disk: disk_hit,
-    } = hits;
+/// Why a launched execution did not end by itself.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndError {
+    /// The disk watcher ended the run (through the cancel switch).
+    #[error("the command added more than its disk_bytes limit ({limit}) to the workspace and extensions dir, and its sandbox was killed")]
+    DiskBytes { limit: u64 },
+    #[error("the execution was cancelled and its sandbox killed")]
+    Cancelled,
+    #[error("the command ran past timeout_ms ({limit}) and its sandbox was killed")]
+    TimedOut { limit: u64 },
+    /// bubblewrap did not finish the sandbox: nothing of the command ran.
+    #[error(transparent)]
+    Setup(#[from] SetupFailure),
+    #[error("the command could not be started ({}); argv[0] is looked up in PATH=/usr/bin:/bin inside the sandbox, and staged files are 0444, so run scripts through their interpreter", io::Error::from_raw_os_error(*errno))]
+    Exec { errno: i32 },
+    /// Limits the kernel enforced, by their names in the job.
+    #[error("the command passed its {} limit", hit.join(" and "))]
+    Limits { hit: Vec<&'static str> },
+}
+
+impl EndError {
+    /// The error kind (docs/formats.md, "Error kinds").
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            EndError::DiskBytes { .. } | EndError::Limits { .. } => ErrorKind::LimitExceeded,
+            EndError::Cancelled => ErrorKind::Cancelled,
+            EndError::TimedOut { .. } => ErrorKind::TimedOut,
+            EndError::Setup(_) => ErrorKind::SandboxFailed,
+            EndError::Exec { errno } => {
+                if crate::sandbox::shim::exit_code_for(*errno) == EXIT_NOT_FOUND {
+                    ErrorKind::NotFound
+                } else {
+                    ErrorKind::NotExecutable
+                }
+            }
+        }
+    }
+
+    /// The wire document: the edge, where the result's `error` is made.
+    pub fn info(&self) -> ErrorInfo {
+        ErrorInfo::new(self.kind(), self.to_string())
+    }
+}
+
+/// How an execution ended: the result's `status`, `exit_code`, `signal`
+/// and `error`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ended {
+    pub status: Status,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub error: Option<EndError>,
+}
+
+/// How the launcher ended, classified.
+pub fn classify(o: &supervise::Outcome, l: &Limits, hits: Hits) -> Ended {
     // bwrap reports the command's end as an exit code: N, or 128+N when
     // the command was killed by signal N.
     let (code, signal) = match o.status {
@@ -37,88 +87,165 @@ pub fn classify(
         Ok(c) => (Some(c), None),
         Err(sig) => (None, Some(sig)),
     };
-    r.exit_code = code;
-    r.signal = signal;
-    if disk_hit {
-        // The watcher ended the run (through the cancel switch).
-        r.status = Status::LimitExceeded;
-        r.error = Some(ErrorInfo::new(
-            ErrorKind::LimitExceeded,
-            format!(
-                "the command added more than its disk_bytes limit ({}) to the workspace and extensions dir, and its sandbox was killed",
-                l.disk_bytes
-            ),
-        ));
-    } else if o.cancelled {
-        r.status = Status::Cancelled;
-        r.error = Some(ErrorInfo::new(
-            ErrorKind::Cancelled,
-            "the execution was cancelled and its sandbox killed",
-        ));
-    } else if o.timed_out {
-        r.status = Status::TimedOut;
-        r.error = Some(ErrorInfo::new(
-            ErrorKind::TimedOut,
-            format!(
-                "the command ran past timeout_ms ({}) and its sandbox was killed",
-                l.timeout_ms
-            ),
-        ));
-    } else if o.exec == ExecReport::NotReached {
-        // The shim never ran: bubblewrap did not finish the sandbox, and
-        // nothing of the command ran. Its code is bubblewrap's, not the
-        // command's.
-        r.status = Status::Failed;
-        r.exit_code = Some(crate::exec::result::EXIT_RUNNER);
-        r.signal = None;
-        r.error = Some(crate::exec::diagnose::setup_failed(
-            &o.launcher_stderr,
-            o.status,
-            crate::exec::diagnose::container(),
-        ));
-    } else if let ExecReport::ExecFailed(errno) = o.exec {
-        let not_found = crate::sandbox::shim::exit_code_for(errno) == EXIT_NOT_FOUND;
-        r.status = Status::Failed;
-        r.exit_code = Some(crate::sandbox::shim::exit_code_for(errno));
-        r.signal = None;
-        r.error = Some(ErrorInfo::new(
-            if not_found { ErrorKind::NotFound } else { ErrorKind::NotExecutable },
-            format!(
-                "the command could not be started ({}); argv[0] is looked up in PATH=/usr/bin:/bin inside the sandbox, and staged files are 0444, so run scripts through their interpreter",
-                io::Error::from_raw_os_error(errno)
-            ),
-        ));
+    // Ended by the runner, keeping the command's codes.
+    let stopped = |status, error| Ended {
+        status,
+        exit_code: code,
+        signal,
+        error: Some(error),
+    };
+    // Failed before the command ran, with the launcher's or shim's code.
+    let failed = |exit, error| Ended {
+        status: Status::Failed,
+        exit_code: Some(exit),
+        signal: None,
+        error: Some(error),
+    };
+    if hits.disk {
+        let limit = l.disk_bytes;
+        return stopped(Status::LimitExceeded, EndError::DiskBytes { limit });
+    }
+    if o.cancelled {
+        return stopped(Status::Cancelled, EndError::Cancelled);
+    }
+    if o.timed_out {
+        let limit = l.timeout_ms;
+        return stopped(Status::TimedOut, EndError::TimedOut { limit });
+    }
+    match o.exec {
+        // The shim never ran: bubblewrap did not finish the sandbox. Its
+        // code is bubblewrap's, not the command's.
+        ExecReport::NotReached => {
+            let why = crate::exec::diagnose::setup_failed(
+                &o.launcher_stderr,
+                o.status,
+                crate::exec::diagnose::container(),
+            );
+            failed(EXIT_RUNNER, EndError::Setup(why))
+        }
+        ExecReport::ExecFailed(errno) => failed(
+            crate::sandbox::shim::exit_code_for(errno),
+            EndError::Exec { errno },
+        ),
+        _ => ran(code, signal, o, l, hits),
+    }
+}
+
+/// The command ran and ended by itself, or by a limit the kernel enforces.
+fn ran(
+    code: Option<i32>,
+    signal: Option<i32>,
+    o: &supervise::Outcome,
+    l: &Limits,
+    hits: Hits,
+) -> Ended {
+    let mut hit: Vec<&'static str> = Vec::new();
+    if hits.memory {
+        hit.push("memory_bytes");
+    }
+    if hits.pids {
+        hit.push("pids");
+    }
+    match signal {
+        Some(s) if s == libc::SIGXCPU => hit.push("cpu_ms"),
+        Some(s) if s == libc::SIGXFSZ => hit.push("file_size_bytes"),
+        // RLIMIT_CPU's hard limit ends in SIGKILL.
+        Some(s)
+            if s == libc::SIGKILL && !hits.memory && o.cpu_ms >= l.cpu_ms.unwrap_or(u64::MAX) =>
+        {
+            hit.push("cpu_ms")
+        }
+        _ => {}
+    }
+    let (status, error) = if !hit.is_empty() {
+        (Status::LimitExceeded, Some(EndError::Limits { hit }))
+    } else if signal.is_some() {
+        (Status::Signaled, None)
     } else {
-        let mut hit: Vec<&str> = Vec::new();
-        if memory_hit {
-            hit.push("memory_bytes");
-        }
-        if pids_hit {
-            hit.push("pids");
-        }
-        match signal {
-            Some(s) if s == libc::SIGXCPU => hit.push("cpu_ms"),
-            Some(s) if s == libc::SIGXFSZ => hit.push("file_size_bytes"),
-            // RLIMIT_CPU's hard limit ends in SIGKILL.
-            Some(s)
-                if s == libc::SIGKILL
-                    && !memory_hit
-                    && o.cpu_ms >= l.cpu_ms.unwrap_or(u64::MAX) =>
-            {
-                hit.push("cpu_ms")
-            }
-            _ => {}
-        }
-        if !hit.is_empty() {
-            r.status = Status::LimitExceeded;
-            r.error = Some(ErrorInfo::new(
-                ErrorKind::LimitExceeded,
-                format!("the command passed its {} limit", hit.join(" and ")),
-            ));
-        } else if signal.is_some() {
-            r.status = Status::Signaled;
-        } else {
-            r.status = Status::Exited;
-        }
+        (Status::Exited, None)
+    };
+    Ended {
+        status,
+        exit_code: code,
+        signal,
+        error,
+    }
+}
+
+/// What the result of a launched execution is made of, besides the
+/// supervisor's outcome.
+#[derive(Debug)]
+pub struct Finished {
+    pub ended: Ended,
+    pub applied: AppliedLimits,
+    /// The cgroup's peak memory, where it has one.
+    pub peak: Option<u64>,
+    pub network: Option<crate::sandbox::net::NetworkInfo>,
+}
+
+/// The result document of a launched execution.
+pub fn result(job: &Job, p: &Prepared, outcome: &supervise::Outcome, f: Finished) -> ExecResult {
+    let Finished {
+        ended,
+        applied,
+        peak,
+        network,
+    } = f;
+    let finished_at = outcome.started_at + outcome.duration;
+    ExecResult {
+        execution_id: job.execution_id.clone(),
+        status: ended.status,
+        exit_code: ended.exit_code,
+        signal: ended.signal,
+        stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
+        stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
+        stdout_truncated: outcome.stdout.truncated,
+        stderr_truncated: outcome.stderr.truncated,
+        duration_ms: outcome.duration.as_millis() as u64,
+        started_at: crate::text::rfc3339(outcome.started_at),
+        finished_at: crate::text::rfc3339(finished_at),
+        sandbox: crate::exec::launch::SANDBOX,
+        skills: Some(SkillsInfo {
+            identity: p.lease.snapshot.identity.clone(),
+            manifest: p.lease.snapshot.manifest.clone(),
+        }),
+        limits: Some(applied),
+        usage: Some(Usage {
+            cpu_ms: outcome.cpu_ms,
+            max_rss_bytes: peak
+                .unwrap_or(outcome.max_rss_bytes)
+                .max(outcome.max_rss_bytes),
+        }),
+        network,
+        error: ended.error.as_ref().map(EndError::info),
+        warnings: p.lease.snapshot.warnings.clone(),
+        identity: Some(p.identity.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ends_keep_their_kinds_and_sentences() {
+        let e = EndError::Limits {
+            hit: vec!["memory_bytes", "pids"],
+        };
+        assert_eq!(e.kind(), ErrorKind::LimitExceeded);
+        assert_eq!(
+            e.to_string(),
+            "the command passed its memory_bytes and pids limit"
+        );
+        let not_found = EndError::Exec {
+            errno: libc::ENOENT,
+        };
+        assert_eq!(not_found.kind(), ErrorKind::NotFound);
+        let denied = EndError::Exec {
+            errno: libc::EACCES,
+        };
+        assert_eq!(denied.info().kind, ErrorKind::NotExecutable);
+        let setup = EndError::Setup(SetupFailure::Silent { code: 1 });
+        assert_eq!(setup.kind(), ErrorKind::SandboxFailed);
     }
 }

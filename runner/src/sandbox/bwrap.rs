@@ -38,29 +38,16 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use crate::sandbox::paths::{
-    EXTENSIONS_DIR, EXTENSIONS_VAR, SKILLS_DIR, SKILLS_VAR, WORKSPACE_DIR,
+    DEFAULT_EXTENSIONS, EXTENSIONS_DIR, EXTENSIONS_VAR, SKILLS_DIR, SKILLS_VAR, WORKSPACE_DIR,
 };
 use crate::sandbox::profile::Mount;
 use crate::sandbox::shim::SHIM_PATH;
 
-/// Child fd carrying the seccomp rules program.
-pub const FD_SECCOMP_RULES: i32 = 3;
-/// Child fd carrying the seccomp guard program.
-pub const FD_SECCOMP_GUARD: i32 = 4;
-/// Child fd carrying `/etc/passwd`.
-pub const FD_PASSWD: i32 = 5;
-/// Child fd carrying `/etc/group`.
-pub const FD_GROUP: i32 = 6;
-/// Child fd of the snapshot root (`/skills`).
-pub const FD_SKILLS: i32 = 10;
-/// Child fd of a host extensions dir (`/skill-extensions`).
-pub const FD_EXTENSIONS: i32 = 11;
-/// Child fd of a host workspace (`/workspace`).
-pub const FD_WORKSPACE: i32 = 12;
-/// Child fd of the execution's network folder (`/run/skill-runner`).
-pub const FD_NET: i32 = 13;
-/// Child fd of the prepared `/etc` ([`crate::sandbox::etcview`]).
-pub const FD_ETC: i32 = 14;
+// The descriptor numbers are the sandbox's table (crate::sandbox::fds).
+pub use crate::sandbox::fds::{
+    FD_ETC, FD_EXTENSIONS, FD_GROUP, FD_NET, FD_PASSWD, FD_SECCOMP_GUARD, FD_SECCOMP_RULES,
+    FD_SKILLS, FD_WORKSPACE,
+};
 /// The user the command runs as inside the sandbox.
 pub const SANDBOX_UID: u32 = 1000;
 pub const SANDBOX_GID: u32 = 1000;
@@ -97,9 +84,6 @@ pub enum Extensions {
     /// there and linked at `/skill-extensions`.
     InFreshWorkspace,
 }
-
-/// The default extensions dir, relative to the workspace.
-pub const DEFAULT_EXTENSIONS: &str = ".sciencediscovery/skill-extensions";
 
 /// Everything the argv depends on.
 #[derive(Debug, Clone)]

@@ -3,13 +3,55 @@
 //! runner's user may change it, its options checked by running it, the
 //! answer cached per binary in `bwrap-probe.json`), user namespaces,
 //! cgroups, and the identity the command runs as.
+//!
+//! What is missing is a [`HostError`], one variant per failed check, each
+//! saying what to change; the exec room refuses executions with it.
 
 use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::sandbox::bwrap::BwrapFeatures;
-use crate::sandbox::identity::Identity;
+use crate::sandbox::identity::{Identity, IdentityError};
 use crate::supervise::cgroup::Support;
+
+/// Why this host offers no sandbox: each says what to change.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum HostError {
+    #[error("bubblewrap (bwrap) is not installed or not on PATH; install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)")]
+    FindBwrap,
+    #[error("cannot stat {}: {source}", path.display())]
+    StatBwrap {
+        path: PathBuf,
+        source: Arc<io::Error>,
+    },
+    #[error("{} belongs to uid {owner}, neither root nor the runner's user ({euid}), who could replace what the sandbox is; install bubblewrap from the system's packages", path.display())]
+    BwrapOwner {
+        path: PathBuf,
+        owner: u32,
+        euid: u32,
+    },
+    #[error("{} is writable by its group or by everyone (mode {mode:o}), who could replace what the sandbox is; fix it with chmod go-w {}", path.display(), path.display())]
+    BwrapWritable { path: PathBuf, mode: u32 },
+    #[error("cannot run {}: {source}", path.display())]
+    RunBwrap {
+        path: PathBuf,
+        source: Arc<io::Error>,
+    },
+    #[error("{} ({version}) lacks {}; install bubblewrap 0.5 or newer", path.display(), missing.join(", "))]
+    BwrapOptions {
+        path: PathBuf,
+        version: String,
+        missing: Vec<&'static str>,
+    },
+    #[error("user namespaces are disabled (user.max_user_namespaces = 0); enable them with sysctl -w user.max_user_namespaces=15000")]
+    UsernsDisabled,
+    #[error("unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0); enable them or run as root")]
+    UnprivilegedUsernsDisabled,
+    #[error("AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1); allow bwrap in an AppArmor profile or run as root")]
+    UsernsRestricted,
+}
 
 /// The bubblewrap found on this host.
 #[derive(Debug, Clone)]
@@ -34,15 +76,13 @@ pub const REQUIRED_BWRAP_OPTIONS: &[&str] = &[
 
 impl Bwrap {
     /// Finds bwrap on PATH and checks its options by running it.
-    pub fn find() -> Result<Bwrap, String> {
+    pub fn find() -> Result<Bwrap, HostError> {
         Bwrap::probe(&Bwrap::locate()?)
     }
 
     /// The bwrap on PATH, refused unless only its owner may change it.
-    fn locate() -> Result<PathBuf, String> {
-        let path = which::which("bwrap").map_err(|_| {
-            "bubblewrap (bwrap) is not installed or not on PATH; install it (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap)".to_owned()
-        })?;
+    fn locate() -> Result<PathBuf, HostError> {
+        let path = which::which("bwrap").map_err(|_| HostError::FindBwrap)?;
         Bwrap::trusted(&path)?;
         Ok(path)
     }
@@ -54,29 +94,26 @@ impl Bwrap {
     /// host owner that is not mapped there (root's, seen from a runner in
     /// `unshare --map-root-user` as an ordinary user) shows as the overflow
     /// uid, which is accepted: nobody in the namespace can write the file.
-    pub fn trusted(path: &Path) -> Result<(), String> {
+    pub fn trusted(path: &Path) -> Result<(), HostError> {
         use std::os::unix::fs::MetadataExt;
-        let meta =
-            fs::metadata(path).map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
+        let meta = fs::metadata(path).map_err(|e| stat_failed(path, e))?;
         let euid = nix::unistd::geteuid().as_raw();
         let overflow = fs::read_to_string("/proc/sys/kernel/overflowuid")
             .ok()
             .and_then(|t| t.trim().parse::<u32>().ok())
             .unwrap_or(65534);
         if ![0, euid, overflow].contains(&meta.uid()) {
-            return Err(format!(
-                "{} belongs to uid {}, neither root nor the runner's user ({euid}), who could replace what the sandbox is; install bubblewrap from the system's packages",
-                path.display(),
-                meta.uid()
-            ));
+            return Err(HostError::BwrapOwner {
+                path: path.to_owned(),
+                owner: meta.uid(),
+                euid,
+            });
         }
         if meta.mode() & 0o022 != 0 {
-            return Err(format!(
-                "{} is writable by its group or by everyone (mode {:o}), who could replace what the sandbox is; fix it with chmod go-w {}",
-                path.display(),
-                meta.mode() & 0o7777,
-                path.display()
-            ));
+            return Err(HostError::BwrapWritable {
+                path: path.to_owned(),
+                mode: meta.mode() & 0o7777,
+            });
         }
         Ok(())
     }
@@ -84,11 +121,10 @@ impl Bwrap {
     /// Like [`Bwrap::find`], but remembers the answer in `cache_dir` for
     /// as long as the binary at that path is the same file (inode, size,
     /// modification time): probing costs two process starts per run.
-    pub fn find_cached(cache_dir: &Path) -> Result<Bwrap, String> {
+    pub fn find_cached(cache_dir: &Path) -> Result<Bwrap, HostError> {
         use std::os::unix::fs::MetadataExt;
         let path = Bwrap::locate()?;
-        let meta =
-            fs::metadata(&path).map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
+        let meta = fs::metadata(&path).map_err(|e| stat_failed(&path, e))?;
         let key = ProbeKey {
             path: path.clone(),
             inode: meta.ino(),
@@ -121,13 +157,16 @@ impl Bwrap {
         Ok(found)
     }
 
-    fn probe(path: &Path) -> Result<Bwrap, String> {
+    fn probe(path: &Path) -> Result<Bwrap, HostError> {
         let path = path.to_owned();
-        let run = |arg: &str| -> Result<String, String> {
+        let run = |arg: &str| -> Result<String, HostError> {
             let out = std::process::Command::new(&path)
                 .arg(arg)
                 .output()
-                .map_err(|e| format!("cannot run {}: {e}", path.display()))?;
+                .map_err(|e| HostError::RunBwrap {
+                    path: path.clone(),
+                    source: Arc::new(e),
+                })?;
             Ok(String::from_utf8_lossy(&out.stdout).into_owned()
                 + &String::from_utf8_lossy(&out.stderr))
         };
@@ -140,11 +179,11 @@ impl Bwrap {
             .filter(|o| !has(o))
             .collect();
         if !missing.is_empty() {
-            return Err(format!(
-                "{} ({version}) lacks {}; install bubblewrap 0.5 or newer",
-                path.display(),
-                missing.join(", ")
-            ));
+            return Err(HostError::BwrapOptions {
+                path,
+                version,
+                missing,
+            });
         }
         Ok(Bwrap {
             version,
@@ -153,6 +192,13 @@ impl Bwrap {
             },
             path,
         })
+    }
+}
+
+fn stat_failed(path: &Path, e: io::Error) -> HostError {
+    HostError::StatBwrap {
+        path: path.to_owned(),
+        source: Arc::new(e),
     }
 }
 
@@ -178,12 +224,12 @@ struct ProbeCache {
 /// What this host offers, probed once.
 #[derive(Debug, Clone)]
 pub struct Host {
-    pub bwrap: Result<Bwrap, String>,
+    pub bwrap: Result<Bwrap, HostError>,
     pub cgroups: Support,
-    pub userns: Result<(), String>,
+    pub userns: Result<(), HostError>,
     /// Who the sandboxed command is on the host, or why no safe identity
     /// can be had.
-    pub identity: Result<Identity, String>,
+    pub identity: Result<Identity, IdentityError>,
 }
 
 impl Host {
@@ -205,22 +251,22 @@ impl Host {
 }
 
 /// Whether this process can create user namespaces (bwrap needs one).
-pub fn userns_available() -> Result<(), String> {
+pub fn userns_available() -> Result<(), HostError> {
     userns_available_to(nix::unistd::geteuid().is_root())
 }
 
 /// Whether a process that is (or is not) root can create user namespaces.
-fn userns_available_to(root: bool) -> Result<(), String> {
+fn userns_available_to(root: bool) -> Result<(), HostError> {
     let read = |p: &str| fs::read_to_string(p).ok().map(|s| s.trim().to_owned());
     if read("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
-        return Err("user namespaces are disabled (user.max_user_namespaces = 0); enable them with sysctl -w user.max_user_namespaces=15000".into());
+        return Err(HostError::UsernsDisabled);
     }
     if !root {
         if read("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
-            return Err("unprivileged user namespaces are disabled (kernel.unprivileged_userns_clone = 0); enable them or run as root".into());
+            return Err(HostError::UnprivilegedUsernsDisabled);
         }
         if read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
-            return Err("AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns = 1); allow bwrap in an AppArmor profile or run as root".into());
+            return Err(HostError::UsernsRestricted);
         }
     }
     Ok(())
@@ -241,7 +287,7 @@ mod tests {
             let got = Bwrap::trusted(&bin);
             assert_eq!(got.is_ok(), ok, "mode {mode:o}: {got:?}");
             if let Err(e) = got {
-                assert!(e.contains("chmod go-w"), "{e}");
+                assert!(e.to_string().contains("chmod go-w"), "{e}");
             }
         }
     }

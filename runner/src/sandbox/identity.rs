@@ -40,6 +40,15 @@ pub const DEFAULT_SANDBOX_ID: u32 = 65533;
 /// The environment variable naming the sandbox user of a root runner.
 pub const SANDBOX_USER_VAR: &str = "SKILL_RUNNER_SANDBOX_USER";
 
+/// Why no safe identity can be had.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityError {
+    #[error(
+        "{SANDBOX_USER_VAR}={text:?} is not UID or UID:GID with numbers between 1 and 4294967294"
+    )]
+    ParseSandboxUser { text: String },
+}
+
 /// The host identity the sandboxed command has.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Identity {
@@ -66,9 +75,9 @@ impl Identity {
 }
 
 /// Parses `UID[:GID]`; the gid defaults to the uid. 0 is refused.
-pub fn parse_user(text: &str) -> Result<(u32, u32), String> {
-    let bad = || {
-        format!("{SANDBOX_USER_VAR}={text:?} is not UID or UID:GID with numbers between 1 and 4294967294")
+pub fn parse_user(text: &str) -> Result<(u32, u32), IdentityError> {
+    let bad = || IdentityError::ParseSandboxUser {
+        text: text.to_owned(),
     };
     let num = |s: &str| {
         s.trim()
@@ -146,7 +155,7 @@ pub fn decide(
 }
 
 /// The identity of this process's sandboxes, or why none is safe.
-pub fn detect() -> Result<Identity, String> {
+pub fn detect() -> Result<Identity, IdentityError> {
     let configured = match std::env::var(SANDBOX_USER_VAR) {
         Ok(v) if !v.is_empty() => Some(parse_user(&v)?),
         _ => None,

@@ -6,7 +6,8 @@
 //!   turn a plan into an argv or a Seatbelt profile and spawn nothing, so
 //!   `explain` prints exactly what runs;
 //! - the sandbox-side paths (`/skills`, `/skill-extensions`, `/workspace`)
-//!   and their environment variables have one definition ([`paths`]);
+//!   and their environment variables have one definition ([`paths`]), and
+//!   so does what the sandbox finds on each file descriptor ([`fds`]);
 //! - the seccomp program is built from the syscall name table
 //!   ([`syscalls`]) and the profile, and checked against seccompiler in the
 //!   tests ([`seccomp`]);
@@ -24,6 +25,7 @@
 
 pub mod bwrap;
 pub mod etcview;
+pub mod fds;
 pub mod host;
 pub mod identity;
 pub mod macos;

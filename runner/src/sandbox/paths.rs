@@ -20,6 +20,9 @@ use std::path::{Path, PathBuf};
 pub const SKILLS_DIR: &str = "/skills";
 /// Where the writable extensions dir is mounted inside the sandbox.
 pub const EXTENSIONS_DIR: &str = "/skill-extensions";
+/// The default extensions dir, relative to the workspace: a job without
+/// `extensions_dir` gets this folder of its workspace.
+pub const DEFAULT_EXTENSIONS: &str = ".sciencediscovery/skill-extensions";
 /// Where the workspace is mounted inside the sandbox; the command's
 /// working directory.
 pub const WORKSPACE_DIR: &str = "/workspace";

@@ -49,12 +49,8 @@
 use std::ffi::CString;
 use std::os::unix::ffi::OsStringExt;
 
-/// Child fd of the exec shim's report pipe (see the module docs).
-pub const FD_EXEC_REPORT: i32 = 7;
-/// Child fd of the runner's own binary, which bwrap executes as the shim.
-pub const FD_SHIM: i32 = 8;
-/// Child fd of the command's stderr; bwrap's own stderr is a pipe apart.
-pub const FD_STDERR: i32 = 9;
+// Its descriptors are in the sandbox's table (crate::sandbox::fds).
+pub use crate::sandbox::fds::{FD_EXEC_REPORT, FD_SHIM, FD_STDERR};
 /// What bwrap executes: the shim, through [`FD_SHIM`], which then
 /// executes the command.
 pub const SHIM_PATH: &str = "/proc/self/fd/8";
@@ -91,6 +87,16 @@ pub fn small_shim() -> Option<&'static [u8]> {
     }
 }
 
+/// Which exec shim a sandbox gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShimKind {
+    /// The small shim ([`small_shim`]), where it is built and the job has
+    /// no network allowlist.
+    Small,
+    /// The runner's own binary, which also starts the forwarder.
+    Runner,
+}
+
 /// What bubblewrap executes as the shim, opened once per process (each
 /// execution gets its own duplicate): for a job without a network
 /// allowlist the small shim ([`small_shim`]) in a sealed memfd, else, or
@@ -102,12 +108,12 @@ pub fn small_shim() -> Option<&'static [u8]> {
 /// Rust runtime) cost ~1 ms of CPU in every sandbox; the small shim's
 /// costs ~0.01 ms more than `/bin/true` alone (README, benchmarks).
 #[cfg(target_os = "linux")]
-pub fn executable(network: bool) -> std::io::Result<std::os::fd::OwnedFd> {
+pub fn executable(kind: ShimKind) -> std::io::Result<std::os::fd::OwnedFd> {
     use std::sync::OnceLock;
     type Opened = Result<std::fs::File, (std::io::ErrorKind, String)>;
     static EXE: OnceLock<Opened> = OnceLock::new();
     static SMALL: OnceLock<Option<std::fs::File>> = OnceLock::new();
-    if !network {
+    if kind == ShimKind::Small {
         let small = SMALL.get_or_init(|| {
             let memfd = |bytes| crate::supervise::sys::executable_memfd(c"skill-runner-exec-shim", bytes);
             match small_shim().map(memfd) {
@@ -302,7 +308,7 @@ mod tests {
     fn run_small(args: &[&str]) -> (Option<i32>, Vec<u8>, String, String) {
         use std::io::Read;
         use std::os::fd::AsRawFd;
-        let shim = executable(false).unwrap();
+        let shim = executable(ShimKind::Small).unwrap();
         let (report_r, report_w) = crate::supervise::sys::pipe_cloexec().unwrap();
         let (err_r, err_w) = crate::supervise::sys::pipe_cloexec().unwrap();
         let (mut report_r, mut err_r) = (std::fs::File::from(report_r), std::fs::File::from(err_r));
@@ -344,12 +350,14 @@ mod tests {
             "--",
             "sh",
             "-c",
-            "echo out; echo err >&2; grep ^SigIgn /proc/$$/status; ls /proc/$$/fd | tr '\\n' ' '",
+            "echo out; echo err >&2; grep ^SigIgn /proc/$$/status; ls -m /proc/$$/fd",
         ]);
         assert_eq!(code, Some(0), "{bwrap}");
         assert_eq!(ExecReport::parse(&report), ExecReport::Executed);
         assert!(out.starts_with("out\nSigIgn:"), "{out:?}");
-        assert!(out.contains("\n0 1 2 err\n"), "{out:?}");
+        // One line, without a pipe: the shell's own pipe to a `tr` showed
+        // as fd 3 whenever `ls` looked before the shell had closed it.
+        assert!(out.contains("\n0, 1, 2\nerr\n"), "{out:?}");
         assert!(out.contains("err\n"), "{out:?}");
         let ign = out.lines().find(|l| l.starts_with("SigIgn")).unwrap();
         let mask = u64::from_str_radix(ign.split_whitespace().nth(1).unwrap(), 16).unwrap();
