@@ -35,6 +35,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::auth::{AuthError, Token};
+use crate::datadir::{DataDir, DataDirError};
 
 /// Declares the settings, one row each:
 ///
@@ -570,7 +571,8 @@ pub struct Retention {
 /// Validated daemon settings.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub data_dir: PathBuf,
+    /// The opened data dir.
+    pub data: DataDir,
     pub listen: Listen,
     pub token: Option<Token>,
     /// Canonical root folders.
@@ -635,11 +637,8 @@ pub enum ConfigError {
     },
     #[error("root {0} is not a folder; name folders with --root")]
     RootNotDir(PathBuf),
-    #[error("cannot create the data dir {path}: {source}")]
-    DataDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    DataDir(#[from] DataDirError),
     #[error("root {root} overlaps the data dir {data_dir} (jobs could mount the store writable); name a folder outside it, or under {data_dir}/roots")]
     RootOverlapsData { root: PathBuf, data_dir: PathBuf },
     #[error("root / would let callers mount any host folder; name narrower folders with --root")]
@@ -691,7 +690,13 @@ impl Config {
         env_token: Option<String>,
     ) -> Result<Config, ConfigError> {
         let s = Layers::read(args, GlobalArgs { data_dir })?;
-        let data_dir = absolute(&s.data_dir()?);
+        // Empty: no default (DataDir::open says what to set).
+        let data_dir = s.data_dir()?;
+        let data_dir = if data_dir.as_os_str().is_empty() {
+            data_dir
+        } else {
+            absolute(&data_dir)
+        };
 
         let listen = match (s.socket()?, s.listen()?) {
             (Some(_), Some(_)) => return Err(ConfigError::SocketAndListen),
@@ -701,9 +706,11 @@ impl Config {
                     .map_err(|_| ConfigError::ListenAddr(addr.clone()))?,
             ),
             (socket, None) => {
-                let path = absolute(
-                    &socket.unwrap_or_else(|| data_dir.join("run").join("skill-runner.sock")),
-                );
+                let path = absolute(&socket.unwrap_or_else(|| {
+                    DataDir::unchecked(&data_dir)
+                        .run()
+                        .join("skill-runner.sock")
+                }));
                 if path.as_os_str().len() > 107 {
                     return Err(ConfigError::SocketPathTooLong(path));
                 }
@@ -713,17 +720,7 @@ impl Config {
 
         let mut warnings = Vec::new();
         let token = match (s.token_file()?, env_token.filter(|t| !t.is_empty())) {
-            (Some(path), _) => {
-                use std::os::unix::fs::PermissionsExt;
-                let token = Token::from_file(&path)?;
-                if std::fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o077 != 0) {
-                    warnings.push(format!(
-                        "token file {} can be read by other users; chmod 600 it",
-                        path.display()
-                    ));
-                }
-                Some(token)
-            }
+            (Some(path), _) => Some(Token::from_file(&path)?),
             (None, Some(text)) => Some(Token::from_text(&text, "SKILL_RUNNER_TOKEN")?),
             (None, None) => None,
         };
@@ -738,16 +735,12 @@ impl Config {
             }
         }
 
+        // The data dir and its layout (the default job root among it),
+        // checked and made private before anything is read from it.
+        let data = DataDir::open(&data_dir, crate::sandbox::identity::data_dir_group())?;
         let roots = match s.roots()? {
             Some(roots) => roots,
-            None => {
-                let default = data_dir.join("roots");
-                std::fs::create_dir_all(&default).map_err(|source| ConfigError::Root {
-                    path: default.clone(),
-                    source,
-                })?;
-                vec![default]
-            }
+            None => vec![data.job_root()],
         };
         let roots = roots
             .iter()
@@ -761,23 +754,14 @@ impl Config {
             ));
         }
         // A root must not expose the store or the execution folders.
-        std::fs::create_dir_all(&data_dir).map_err(|source| ConfigError::DataDir {
-            path: data_dir.clone(),
-            source,
-        })?;
-        let data_real = data_dir
-            .canonicalize()
-            .map_err(|source| ConfigError::DataDir {
-                path: data_dir.clone(),
-                source,
-            })?;
+        let data_real = data.path();
         if let Some(r) = roots.iter().find(|r| {
             data_real.starts_with(r)
-                || (r.starts_with(&data_real) && !r.starts_with(data_real.join("roots")))
+                || (r.starts_with(data_real) && !r.starts_with(data.job_root()))
         }) {
             return Err(ConfigError::RootOverlapsData {
                 root: r.clone(),
-                data_dir: data_real,
+                data_dir: data_real.to_owned(),
             });
         }
 
@@ -822,7 +806,7 @@ impl Config {
             session_idle: s.session_idle()?,
             log_format: s.log_format()?,
             network,
-            data_dir,
+            data,
             warnings,
         };
         // A job that sets no output_bytes gets its profile's default: a

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::datadir::DataDir;
 use crate::error::ErrorKind;
 use crate::exec::job::Job;
 use crate::exec::limits::{limits_plan, Disk};
@@ -40,9 +41,7 @@ use crate::sandbox::profile;
 use crate::supervise::cgroup::{self, Cgroup, Support};
 use crate::supervise::{self, Cancel, OutputPolicy, Sink, Spawn};
 
-/// The folder of a data dir that is for jobs' own folders (the daemon's
-/// default root); everything else in a data dir is the runner's state.
-pub const JOB_ROOT: &str = "roots";
+pub use crate::datadir::JOB_ROOT;
 
 /// The sandbox this build launches, as named in results.
 #[cfg(target_os = "macos")]
@@ -79,19 +78,7 @@ pub trait SessionBindings: std::fmt::Debug + Send + Sync {
     fn bindings(&self, session: &str) -> Result<Vec<crate::package::hash::Binding>, String>;
 }
 
-/// The default data dir: `SKILL_RUNNER_DATA_DIR`, else
-/// `$XDG_STATE_HOME/skill-runner`, else `/var/lib/skill-runner` for root and
-/// `~/.local/state/skill-runner` for others.
-pub fn default_data_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("skill-runner");
-    }
-    if nix::unistd::geteuid().is_root() {
-        return PathBuf::from("/var/lib/skill-runner");
-    }
-    let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
-    PathBuf::from(home).join(".local/state/skill-runner")
-}
+pub use crate::datadir::default_path as default_data_dir;
 
 /// Shared state of a runner process.
 #[derive(Debug)]
@@ -101,8 +88,8 @@ pub struct Runner {
     pub roots: Roots,
     pub host: Host,
     executions: PathBuf,
-    /// The canonical data dir: its state is never a job's folder.
-    data_real: PathBuf,
+    /// The opened data dir (its real path): its state is never a job's folder.
+    data: DataDir,
     /// Reused execution cgroups, and the locked folder that names them.
     cgroups: Option<(cgroup::Pool, PrivateDir)>,
 }
@@ -131,44 +118,27 @@ impl Runner {
         let started = std::time::Instant::now();
         // bubblewrap, started as the sandbox user, resolves the folders it
         // binds by path: that group may pass through the data dir.
-        let through = crate::sandbox::identity::detect()
-            .ok()
-            .and_then(|id| id.switch_to())
-            .map(|(_, gid)| gid);
-        private_data_dir(&config.data_dir, through)?;
-        let store = Store::open(&config.data_dir).map_err(|e| e.to_string())?;
-        let roots = Roots::open(&config.data_dir).map_err(|e| {
+        let data = DataDir::open(&config.data_dir, crate::sandbox::identity::data_dir_group())
+            .map_err(|e| e.to_string())?;
+        let store = Store::open(&data).map_err(|e| e.to_string())?;
+        let roots = Roots::open(&data).map_err(|e| {
             format!(
                 "cannot create {}: {e}; {}",
-                config
-                    .data_dir
-                    .join(crate::package::published::PUBLISHED)
-                    .display(),
-                crate::package::store::DATA_DIR_HINT
+                data.published().display(),
+                crate::datadir::HINT
             )
         })?;
-        let executions = config.data_dir.join("executions");
-        fs::create_dir_all(&executions).map_err(|e| {
-            format!(
-                "cannot create {}: {e}; {}",
-                executions.display(),
-                crate::package::store::DATA_DIR_HINT
-            )
-        })?;
-        let mut host = Host::probe(&config.data_dir.join("cache"));
+        let executions = data.executions();
+        let mut host = Host::probe(&data.cache());
         // One cgroup folder per data dir, so a sweep never touches the
         // executions of a runner with another data dir.
-        let canonical = config
-            .data_dir
-            .canonicalize()
-            .unwrap_or_else(|_| config.data_dir.clone());
-        let tag = crate::package::hash::file_hash(canonical.as_os_str().as_encoded_bytes());
+        let tag = crate::package::hash::file_hash(data.path().as_os_str().as_encoded_bytes());
         host.cgroups = host.cgroups.scoped(&tag[..16]);
         let cgroups = match &host.cgroups {
             Support::None { .. } => None,
             _ if !config.reuse_cgroups => None,
             support => {
-                let owners = config.data_dir.join("cgroups");
+                let owners = data.cgroups();
                 let dir = PrivateDir::create(&owners)
                     .map_err(|e| format!("cannot create {}: {e}", owners.display()))?;
                 let prefix = dir
@@ -185,7 +155,7 @@ impl Runner {
             roots,
             host,
             executions,
-            data_real: canonical,
+            data,
             cgroups,
         };
         let probed = started.elapsed();
@@ -207,7 +177,7 @@ impl Runner {
         // lock file exists (with or without the folder) while it runs; a
         // pooled one `<owner>+<n>` after `<data>/cgroups/<owner>`, which its
         // runner keeps locked while it lives.
-        let owners = self.config.data_dir.join("cgroups");
+        let owners = self.data.cgroups();
         cgroup::sweep(&self.host.cgroups, &|name| {
             let lock = match name.split_once('+') {
                 Some((owner, _)) => owners.join(format!("{owner}.lock")),
@@ -266,8 +236,8 @@ impl Runner {
     /// sessions and caches; only its job root `<data>/roots` (the daemon's
     /// default) is for jobs.
     fn not_state(&self, field: &str, real: &Path) -> Result<(), ErrorInfo> {
-        let data = &self.data_real;
-        let jobs = data.join(JOB_ROOT);
+        let data = self.data.path();
+        let jobs = self.data.job_root();
         let inside = real.starts_with(data) && !real.starts_with(&jobs);
         if inside || data.starts_with(real) {
             return Err(ErrorInfo::new(
@@ -475,7 +445,7 @@ impl Runner {
     /// (said in the log: it costs time, not isolation).
     fn etc_view(&self, mounts: &[profile::Mount], identity: &Identity) -> Option<PathBuf> {
         let pieces = crate::sandbox::etcview::pieces(mounts)?;
-        let root = self.config.data_dir.join(ETC_VIEWS);
+        let root = self.data.system_views();
         let made = crate::sandbox::etcview::prepare(&root, &pieces, &etc_extra());
         let etc = match made {
             Ok(etc) => etc,
@@ -1003,9 +973,16 @@ impl Runner {
             let pins: Vec<_> = job.skills.iter().map(|s| s.binding.clone()).collect();
             crate::package::hash::set_identity(&pins)
         };
+        // Paths in the data dir are shown below `<data-dir>`.
+        let shown = DataDir::unchecked(Path::new("<data-dir>"));
         let mut folders = vec![(
             bwrap::FD_SKILLS,
-            format!("<data-dir>/published/{identity}/skills"),
+            shown
+                .published()
+                .join(&identity)
+                .join("skills")
+                .display()
+                .to_string(),
         )];
         if let Some(w) = &job.workspace {
             folders.push((bwrap::FD_WORKSPACE, w.display().to_string()));
@@ -1021,20 +998,24 @@ impl Runner {
         if job.network.allowlist().is_some() {
             folders.push((
                 bwrap::FD_NET,
-                format!("<data-dir>/executions/{}.<random>/net", job.execution_id),
+                shown
+                    .executions()
+                    .join(format!("{}.<random>/net", job.execution_id))
+                    .display()
+                    .to_string(),
             ));
         }
         // The prepared /etc the host's files give now (the first execution
         // makes it; see crate::sandbox::etcview).
         let mounts = job.profile.resolve_mounts(profile::host_entry);
-        let views = data_dir.join(ETC_VIEWS);
+        let views = DataDir::unchecked(data_dir).system_views();
         let etc = crate::sandbox::etcview::pieces(&mounts).and_then(|pieces| {
             crate::sandbox::etcview::expected(&views, &pieces, &etc_extra()).ok()
         });
         if let Some(rel) = &etc {
             folders.push((
                 bwrap::FD_ETC,
-                format!("<data-dir>/{ETC_VIEWS}/{}", rel.display()),
+                shown.system_views().join(rel).display().to_string(),
             ));
         }
         let args = Runner::plan_args_with(
@@ -1049,9 +1030,6 @@ impl Runner {
         Ok((bwrap.path, args, folders))
     }
 }
-
-/// Where the prepared copies of `/etc` live, in the data dir.
-const ETC_VIEWS: &str = "system-views";
 
 /// What the runner adds to `/etc`: the account files.
 fn etc_extra() -> [crate::sandbox::etcview::Extra<'static>; 2] {
@@ -1195,69 +1173,6 @@ fn changed(field: &str, path: &Path) -> ErrorInfo {
     )
 }
 
-/// Creates the data dir private to this user (0700), or makes an existing
-/// one of ours private: it holds workspaces, session records and the
-/// store, which other local users have no business reading. Everything the
-/// runner creates inside is then out of their reach whatever its own mode.
-/// With `through` (the sandbox user's group of a root runner), that group
-/// may pass through it but not list it (0710): bubblewrap resolves the
-/// folders it binds by path, as the sandbox user.
-fn private_data_dir(dir: &Path, through: Option<u32>) -> Result<(), String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    let hint = "set --data-dir or SKILL_RUNNER_DATA_DIR to a folder this user may create";
-    let mode = if through.is_some() { 0o710 } else { 0o700 };
-    if let Some(parent) = dir.parent() {
-        fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot create {}: {e}; {hint}", parent.display()))?;
-    }
-    match fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => {
-            return Err(format!(
-                "cannot create the data dir {}: {e}; {hint}",
-                dir.display()
-            ))
-        }
-    }
-    let meta = fs::metadata(dir)
-        .map_err(|e| format!("cannot use the data dir {}: {e}; {hint}", dir.display()))?;
-    if meta.uid() != nix::unistd::geteuid().as_raw() {
-        return Ok(()); // not ours to change
-    }
-    if let Some(gid) = through.filter(|&g| g != meta.gid()) {
-        std::os::unix::fs::chown(dir, None, Some(gid)).map_err(|e| {
-            format!(
-                "cannot give the data dir {} to group {gid}: {e}; {}",
-                dir.display(),
-                data_dir_fix(&e)
-            )
-        })?;
-    }
-    if meta.mode() & 0o777 != mode {
-        fs::set_permissions(dir, fs::Permissions::from_mode(mode)).map_err(|e| {
-            format!(
-                "cannot make the data dir {} private: {e}; {}",
-                dir.display(),
-                data_dir_fix(&e)
-            )
-        })?;
-    }
-    Ok(())
-}
-
-/// What to change when the data dir cannot be given its owner and mode:
-/// a read-only file system needs another folder; a root without
-/// CAP_CHOWN (a container started with `--cap-drop ALL`) cannot launch as
-/// the sandbox user at all.
-fn data_dir_fix(e: &io::Error) -> &'static str {
-    if e.raw_os_error() == Some(libc::EPERM) {
-        "a root runner needs its capabilities (CHOWN, SETUID, SETGID) to launch as the sandbox user: keep the container's default capabilities, or run the runner as a non-root user (docker run --user 1000:1000 with SKILL_RUNNER_DATA_DIR on a folder it owns)"
-    } else {
-        crate::package::store::DATA_DIR_HINT
-    }
-}
-
 /// Refuses a folder the sandbox user cannot reach: bubblewrap, started as
 /// that user, resolves what it binds by path, so every folder above must
 /// let it pass.
@@ -1364,8 +1279,8 @@ pub fn explain_macos(
     job: &Job,
     data_dir: &Path,
 ) -> Result<(seatbelt::Rendered, Vec<String>), macos::MacosError> {
-    let exec = data_dir
-        .join("executions")
+    let exec = DataDir::unchecked(data_dir)
+        .executions()
         .join(format!("{}.RANDOM", job.execution_id));
     let workspace = job
         .workspace
