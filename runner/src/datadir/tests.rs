@@ -1,3 +1,6 @@
+//! Tests of the data dir checks, on folders a test makes (the attacks of
+//! another local user are in `tests/datadir.rs`).
+
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 use super::*;

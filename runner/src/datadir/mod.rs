@@ -479,5 +479,4 @@ fn settle(fd: &File, path: &Path, group: Option<u32>, mode: u32) -> Result<(), D
 }
 
 #[cfg(test)]
-#[path = "datadir_tests.rs"]
 mod tests;
