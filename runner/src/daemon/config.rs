@@ -35,6 +35,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::auth::{AuthError, Token};
+use super::descriptors::{self, Budget, Demand, DescriptorError};
 use crate::datadir::{DataDir, DataDirError};
 
 /// Declares the settings, one row each:
@@ -207,6 +208,15 @@ settings! {
         file: "max_uploads",
         default: 2,
         check: within(1, 64),
+    }
+    // No default here: what the descriptor limit leaves (`Config::build`).
+    max_proxy_connections: Option<usize> {
+        /// Connections open through the network proxy at once, across all
+        /// executions (each holds two file descriptors) [default: what
+        /// RLIMIT_NOFILE leaves, at most 64 per running execution].
+        flag: "max-proxy-connections" <"N">,
+        env: "SKILL_RUNNER_MAX_PROXY_CONNECTIONS",
+        file: "max_proxy_connections",
     }
     job_body_limit: Option<u64> {
         /// Largest job body, e.g. 4MiB [default: 4MiB].
@@ -580,6 +590,8 @@ pub struct Config {
     pub max_running: usize,
     pub max_queued: usize,
     pub max_connections: usize,
+    /// The descriptor limit and the proxy cap sized from it.
+    pub descriptors: Budget,
     pub max_uploads: usize,
     pub job_body_limit: u64,
     pub package_body_limit: u64,
@@ -639,6 +651,8 @@ pub enum ConfigError {
     RootNotDir(PathBuf),
     #[error(transparent)]
     DataDir(#[from] DataDirError),
+    #[error(transparent)]
+    Descriptors(#[from] DescriptorError),
     #[error("root {root} overlaps the data dir {data_dir} (jobs could mount the store writable); name a folder outside it, or under {data_dir}/roots")]
     RootOverlapsData { root: PathBuf, data_dir: PathBuf },
     #[error("root / would let callers mount any host folder; name narrower folders with --root")]
@@ -735,6 +749,25 @@ impl Config {
             }
         }
 
+        let max_running = s.max_running()?;
+        let max_queued = s.max_queued()?;
+        let max_connections = s.max_connections()?;
+        let max_proxy_connections = s.max_proxy_connections()?;
+        if max_proxy_connections == Some(0) {
+            return Err(invalid(
+                "max_proxy_connections",
+                "0 would refuse every proxy connection; give 1 or more, or leave it unset",
+            ));
+        }
+        let descriptors = Budget::fit(
+            Demand {
+                max_running,
+                max_queued,
+                max_connections,
+                max_proxy_connections,
+            },
+            descriptors::current(),
+        )?;
         // The data dir and its layout (the default job root among it),
         // checked and made private before anything is read from it.
         let data = DataDir::open(&data_dir, crate::sandbox::identity::data_dir_group())?;
@@ -766,6 +799,7 @@ impl Config {
         }
 
         let network = crate::sandbox::net::RunnerNetwork {
+            connections: crate::sandbox::net::ConnectionCap::new(descriptors.proxy_connections),
             private: s.network_private()?,
             allow: s
                 .network_allow()?
@@ -786,9 +820,10 @@ impl Config {
             listen,
             token,
             roots,
-            max_running: s.max_running()?,
-            max_queued: s.max_queued()?,
-            max_connections: s.max_connections()?,
+            max_running,
+            max_queued,
+            max_connections,
+            descriptors,
             max_uploads: s.max_uploads()?,
             job_body_limit: s.job_body_limit()?,
             package_body_limit: s.package_body_limit()?,
@@ -941,7 +976,11 @@ mod tests {
     fn network_settings_cap_jobs() {
         let dir = tempfile::tempdir().unwrap();
         let c = Config::build(args(), Some(dir.path().to_owned()), None).unwrap();
-        assert_eq!(c.network, crate::sandbox::net::RunnerNetwork::default());
+        assert!(c.network.private && c.network.allow.is_none());
+        assert_eq!(
+            c.network.connections.max(),
+            Some(c.descriptors.proxy_connections)
+        );
         let file = dir.path().join("serve.toml");
         std::fs::write(
             &file,

@@ -31,6 +31,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod confine;
+pub mod descriptors;
 pub mod events;
 pub mod metrics;
 pub mod registry;
@@ -74,6 +75,8 @@ pub enum DaemonError {
 /// `tracing` subscriber.
 pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonError> {
     limit_malloc_arenas();
+    // Before the settings are sized from it (descriptors.rs).
+    let nofile = descriptors::raise();
     let early_format = args.log_format;
     let config = match Config::build(args, data_dir, std::env::var("SKILL_RUNNER_TOKEN").ok()) {
         Ok(c) => c,
@@ -114,6 +117,8 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         roots = ?config.roots,
         max_running = config.max_running,
         max_queued = config.max_queued,
+        nofile,
+        max_proxy_connections = config.descriptors.proxy_connections,
         token = config.token.is_some(),
         "starting"
     );
