@@ -286,60 +286,84 @@ fn check_above(st: &FileStat, path: &Path, uid: u32) -> Result<(), DataDirError>
     Ok(())
 }
 
+/// Where a walk is: the open folder, its real path, and the folders above
+/// it (to go back up on `..`).
+struct Cursor {
+    dir: File,
+    real: PathBuf,
+    above: Vec<(File, PathBuf)>,
+}
+
+impl Cursor {
+    /// At `/`, checked.
+    fn root(uid: u32) -> Result<Cursor, DataDirError> {
+        let root = Path::new("/");
+        let dir = File::open(root).map_err(|source| DataDirError::Open {
+            path: root.to_owned(),
+            source,
+        })?;
+        let st = fstat(dir.as_fd()).map_err(open_err(root))?;
+        check_above(&st, root, uid)?;
+        Ok(Cursor {
+            dir,
+            real: root.to_owned(),
+            above: Vec::new(),
+        })
+    }
+
+    fn up(&mut self) {
+        if let Some((dir, real)) = self.above.pop() {
+            self.dir = dir;
+            self.real = real;
+        }
+    }
+
+    fn down(&mut self, child: File, real: PathBuf) {
+        let dir = std::mem::replace(&mut self.dir, child);
+        let up = std::mem::replace(&mut self.real, real);
+        self.above.push((dir, up));
+    }
+
+    /// The entry `name` here, made (0700 when `last`, else 0755) when it
+    /// is missing; not followed.
+    fn entry(&self, name: &OsStr, last: bool) -> Result<FileStat, DataDirError> {
+        let next = self.real.join(name);
+        match fstatat(self.dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => return Ok(st),
+            Err(nix::Error::ENOENT) => {}
+            Err(e) => return Err(open_err(&next)(e)),
+        }
+        let mode = if last { 0o700 } else { 0o755 };
+        match mkdirat(self.dir.as_fd(), name, Mode::from_bits_truncate(mode)) {
+            Ok(()) | Err(nix::Error::EEXIST) => {}
+            Err(e) => {
+                return Err(DataDirError::Create {
+                    path: next,
+                    source: e.into(),
+                })
+            }
+        }
+        fstatat(self.dir.as_fd(), name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(open_err(&next))
+    }
+}
+
 /// Resolves `path` one component at a time from `/`, checking each folder
 /// and symlink met and creating what is missing (folders above the data
 /// dir 0755, the data dir 0700). Returns the data dir's descriptor and
 /// real path.
 fn walk(path: &Path, uid: u32) -> Result<(File, PathBuf), DataDirError> {
-    let root = Path::new("/");
-    let mut dir = File::open(root).map_err(|source| DataDirError::Open {
-        path: root.to_owned(),
-        source,
-    })?;
-    let st = fstat(dir.as_fd()).map_err(open_err(root))?;
-    check_above(&st, root, uid)?;
-    // The folders opened so far, to go back up on `..`.
-    let mut opened: Vec<(File, PathBuf)> = Vec::new();
-    let mut real = root.to_path_buf();
+    let mut at = Cursor::root(uid)?;
     let mut pending: Vec<OsString> = parts(path);
     pending.reverse();
     let mut links = 0;
     while let Some(name) = pending.pop() {
         if name == ".." {
-            if let Some((up, up_path)) = opened.pop() {
-                dir = up;
-                real = up_path;
-            }
+            at.up();
             continue;
         }
         let last = pending.is_empty();
-        let next = real.join(&name);
-        let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) => Some(st),
-            Err(nix::Error::ENOENT) => None,
-            Err(e) => return Err(open_err(&next)(e)),
-        };
-        let st = match st {
-            Some(st) => st,
-            None => {
-                let mode = if last { 0o700 } else { 0o755 };
-                match mkdirat(
-                    dir.as_fd(),
-                    name.as_os_str(),
-                    Mode::from_bits_truncate(mode),
-                ) {
-                    Ok(()) | Err(nix::Error::EEXIST) => {}
-                    Err(e) => {
-                        return Err(DataDirError::Create {
-                            path: next,
-                            source: e.into(),
-                        })
-                    }
-                }
-                fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
-                    .map_err(open_err(&next))?
-            }
-        };
+        let next = at.real.join(&name);
+        let st = at.entry(&name, last)?;
         if is(&st, SFlag::S_IFLNK) {
             if last {
                 return Err(DataDirError::Symlink { path: next });
@@ -357,25 +381,18 @@ fn walk(path: &Path, uid: u32) -> Result<(File, PathBuf), DataDirError> {
                     path: path.to_owned(),
                 });
             }
-            let target = readlinkat(dir.as_fd(), name.as_os_str()).map_err(open_err(&next))?;
+            let target = readlinkat(at.dir.as_fd(), name.as_os_str()).map_err(open_err(&next))?;
             let target = PathBuf::from(target);
-            let mut more = parts(&target);
-            more.reverse();
-            pending.extend(more);
+            pending.extend(parts(&target).into_iter().rev());
             if target.is_absolute() {
-                dir = File::open(root).map_err(|source| DataDirError::Open {
-                    path: root.to_owned(),
-                    source,
-                })?;
-                opened.clear();
-                real = root.to_path_buf();
+                at = Cursor::root(uid)?;
             }
             continue;
         }
         if !is(&st, SFlag::S_IFDIR) {
             return Err(DataDirError::NotAFolder { path: next });
         }
-        let child = open_child(&dir, &name).map_err(|e| match e {
+        let child = open_child(&at.dir, &name).map_err(|e| match e {
             nix::Error::ELOOP | nix::Error::ENOTDIR => {
                 DataDirError::NotAFolder { path: next.clone() }
             }
@@ -384,28 +401,36 @@ fn walk(path: &Path, uid: u32) -> Result<(File, PathBuf), DataDirError> {
         // What was opened is what is checked.
         let st = fstat(child.as_fd()).map_err(open_err(&next))?;
         if last {
-            if st.st_uid != uid {
-                return Err(DataDirError::NotOwned {
-                    path: next,
-                    owner: st.st_uid,
-                    uid,
-                });
-            }
-            let mode = st.st_mode & 0o7777;
-            if mode & 0o022 != 0 {
-                return Err(DataDirError::DataDirWritable { path: next, mode });
-            }
+            check_data_dir(&st, &next, uid)?;
         } else {
             check_above(&st, &next, uid)?;
         }
-        opened.push((std::mem::replace(&mut dir, child), real.clone()));
-        real = next;
+        at.down(child, next);
     }
-    if opened.is_empty() {
+    if at.above.is_empty() {
         // `/` itself (or a path that climbs back to it).
         return Err(DataDirError::Slash);
     }
-    Ok((dir, real))
+    Ok((at.dir, at.real))
+}
+
+/// Refuses a data dir of another user, or one others may write.
+fn check_data_dir(st: &FileStat, path: &Path, uid: u32) -> Result<(), DataDirError> {
+    if st.st_uid != uid {
+        return Err(DataDirError::NotOwned {
+            path: path.to_owned(),
+            owner: st.st_uid,
+            uid,
+        });
+    }
+    let mode = st.st_mode & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(DataDirError::DataDirWritable {
+            path: path.to_owned(),
+            mode,
+        });
+    }
+    Ok(())
 }
 
 /// The normal components of `path` and its `..` (`.` dropped).
