@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use skill_runner::daemon::config::{Config, ServeArgs};
+use skill_runner::datadir::DataDir;
 use skill_runner::daemon::{app, confine, metrics, registry, selfcheck};
 use skill_runner::exec::{self, Runner};
 use skill_runner::package::format::PackageLimits;
@@ -128,7 +129,8 @@ impl Fixture {
             index: None,
             ..CatalogConfig::default()
         };
-        let host = SessionHost::open(&data, config).expect("open the session host");
+        let opened = DataDir::open(&data, None).expect("open the data dir");
+        let host = SessionHost::open(&opened, config).expect("open the session host");
         // The binding of examples/hello-job.json, as `store add` makes it.
         host.store()
             .publish_dir(&hello_dir(), "hello", 1, "1.0.0", &PackageLimits::default())
