@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use skill_runner::daemon::config::{Config, ServeArgs};
-use skill_runner::datadir::DataDir;
 use skill_runner::daemon::{app, confine, metrics, registry, selfcheck};
+use skill_runner::datadir::DataDir;
 use skill_runner::exec::{self, Runner};
 use skill_runner::package::format::PackageLimits;
 use skill_runner::skillhost::catalog::CatalogConfig;
