@@ -179,10 +179,14 @@ fn exchange(
     (status, headers, out)
 }
 
-fn open_fds(pid: u32) -> u64 {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
+/// The lowest descriptor number `pid` has free: with its soft limit
+/// there, it can open nothing more.
+fn lowest_free_fd(pid: u32) -> u64 {
+    let open: std::collections::BTreeSet<u64> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
-        .count() as u64
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    (0..).find(|n| !open.contains(n)).unwrap()
 }
 
 /// An admission that could not have its descriptor answered 500 and then
@@ -231,7 +235,7 @@ fn an_admission_refused_for_a_descriptor_leaves_nothing_behind() {
             .unwrap();
         assert!(out.status.success(), "{}", show(&out));
     };
-    set(open_fds(pid));
+    set(lowest_free_fd(pid));
     let (status, headers, answer) = exchange(&mut conn, "POST", "/v1/executions", &body);
     set(hard);
     let answer: Value = serde_json::from_slice(&answer).unwrap();
