@@ -10,6 +10,8 @@
 
 mod cli; // the command line as a user meets it: run, explain, hash, pack, store, doctor
 mod daemon; // `skill-runner serve` over its socket or TCP, one file per promise
+mod datadir; // a data dir another local user could change is refused by every command; modes of what is made
+mod descriptors; // the daemon's descriptor budget: raised limit, refusal at start, nothing left by a refused admission
 mod escape; // every isolation promise, by attempting the forbidden thing inside a sandbox
 mod explained_fds; // explain --fds-dir writes byte for byte what a launch loads
 mod host; // the command is never host root; host-global state out of reach; limits hold
@@ -18,6 +20,7 @@ mod limits; // memory and pids limits hold for the whole sandbox and name their 
 mod network; // network allowlists through the runner's proxy, and nothing around it
 mod sandbox_failures; // a sandbox bubblewrap cannot finish is sandbox_failed, with the fix
 mod skill_host; // catalog and sessions from the command line, and a run in a session
+mod token_file; // the daemon's token file: a small regular file only its owner can read
 
 /// Every test file is a module of this binary, and every file of a folder
 /// module (`daemon/`) a module of its `mod.rs`: a file added beside these

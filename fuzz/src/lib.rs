@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use skill_runner::daemon::config::{Config, ServeArgs};
 use skill_runner::daemon::{app, confine, metrics, registry, selfcheck};
+use skill_runner::datadir::DataDir;
 use skill_runner::exec::{self, Runner};
 use skill_runner::package::format::PackageLimits;
 use skill_runner::skillhost::catalog::CatalogConfig;
@@ -139,7 +140,8 @@ impl Fixture {
             index: None,
             ..CatalogConfig::default()
         };
-        let host = SessionHost::open(&data, config).expect("open the session host");
+        let opened = DataDir::open(&data, None).expect("open the data dir");
+        let host = SessionHost::open(&opened, config).expect("open the session host");
         // The binding of examples/hello-job.json, as `store add` makes it.
         host.store()
             .publish_dir(&hello_dir(), "hello", 1, "1.0.0", &PackageLimits::default())

@@ -11,9 +11,10 @@
 //! | [`daemon`] | `skill-runner serve`: the HTTP API, its settings, registry and streams | everything below |
 //! | [`skillhost`] | the skill catalog and sessions (frozen selections and their tool routes) | `exec` and below |
 //! | [`exec`] | one execution end to end: job, limits, runner, outcome, result, diagnosis, doctor | `package`, `sandbox` and below |
-//! | [`package`] | package bytes: hash, format, bundle, source, store, staging, published roots | `supervise`, `fsx`, `text`, `error` |
-//! | [`sandbox`] | the isolation: profile, seccomp, bubblewrap argv, Seatbelt plan, identity, exec shim, network | `supervise`, `fsx`, `text`, `error` |
+//! | [`package`] | package bytes: hash, format, bundle, source, store, staging, published roots | `supervise`, `datadir`, `fsx`, `text`, `error` |
+//! | [`sandbox`] | the isolation: profile, seccomp, bubblewrap argv, Seatbelt plan, identity, exec shim, network | `supervise`, `datadir`, `fsx`, `text`, `error` |
 //! | [`supervise`] | spawning and watching one process tree; cgroups; the only `unsafe` ([`supervise::sys`]) | `fsx`, `text`, `error` |
+//! | [`datadir`] | the runner's data dir: its folders, their owners and modes, opened without following planted links | `fsx`, `text`, `error` |
 //! | [`fsx`] | file-system primitives: no-follow opens, copies, locks | `text`, `error` |
 //! | [`text`] | small pure formatting helpers | nothing |
 //! | [`error`] | the error kinds of every error document | nothing |
@@ -31,6 +32,7 @@
 #![deny(unsafe_code)]
 
 pub mod daemon;
+pub mod datadir;
 pub mod error;
 pub mod exec;
 pub mod fsx;

@@ -17,6 +17,7 @@ use std::process::ExitCode;
 use anyhow::bail;
 use clap::Parser;
 
+use skill_runner::datadir::DataDir;
 use skill_runner::error::ErrorKind;
 use skill_runner::exec::doctor;
 use skill_runner::exec::job::Job;
@@ -63,13 +64,26 @@ fn init_tracing() {
 fn config(cli_data_dir: Option<PathBuf>, keep: bool) -> RunnerConfig {
     let data_dir = cli_data_dir.unwrap_or_else(exec::default_data_dir);
     RunnerConfig {
-        sessions: Some(std::sync::Arc::new(Sessions::new(&data_dir))),
+        // Read only after `Runner::new` opened (checked) the data dir.
+        sessions: Some(std::sync::Arc::new(Sessions::new(&DataDir::unchecked(
+            &data_dir,
+        )))),
         data_dir,
         package_limits: PackageLimits::default(),
         keep,
         reuse_cgroups: false,
         network: Default::default(),
     }
+}
+
+/// The data dir of a command that uses it without a runner: checked,
+/// created and made private as `run` does ([`DataDir::open`]).
+fn open_data_dir(cli_data_dir: Option<PathBuf>) -> anyhow::Result<DataDir> {
+    let path = cli_data_dir.unwrap_or_else(exec::default_data_dir);
+    Ok(DataDir::open(
+        &path,
+        skill_runner::sandbox::identity::data_dir_group(),
+    )?)
 }
 
 fn real_main(cli: Cli) -> anyhow::Result<i32> {
@@ -126,8 +140,8 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Command::Store(cmd) => {
-            let cfg = config(data_dir, false);
-            let store = skill_runner::package::store::Store::open(&cfg.data_dir)?;
+            let cfg = config(data_dir.clone(), false);
+            let store = skill_runner::package::store::Store::open(&open_data_dir(data_dir)?)?;
             match cmd {
                 StoreCommand::Add { dir, meta } => {
                     let p = store.publish_dir(
@@ -160,8 +174,8 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
             skill_runner::daemon::serve(*args, data_dir)?;
             Ok(0)
         }
-        Command::Catalog(cmd) => catalog_cmd(cmd, &config(data_dir, false).data_dir),
-        Command::Session(cmd) => session_cmd(cmd, &config(data_dir, false).data_dir),
+        Command::Catalog(cmd) => catalog_cmd(cmd, &open_data_dir(data_dir)?),
+        Command::Session(cmd) => session_cmd(cmd, &open_data_dir(data_dir)?),
     }
 }
 
@@ -365,7 +379,7 @@ fn explain(
 
 /// The catalog sources of this process: the current folder, `$HOME`, the
 /// data dir (docs/skill-host.md).
-fn catalog_config(data_dir: &Path) -> anyhow::Result<CatalogConfig> {
+fn catalog_config(data_dir: &DataDir) -> anyhow::Result<CatalogConfig> {
     let cwd = std::env::current_dir()
         .map_err(|e| anyhow::anyhow!("cannot read the current folder: {e}"))?;
     let home = std::env::var_os("HOME")
@@ -374,7 +388,7 @@ fn catalog_config(data_dir: &Path) -> anyhow::Result<CatalogConfig> {
     Ok(CatalogConfig::from_env(&cwd, home.as_deref(), data_dir))
 }
 
-fn catalog_cmd(cmd: CatalogCommand, data_dir: &Path) -> anyhow::Result<i32> {
+fn catalog_cmd(cmd: CatalogCommand, data_dir: &DataDir) -> anyhow::Result<i32> {
     use std::fmt::Write as _;
     let catalog = Catalog::load(&catalog_config(data_dir)?);
     for w in catalog.warnings() {
@@ -470,7 +484,7 @@ fn host_err(e: SessionError) -> anyhow::Error {
     anyhow::anyhow!("{}: {e}", e.kind())
 }
 
-fn session_cmd(cmd: SessionCommand, data_dir: &Path) -> anyhow::Result<i32> {
+fn session_cmd(cmd: SessionCommand, data_dir: &DataDir) -> anyhow::Result<i32> {
     let host = SessionHost::open(data_dir, catalog_config(data_dir)?).map_err(host_err)?;
     let doc = match cmd {
         SessionCommand::Create { skills, tools } => {

@@ -21,6 +21,7 @@ const ROOMS: &[(&str, u32)] = &[
     ("error", 0),
     ("fsx", 1),
     ("supervise", 2),
+    ("datadir", 2),
     ("package", 3),
     ("sandbox", 3),
     ("exec", 4),

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use base64::Engine as _;
+use skill_runner::datadir::DataDir;
 use skill_runner::package::bundle;
 use skill_runner::package::format::PackageLimits;
 use skill_runner::package::hash::{self, Binding};
@@ -440,7 +441,7 @@ fn bundle_tampering_is_caught() {
 #[test]
 fn store_publish_is_atomic_idempotent_and_immutable() {
     let t = tempfile::tempdir().unwrap();
-    let store = Store::open(t.path()).unwrap();
+    let store = Store::open(&DataDir::open(t.path(), None).unwrap()).unwrap();
     let src = demo(&t.path().join("demo"));
     let p = store
         .publish_dir(&src, "demo", 1, "1.0.0", &PackageLimits::default())
@@ -488,7 +489,7 @@ fn store_publish_is_atomic_idempotent_and_immutable() {
 fn concurrent_publishes_of_the_same_bytes_both_succeed_with_one_tree() {
     let t = tempfile::tempdir().unwrap();
     let src = demo(&t.path().join("demo"));
-    let store = Store::open(t.path()).unwrap();
+    let store = Store::open(&DataDir::open(t.path(), None).unwrap()).unwrap();
     let results: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
             .map(|_| {
@@ -506,7 +507,7 @@ fn concurrent_publishes_of_the_same_bytes_both_succeed_with_one_tree() {
 #[test]
 fn corrupted_store_tree_is_caught_at_staging_naming_the_file() {
     let t = tempfile::tempdir().unwrap();
-    let store = Store::open(t.path()).unwrap();
+    let store = Store::open(&DataDir::open(t.path(), None).unwrap()).unwrap();
     let src = demo(&t.path().join("demo"));
     let p = store
         .publish_dir(&src, "demo", 1, "1.0.0", &PackageLimits::default())
@@ -533,7 +534,7 @@ fn corrupted_store_tree_is_caught_at_staging_naming_the_file() {
 #[test]
 fn interrupted_publish_is_swept_and_never_found() {
     let t = tempfile::tempdir().unwrap();
-    let store = Store::open(t.path()).unwrap();
+    let store = Store::open(&DataDir::open(t.path(), None).unwrap()).unwrap();
     // What a publisher killed mid-way leaves: a private folder whose lock
     // nobody holds any more, and no entry under packages/.
     let tmp = store.root().join("tmp");
@@ -541,7 +542,7 @@ fn interrupted_publish_is_swept_and_never_found() {
     fs::write(tmp.join("deadbeef/tree/SKILL.md"), SKILL_MD).unwrap();
     fs::write(tmp.join("deadbeef.lock"), "").unwrap();
     assert!(store.package(&"d".repeat(64)).unwrap().is_none());
-    let store = Store::open(t.path()).unwrap();
+    let store = Store::open(&DataDir::open(t.path(), None).unwrap()).unwrap();
     assert!(entries(&store.root().join("tmp")).is_empty());
     assert!(entries(&store.root().join("packages")).is_empty());
 }

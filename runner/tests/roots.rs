@@ -6,6 +6,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use skill_runner::datadir::DataDir;
 use skill_runner::package::format::PackageLimits;
 use skill_runner::package::hash::{self, Binding};
 use skill_runner::package::published::Roots;
@@ -50,7 +51,7 @@ fn mode(p: &Path) -> u32 {
 #[test]
 fn a_selection_is_staged_once_then_shared_sealed() {
     let t = tempfile::tempdir().unwrap();
-    let roots = Roots::open(t.path()).unwrap();
+    let roots = Roots::open(&DataDir::open(t.path(), None).unwrap()).unwrap();
     let src = skill(&t.path().join("demo"), "echo hi\n");
     let h = skill_runner::package::verify::hash_dir(&src, &PackageLimits::default()).unwrap();
     let sel = selected("demo", &src, &h);
@@ -96,7 +97,7 @@ fn a_published_root_keeps_the_pinned_bytes_when_the_source_changes() {
     // The pin names the bytes; the folder is only where to find them the
     // first time. An edit after publication is never observed.
     let t = tempfile::tempdir().unwrap();
-    let roots = Roots::open(t.path()).unwrap();
+    let roots = Roots::open(&DataDir::open(t.path(), None).unwrap()).unwrap();
     let src = skill(&t.path().join("demo"), "echo original\n");
     let h = skill_runner::package::verify::hash_dir(&src, &PackageLimits::default()).unwrap();
     let sel = selected("demo", &src, &h);
@@ -113,7 +114,7 @@ fn a_published_root_keeps_the_pinned_bytes_when_the_source_changes() {
 #[test]
 fn a_lying_hash_is_never_published() {
     let t = tempfile::tempdir().unwrap();
-    let roots = Roots::open(t.path()).unwrap();
+    let roots = Roots::open(&DataDir::open(t.path(), None).unwrap()).unwrap();
     let src = skill(&t.path().join("demo"), "echo hi\n");
     let sel = selected("demo", &src, &"ab".repeat(32));
     let e = roots.acquire(&sel, &PackageLimits::default()).unwrap_err();
@@ -127,7 +128,7 @@ fn a_lying_hash_is_never_published() {
 #[test]
 fn concurrent_first_executions_publish_one_root() {
     let t = tempfile::tempdir().unwrap();
-    let roots = Roots::open(t.path()).unwrap();
+    let roots = Roots::open(&DataDir::open(t.path(), None).unwrap()).unwrap();
     let src = skill(&t.path().join("demo"), &"x".repeat(1 << 20));
     let h = skill_runner::package::verify::hash_dir(&src, &PackageLimits::default()).unwrap();
     let sel = selected("demo", &src, &h);
@@ -147,7 +148,7 @@ fn concurrent_first_executions_publish_one_root() {
 #[test]
 fn eviction_keeps_roots_in_use_and_removes_idle_ones() {
     let t = tempfile::tempdir().unwrap();
-    let roots = Roots::open(t.path()).unwrap();
+    let roots = Roots::open(&DataDir::open(t.path(), None).unwrap()).unwrap();
     let a = skill(&t.path().join("a"), "echo a\n");
     let b = skill(&t.path().join("b"), "echo b\n");
     let ha = skill_runner::package::verify::hash_dir(&a, &PackageLimits::default()).unwrap();
@@ -177,7 +178,7 @@ fn eviction_keeps_roots_in_use_and_removes_idle_ones() {
 #[test]
 fn interrupted_stagings_are_swept() {
     let t = tempfile::tempdir().unwrap();
-    let roots = Roots::open(t.path()).unwrap();
+    let roots = Roots::open(&DataDir::open(t.path(), None).unwrap()).unwrap();
     let staging = roots.dir().join(".staging");
     // A crashed staging: its lock file is no longer held.
     fs::create_dir_all(staging.join("dead/skills/x")).unwrap();
@@ -193,7 +194,7 @@ fn interrupted_stagings_are_swept() {
 #[test]
 fn eviction_considers_only_the_runners_own_roots() {
     let t = tempfile::tempdir().unwrap();
-    let roots = Roots::open(t.path()).unwrap();
+    let roots = Roots::open(&DataDir::open(t.path(), None).unwrap()).unwrap();
     assert_eq!(roots.dir(), t.path().join("published"));
     // The daemon's job root holds workspaces, even with root-like names.
     let jobs = t.path().join("roots");
@@ -215,7 +216,7 @@ fn eviction_considers_only_the_runners_own_roots() {
 #[test]
 fn a_fifo_or_symlink_record_is_refused_without_blocking() {
     let t = tempfile::tempdir().unwrap();
-    let roots = Roots::open(t.path()).unwrap();
+    let roots = Roots::open(&DataDir::open(t.path(), None).unwrap()).unwrap();
     let src = skill(&t.path().join("demo"), "echo hi\n");
     let h = skill_runner::package::verify::hash_dir(&src, &PackageLimits::default()).unwrap();
     let sel = selected("demo", &src, &h);

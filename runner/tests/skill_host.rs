@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use serde_json::json;
+use skill_runner::datadir::DataDir;
 use skill_runner::package::format::PackageLimits;
 use skill_runner::package::hash::Binding;
 use skill_runner::skillhost::catalog::{Catalog, CatalogConfig, Layer, SkillKind};
@@ -70,7 +71,7 @@ impl Fx {
     }
 
     fn host(&self) -> SessionHost {
-        SessionHost::open(&self.data(), self.config()).unwrap()
+        SessionHost::open(&DataDir::open(&self.data(), None).unwrap(), self.config()).unwrap()
     }
 }
 
@@ -405,7 +406,7 @@ fn sessions_keep_the_bytes_they_froze() {
     let (kind, ..) = kind_of(read(&host, &s1.id, "/skills/report/scripts/extra.sh"));
     assert_eq!(kind, "not_found");
     // A new host on the same data dir (another process) sees the same.
-    let again = SessionHost::open(&fx.data(), fx.config()).unwrap();
+    let again = SessionHost::open(&DataDir::open(&fx.data(), None).unwrap(), fx.config()).unwrap();
     assert_eq!(again.show(&s1.id).unwrap().skills, vec![b1.clone()]);
     assert_eq!(again.sessions().bindings(&s1.id).unwrap(), vec![b1.clone()]);
 
@@ -600,7 +601,7 @@ fn later_sources_shadow_earlier_ones() {
     assert_eq!(c.get("only-a").unwrap().source, Layer::User);
 
     // A session freezes the winner's bytes.
-    let host = SessionHost::open(&fx.data(), cfg).unwrap();
+    let host = SessionHost::open(&DataDir::open(&fx.data(), None).unwrap(), cfg).unwrap();
     let s = host
         .create(req(&["shared", "skill-authoring"], &["read"]))
         .unwrap();
@@ -1246,8 +1247,8 @@ fn session_records_are_written_once_and_read_back_unchanged() {
     assert_eq!(created.enabled_tools, ["Read", "web"]);
     let record = fx.data().join(format!("sessions/{}.json", created.id));
     let mode = fs::metadata(&record).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o444);
-    let shown = SessionHost::open(&fx.data(), fx.config())
+    assert_eq!(mode, 0o400);
+    let shown = SessionHost::open(&DataDir::open(&fx.data(), None).unwrap(), fx.config())
         .unwrap()
         .show(&created.id)
         .unwrap();

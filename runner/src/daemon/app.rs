@@ -136,12 +136,12 @@ impl ApiError {
             ApiError::Bundle(e) => e.kind(),
             ApiError::Store(e) => e.kind(),
             ApiError::Session(e) => e.kind(),
-            ApiError::Admission(RegistryError::Busy { .. })
+            ApiError::Admission(RegistryError::Busy { .. } | RegistryError::Switch(_))
             | ApiError::UploadsBusy
             | ApiError::SessionsBusy => K::Busy,
             ApiError::Admission(RegistryError::Draining) => K::ShuttingDown,
             ApiError::Admission(RegistryError::InUse { .. }) => K::ExecutionIdInUse,
-            ApiError::Admission(RegistryError::Cancel(_)) | ApiError::Internal(_) => K::Internal,
+            ApiError::Internal(_) => K::Internal,
             ApiError::TooLarge { .. } => K::BodyTooLarge,
             ApiError::BodyTimeout { .. } => K::BodyTimeout,
             ApiError::BadBody(_)
@@ -205,7 +205,7 @@ impl IntoResponse for ApiError {
         };
         let mut resp = (status, Json(body)).into_response();
         let retry = match self {
-            ApiError::Admission(RegistryError::Busy { .. })
+            ApiError::Admission(RegistryError::Busy { .. } | RegistryError::Switch(_))
             | ApiError::UploadsBusy
             | ApiError::SessionsBusy => Some("1"),
             ApiError::Admission(RegistryError::Draining) => Some("5"),

@@ -35,6 +35,8 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::auth::{AuthError, Token};
+use super::descriptors::{self, Budget, Demand, DescriptorError};
+use crate::datadir::{DataDir, DataDirError};
 
 /// Declares the settings, one row each:
 ///
@@ -206,6 +208,15 @@ settings! {
         file: "max_uploads",
         default: 2,
         check: within(1, 64),
+    }
+    // No default here: what the descriptor limit leaves (`Config::build`).
+    max_proxy_connections: Option<usize> {
+        /// Connections open through the network proxy at once, across all
+        /// executions (each holds two file descriptors) [default: what
+        /// RLIMIT_NOFILE leaves, at most 64 per running execution].
+        flag: "max-proxy-connections" <"N">,
+        env: "SKILL_RUNNER_MAX_PROXY_CONNECTIONS",
+        file: "max_proxy_connections",
     }
     job_body_limit: Option<u64> {
         /// Largest job body, e.g. 4MiB [default: 4MiB].
@@ -570,7 +581,8 @@ pub struct Retention {
 /// Validated daemon settings.
 #[derive(Debug, Clone)]
 pub struct Config {
-    pub data_dir: PathBuf,
+    /// The opened data dir.
+    pub data: DataDir,
     pub listen: Listen,
     pub token: Option<Token>,
     /// Canonical root folders.
@@ -578,6 +590,8 @@ pub struct Config {
     pub max_running: usize,
     pub max_queued: usize,
     pub max_connections: usize,
+    /// The descriptor limit and the proxy cap sized from it.
+    pub descriptors: Budget,
     pub max_uploads: usize,
     pub job_body_limit: u64,
     pub package_body_limit: u64,
@@ -635,11 +649,10 @@ pub enum ConfigError {
     },
     #[error("root {0} is not a folder; name folders with --root")]
     RootNotDir(PathBuf),
-    #[error("cannot create the data dir {path}: {source}")]
-    DataDir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    DataDir(#[from] DataDirError),
+    #[error(transparent)]
+    Descriptors(#[from] DescriptorError),
     #[error("root {root} overlaps the data dir {data_dir} (jobs could mount the store writable); name a folder outside it, or under {data_dir}/roots")]
     RootOverlapsData { root: PathBuf, data_dir: PathBuf },
     #[error("root / would let callers mount any host folder; name narrower folders with --root")]
@@ -691,7 +704,13 @@ impl Config {
         env_token: Option<String>,
     ) -> Result<Config, ConfigError> {
         let s = Layers::read(args, GlobalArgs { data_dir })?;
-        let data_dir = absolute(&s.data_dir()?);
+        // Empty: no default (DataDir::open says what to set).
+        let data_dir = s.data_dir()?;
+        let data_dir = if data_dir.as_os_str().is_empty() {
+            data_dir
+        } else {
+            absolute(&data_dir)
+        };
 
         let listen = match (s.socket()?, s.listen()?) {
             (Some(_), Some(_)) => return Err(ConfigError::SocketAndListen),
@@ -701,9 +720,11 @@ impl Config {
                     .map_err(|_| ConfigError::ListenAddr(addr.clone()))?,
             ),
             (socket, None) => {
-                let path = absolute(
-                    &socket.unwrap_or_else(|| data_dir.join("run").join("skill-runner.sock")),
-                );
+                let path = absolute(&socket.unwrap_or_else(|| {
+                    DataDir::unchecked(&data_dir)
+                        .run()
+                        .join("skill-runner.sock")
+                }));
                 if path.as_os_str().len() > 107 {
                     return Err(ConfigError::SocketPathTooLong(path));
                 }
@@ -713,17 +734,7 @@ impl Config {
 
         let mut warnings = Vec::new();
         let token = match (s.token_file()?, env_token.filter(|t| !t.is_empty())) {
-            (Some(path), _) => {
-                use std::os::unix::fs::PermissionsExt;
-                let token = Token::from_file(&path)?;
-                if std::fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o077 != 0) {
-                    warnings.push(format!(
-                        "token file {} can be read by other users; chmod 600 it",
-                        path.display()
-                    ));
-                }
-                Some(token)
-            }
+            (Some(path), _) => Some(Token::from_file(&path)?),
             (None, Some(text)) => Some(Token::from_text(&text, "SKILL_RUNNER_TOKEN")?),
             (None, None) => None,
         };
@@ -738,16 +749,31 @@ impl Config {
             }
         }
 
+        let max_running = s.max_running()?;
+        let max_queued = s.max_queued()?;
+        let max_connections = s.max_connections()?;
+        let max_proxy_connections = s.max_proxy_connections()?;
+        if max_proxy_connections == Some(0) {
+            return Err(invalid(
+                "max_proxy_connections",
+                "0 would refuse every proxy connection; give 1 or more, or leave it unset",
+            ));
+        }
+        let descriptors = Budget::fit(
+            Demand {
+                max_running,
+                max_queued,
+                max_connections,
+                max_proxy_connections,
+            },
+            descriptors::current(),
+        )?;
+        // The data dir and its layout (the default job root among it),
+        // checked and made private before anything is read from it.
+        let data = DataDir::open(&data_dir, crate::sandbox::identity::data_dir_group())?;
         let roots = match s.roots()? {
             Some(roots) => roots,
-            None => {
-                let default = data_dir.join("roots");
-                std::fs::create_dir_all(&default).map_err(|source| ConfigError::Root {
-                    path: default.clone(),
-                    source,
-                })?;
-                vec![default]
-            }
+            None => vec![data.job_root()],
         };
         let roots = roots
             .iter()
@@ -761,27 +787,19 @@ impl Config {
             ));
         }
         // A root must not expose the store or the execution folders.
-        std::fs::create_dir_all(&data_dir).map_err(|source| ConfigError::DataDir {
-            path: data_dir.clone(),
-            source,
-        })?;
-        let data_real = data_dir
-            .canonicalize()
-            .map_err(|source| ConfigError::DataDir {
-                path: data_dir.clone(),
-                source,
-            })?;
+        let data_real = data.path();
         if let Some(r) = roots.iter().find(|r| {
             data_real.starts_with(r)
-                || (r.starts_with(&data_real) && !r.starts_with(data_real.join("roots")))
+                || (r.starts_with(data_real) && !r.starts_with(data.job_root()))
         }) {
             return Err(ConfigError::RootOverlapsData {
                 root: r.clone(),
-                data_dir: data_real,
+                data_dir: data_real.to_owned(),
             });
         }
 
         let network = crate::sandbox::net::RunnerNetwork {
+            connections: crate::sandbox::net::ConnectionCap::new(descriptors.proxy_connections),
             private: s.network_private()?,
             allow: s
                 .network_allow()?
@@ -802,9 +820,10 @@ impl Config {
             listen,
             token,
             roots,
-            max_running: s.max_running()?,
-            max_queued: s.max_queued()?,
-            max_connections: s.max_connections()?,
+            max_running,
+            max_queued,
+            max_connections,
+            descriptors,
             max_uploads: s.max_uploads()?,
             job_body_limit: s.job_body_limit()?,
             package_body_limit: s.package_body_limit()?,
@@ -822,7 +841,7 @@ impl Config {
             session_idle: s.session_idle()?,
             log_format: s.log_format()?,
             network,
-            data_dir,
+            data,
             warnings,
         };
         // A job that sets no output_bytes gets its profile's default: a
@@ -957,7 +976,11 @@ mod tests {
     fn network_settings_cap_jobs() {
         let dir = tempfile::tempdir().unwrap();
         let c = Config::build(args(), Some(dir.path().to_owned()), None).unwrap();
-        assert_eq!(c.network, crate::sandbox::net::RunnerNetwork::default());
+        assert!(c.network.private && c.network.allow.is_none());
+        assert_eq!(
+            c.network.connections.max(),
+            Some(c.descriptors.proxy_connections)
+        );
         let file = dir.path().join("serve.toml");
         std::fs::write(
             &file,

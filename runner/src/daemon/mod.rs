@@ -31,6 +31,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod confine;
+pub mod descriptors;
 pub mod events;
 pub mod metrics;
 pub mod registry;
@@ -74,6 +75,8 @@ pub enum DaemonError {
 /// `tracing` subscriber.
 pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonError> {
     limit_malloc_arenas();
+    // Before the settings are sized from it (descriptors.rs).
+    let nofile = descriptors::raise();
     let early_format = args.log_format;
     let config = match Config::build(args, data_dir, std::env::var("SKILL_RUNNER_TOKEN").ok()) {
         Ok(c) => c,
@@ -87,13 +90,13 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         tracing::warn!("{w}");
     }
     let runner = Runner::new(exec::RunnerConfig {
-        data_dir: config.data_dir.clone(),
+        data_dir: config.data.path().to_owned(),
         package_limits: PackageLimits::default(),
         keep: false,
         reuse_cgroups: true,
         network: config.network.clone(),
         sessions: Some(Arc::new(crate::skillhost::session::Sessions::new(
-            &config.data_dir,
+            &config.data,
         ))),
     })
     .map_err(|e| DaemonError::Runner(e.to_string()))?;
@@ -110,10 +113,12 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
     }
     let selfcheck = selfcheck::SelfCheck::new(verdict);
     tracing::info!(
-        data_dir = %config.data_dir.display(),
+        data_dir = %config.data.path().display(),
         roots = ?config.roots,
         max_running = config.max_running,
         max_queued = config.max_queued,
+        nofile,
+        max_proxy_connections = config.descriptors.proxy_connections,
         token = config.token.is_some(),
         "starting"
     );
@@ -121,7 +126,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut catalog =
-        crate::skillhost::catalog::CatalogConfig::from_env(&cwd, home.as_deref(), &config.data_dir);
+        crate::skillhost::catalog::CatalogConfig::from_env(&cwd, home.as_deref(), &config.data);
     // A catalog folder a sandbox could write (inside a job root, where
     // workspaces live, or holding one) would let a command plant skills
     // that later sessions load: such folders are not read.
@@ -142,7 +147,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         });
     }
     let sessions = Arc::new(
-        crate::skillhost::session::SessionHost::open(&config.data_dir, catalog)
+        crate::skillhost::session::SessionHost::open(&config.data, catalog)
             .map_err(|e| DaemonError::Runner(e.to_string()))?,
     );
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -58,8 +58,8 @@ pub enum RegistryError {
     Draining,
     #[error("execution id {id:?} already names a different job (the same id with the same job document is answered with that execution); use a new id for a new job, or GET /v1/executions/{id}")]
     InUse { id: String },
-    #[error("cannot create the cancellation switch: {0}")]
-    Cancel(std::io::Error),
+    #[error("the daemon cannot take another execution now: cannot create its cancellation switch ({0}); retry after a moment")]
+    Switch(std::io::Error),
 }
 
 /// One queued or running execution.
@@ -319,7 +319,10 @@ impl Registry {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Takes a place for a new execution request, before its body is read.
+    /// Takes a place for a new execution request, before its body is read,
+    /// with what the execution will need (its cancellation switch): a
+    /// request that cannot have one is refused before any id is known, so
+    /// a refused admission leaves nothing behind.
     pub fn slot(self: &Arc<Self>) -> Result<Slot, RegistryError> {
         if self.is_draining() {
             return Err(RegistryError::Draining);
@@ -329,11 +332,18 @@ impl Registry {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < self.cap).then_some(n + 1)
             });
-        match taken {
-            Ok(_) => Ok(Slot {
+        if taken.is_err() {
+            return Err(RegistryError::Busy { cap: self.cap });
+        }
+        match Cancel::new() {
+            Ok(cancel) => Ok(Slot {
                 registry: self.clone(),
+                cancel,
             }),
-            Err(_) => Err(RegistryError::Busy { cap: self.cap }),
+            Err(e) => {
+                self.slots.fetch_sub(1, Ordering::SeqCst);
+                Err(RegistryError::Switch(e))
+            }
         }
     }
 
@@ -465,6 +475,8 @@ impl Registry {
 #[derive(Debug)]
 pub struct Slot {
     registry: Arc<Registry>,
+    /// The execution's cancellation switch, made with the slot.
+    cancel: Arc<Cancel>,
 }
 
 impl Drop for Slot {
@@ -482,7 +494,7 @@ impl Slot {
         if registry.is_draining() {
             return Err(RegistryError::Draining);
         }
-        let cancel = Cancel::new().map_err(RegistryError::Cancel)?;
+        let cancel = self.cancel.clone();
         let mut inner = registry.lock();
         inner.evict(&registry.retention);
         let existing = match (inner.live.get(id), inner.done.get(id)) {

@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::exec::error::ExecError;
-use crate::exec::folders::{etc_extra, ETC_VIEWS};
+use crate::datadir::DataDir;
+use crate::exec::folders::etc_extra;
 use crate::exec::job::Job;
 use crate::exec::plan::{self, Content, Folders, Plan, Sandbox};
 use crate::sandbox::bwrap::BwrapFeatures;
@@ -206,18 +207,23 @@ fn shown_folders(job: &Job, data_dir: &Path, mounts: &[profile::Mount]) -> Folde
     };
     // The prepared /etc the host's files give now (the first execution
     // makes it; see crate::sandbox::etcview).
-    let views = data_dir.join(ETC_VIEWS);
+    let views = DataDir::unchecked(data_dir).system_views();
+    // Paths in the data dir are shown below `<data-dir>`.
+    let shown = DataDir::unchecked(Path::new("<data-dir>"));
     let etc = crate::sandbox::etcview::pieces(mounts)
         .and_then(|pieces| crate::sandbox::etcview::expected(&views, &pieces, &etc_extra()).ok());
     Folders {
-        skills: format!("<data-dir>/published/{identity}/skills").into(),
+        skills: shown.published().join(identity).join("skills"),
         workspace: job.workspace.clone(),
         extensions,
         net: job
             .network
             .allowlist()
-            .map(|_| format!("<data-dir>/executions/{}.<random>/net", job.execution_id).into()),
-        etc: etc.map(|rel| Path::new("<data-dir>").join(ETC_VIEWS).join(rel)),
+            .map(|_| {
+                let exec = format!("{}.<random>", job.execution_id);
+                shown.executions().join(exec).join("net")
+            }),
+        etc: etc.map(|rel| shown.system_views().join(rel)),
     }
 }
 
@@ -355,8 +361,8 @@ impl fmt::Display for Bubblewrap {
 /// `explain --platform macos`: the plan with the per-execution folder
 /// shown under `<data-dir>/executions/<id>.RANDOM`.
 fn seatbelt(job: &Job, data_dir: &Path) -> Result<Seatbelt, ExecError> {
-    let exec = data_dir
-        .join("executions")
+    let exec = DataDir::unchecked(data_dir)
+        .executions()
         .join(format!("{}.RANDOM", job.execution_id));
     let workspace = job
         .workspace

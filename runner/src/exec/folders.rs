@@ -17,15 +17,10 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::datadir::DataDir;
 use crate::exec::error::{ExecError, Place, Unresolved};
 use crate::sandbox::paths::DEFAULT_EXTENSIONS;
 
-/// The folder of a data dir that is for jobs' own folders (the daemon's
-/// default root); everything else in a data dir is the runner's state.
-pub const JOB_ROOT: &str = "roots";
-
-/// Where the prepared copies of `/etc` live, in the data dir.
-pub const ETC_VIEWS: &str = "system-views";
 
 /// What the runner adds to a prepared `/etc`: the account files.
 pub fn etc_extra() -> [crate::sandbox::etcview::Extra<'static>; 2] {
@@ -100,8 +95,8 @@ pub fn changed(field: &'static str, path: &Path) -> ExecError {
 
 /// Refuses a job folder (canonical) inside the runner's state (the
 /// canonical data dir `data`, but its job root) or above it.
-pub fn not_state(data: &Path, field: &'static str, real: &Path) -> Result<(), ExecError> {
-    let jobs = data.join(JOB_ROOT);
+pub fn not_state(data: &DataDir, field: &'static str, real: &Path) -> Result<(), ExecError> {
+    let (data, jobs) = (data.path(), data.job_root());
     let inside = real.starts_with(data) && !real.starts_with(&jobs);
     if inside || data.starts_with(real) {
         return Err(ExecError::RunnerState {
@@ -237,7 +232,7 @@ mod tests {
 
     #[test]
     fn a_job_folder_in_the_runners_state_is_refused_but_its_job_root() {
-        let data = Path::new("/data");
+        let data = &DataDir::unchecked(Path::new("/data"));
         assert!(not_state(data, "workspace", Path::new("/data/store/x")).is_err());
         assert!(not_state(data, "workspace", Path::new("/")).is_err());
         assert!(not_state(data, "workspace", Path::new("/data/roots/a")).is_ok());

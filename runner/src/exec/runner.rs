@@ -25,12 +25,12 @@
 //! execution before anything runs, with an [`ExecError`]; [`Runner::run`]
 //! turns it into the result's error, the only place that does.
 
-use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::datadir::DataDir;
 use crate::exec::error::ExecError;
 use crate::exec::folders::{self, Confined, Named};
 use crate::exec::job::Job;
@@ -49,19 +49,19 @@ use crate::supervise::cgroup::{self, Cgroup, Support};
 use crate::supervise::diskwatch::DiskWatch;
 use crate::supervise::{self, Cancel, OutputPolicy, Sink};
 
-pub use crate::exec::folders::JOB_ROOT;
+pub use crate::datadir::JOB_ROOT;
 pub use crate::exec::launch::SANDBOX;
 
 /// Why a runner could not be set up: its data dir cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum RunnerError {
-    /// The data dir itself (its words, with the fix, are
-    /// `private_data_dir`'s).
-    #[error("{0}")]
-    PrivateDataDir(String),
+    /// The data dir itself, or a folder above it, cannot be trusted or
+    /// made (the sentence carries the fix).
+    #[error(transparent)]
+    DataDir(#[from] crate::datadir::DataDirError),
     #[error(transparent)]
     OpenStore(#[from] crate::package::store::StoreError),
-    #[error("cannot create {}: {source}; {}", path.display(), crate::package::store::DATA_DIR_HINT)]
+    #[error("cannot create {}: {source}; {}", path.display(), crate::datadir::HINT)]
     CreateFolder { path: PathBuf, source: io::Error },
     #[error("cannot create {}: {source}", path.display())]
     CreateCgroupOwners { path: PathBuf, source: io::Error },
@@ -95,19 +95,7 @@ pub trait SessionBindings: std::fmt::Debug + Send + Sync {
     fn bindings(&self, session: &str) -> Result<Vec<crate::package::hash::Binding>, String>;
 }
 
-/// The default data dir: `SKILL_RUNNER_DATA_DIR`, else
-/// `$XDG_STATE_HOME/skill-runner`, else `/var/lib/skill-runner` for root and
-/// `~/.local/state/skill-runner` for others.
-pub fn default_data_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("skill-runner");
-    }
-    if nix::unistd::geteuid().is_root() {
-        return PathBuf::from("/var/lib/skill-runner");
-    }
-    let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
-    PathBuf::from(home).join(".local/state/skill-runner")
-}
+pub use crate::datadir::default_path as default_data_dir;
 
 /// Shared state of a runner process.
 #[derive(Debug)]
@@ -117,8 +105,8 @@ pub struct Runner {
     pub roots: Roots,
     pub host: Host,
     executions: PathBuf,
-    /// The canonical data dir: its state is never a job's folder.
-    data_real: PathBuf,
+    /// The opened data dir (its real path): its state is never a job's folder.
+    data: DataDir,
     /// Reused execution cgroups, and the locked folder that names them.
     cgroups: Option<(cgroup::Pool, PrivateDir)>,
 }
@@ -147,35 +135,23 @@ impl Runner {
         let started = std::time::Instant::now();
         // bubblewrap, started as the sandbox user, resolves the folders it
         // binds by path: that group may pass through the data dir.
-        let through = crate::sandbox::identity::detect()
-            .ok()
-            .and_then(|id| id.switch_to())
-            .map(|(_, gid)| gid);
-        private_data_dir(&config.data_dir, through).map_err(RunnerError::PrivateDataDir)?;
-        let store = Store::open(&config.data_dir)?;
-        let roots = Roots::open(&config.data_dir).map_err(|source| RunnerError::CreateFolder {
-            path: config.data_dir.join(crate::package::published::PUBLISHED),
+        let data = DataDir::open(&config.data_dir, crate::sandbox::identity::data_dir_group())?;
+        let store = Store::open(&data)?;
+        let roots = Roots::open(&data).map_err(|source| RunnerError::CreateFolder {
+            path: data.published(),
             source,
         })?;
-        let executions = config.data_dir.join("executions");
-        fs::create_dir_all(&executions).map_err(|source| RunnerError::CreateFolder {
-            path: executions.clone(),
-            source,
-        })?;
-        let mut host = Host::probe(&config.data_dir.join("cache"));
+        let executions = data.executions();
+        let mut host = Host::probe(&data.cache());
         // One cgroup folder per data dir, so a sweep never touches the
         // executions of a runner with another data dir.
-        let canonical = config
-            .data_dir
-            .canonicalize()
-            .unwrap_or_else(|_| config.data_dir.clone());
-        let tag = crate::package::hash::file_hash(canonical.as_os_str().as_encoded_bytes());
+        let tag = crate::package::hash::file_hash(data.path().as_os_str().as_encoded_bytes());
         host.cgroups = host.cgroups.scoped(&tag[..16]);
         let cgroups = match &host.cgroups {
             Support::None { .. } => None,
             _ if !config.reuse_cgroups => None,
             support => {
-                let owners = config.data_dir.join("cgroups");
+                let owners = data.cgroups();
                 let dir = PrivateDir::create(&owners).map_err(|source| {
                     RunnerError::CreateCgroupOwners {
                         path: owners.clone(),
@@ -196,7 +172,7 @@ impl Runner {
             roots,
             host,
             executions,
-            data_real: canonical,
+            data,
             cgroups,
         };
         let probed = started.elapsed();
@@ -218,7 +194,7 @@ impl Runner {
         // lock file exists (with or without the folder) while it runs; a
         // pooled one `<owner>+<n>` after `<data>/cgroups/<owner>`, which its
         // runner keeps locked while it lives.
-        let owners = self.config.data_dir.join("cgroups");
+        let owners = self.data.cgroups();
         cgroup::sweep(&self.host.cgroups, &|name| {
             let lock = match name.split_once('+') {
                 Some((owner, _)) => owners.join(format!("{owner}.lock")),
@@ -250,7 +226,7 @@ impl Runner {
     /// sessions and caches; only its job root `<data>/roots` (the daemon's
     /// default) is for jobs.
     fn not_state(&self, field: &'static str, real: &Path) -> Result<(), ExecError> {
-        folders::not_state(&self.data_real, field, real)
+        folders::not_state(&self.data, field, real)
     }
 
     /// Everything before the launch: checks, staging, folders.
@@ -310,7 +286,7 @@ impl Runner {
             (None, None) => None,
         };
         folders::check_cwd(&job.cwd, workspace.as_deref())?;
-        let etc = launch::etc_view(&self.config.data_dir, &mounts, &identity);
+        let etc = launch::etc_view(&self.data, &mounts, &identity);
         Ok(Prepared {
             dir,
             net,
@@ -531,67 +507,4 @@ fn launching(p: &Prepared, sink: &mut dyn Sink) {
     let staged = if p.lease.staged { snapshot.bytes } else { 0 };
     sink.launching(staged, p.staging);
     tracing::debug!(prepare_ms = p.staging.as_secs_f64() * 1e3, "spawning");
-}
-
-/// Creates the data dir private to this user (0700), or makes an existing
-/// one of ours private: it holds workspaces, session records and the
-/// store, which other local users have no business reading. Everything the
-/// runner creates inside is then out of their reach whatever its own mode.
-/// With `through` (the sandbox user's group of a root runner), that group
-/// may pass through it but not list it (0710): bubblewrap resolves the
-/// folders it binds by path, as the sandbox user.
-fn private_data_dir(dir: &Path, through: Option<u32>) -> Result<(), String> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    let hint = "set --data-dir or SKILL_RUNNER_DATA_DIR to a folder this user may create";
-    let mode = if through.is_some() { 0o710 } else { 0o700 };
-    if let Some(parent) = dir.parent() {
-        fs::create_dir_all(parent)
-            .map_err(|e| format!("cannot create {}: {e}; {hint}", parent.display()))?;
-    }
-    match fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(e) => {
-            return Err(format!(
-                "cannot create the data dir {}: {e}; {hint}",
-                dir.display()
-            ))
-        }
-    }
-    let meta = fs::metadata(dir)
-        .map_err(|e| format!("cannot use the data dir {}: {e}; {hint}", dir.display()))?;
-    if meta.uid() != nix::unistd::geteuid().as_raw() {
-        return Ok(()); // not ours to change
-    }
-    if let Some(gid) = through.filter(|&g| g != meta.gid()) {
-        std::os::unix::fs::chown(dir, None, Some(gid)).map_err(|e| {
-            format!(
-                "cannot give the data dir {} to group {gid}: {e}; {}",
-                dir.display(),
-                data_dir_fix(&e)
-            )
-        })?;
-    }
-    if meta.mode() & 0o777 != mode {
-        fs::set_permissions(dir, fs::Permissions::from_mode(mode)).map_err(|e| {
-            format!(
-                "cannot make the data dir {} private: {e}; {}",
-                dir.display(),
-                data_dir_fix(&e)
-            )
-        })?;
-    }
-    Ok(())
-}
-
-/// What to change when the data dir cannot be given its owner and mode:
-/// a read-only file system needs another folder; a root without
-/// CAP_CHOWN (a container started with `--cap-drop ALL`) cannot launch as
-/// the sandbox user at all.
-fn data_dir_fix(e: &io::Error) -> &'static str {
-    if e.raw_os_error() == Some(libc::EPERM) {
-        "a root runner needs its capabilities (CHOWN, SETUID, SETGID) to launch as the sandbox user: keep the container's default capabilities, or run the runner as a non-root user (docker run --user 1000:1000 with SKILL_RUNNER_DATA_DIR on a folder it owns)"
-    } else {
-        crate::package::store::DATA_DIR_HINT
-    }
 }

@@ -54,6 +54,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::datadir::DataDir;
 use crate::fsx;
 use crate::package::format::PackageLimits;
 use crate::package::hash::set_identity;
@@ -63,8 +64,6 @@ use crate::package::store::PrivateDir;
 /// How many published roots are kept; older idle ones are evicted.
 pub const KEEP_ROOTS: usize = 128;
 
-/// The folder of published roots in a data dir.
-pub const PUBLISHED: &str = "published";
 const STAGING: &str = ".staging";
 /// The largest record a root may have.
 const META_LIMIT: u64 = 64 << 10;
@@ -97,10 +96,16 @@ struct Meta {
 }
 
 impl Roots {
-    /// `<data>/published`, created if missing.
-    pub fn open(data_dir: &Path) -> io::Result<Roots> {
-        let dir = data_dir.join(PUBLISHED);
-        fs::create_dir_all(dir.join(STAGING))?;
+    /// The published roots of an opened data dir; their staging folder
+    /// is made (0700) if missing.
+    pub fn open(data: &DataDir) -> io::Result<Roots> {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = data.published();
+        match fs::DirBuilder::new().mode(0o700).create(dir.join(STAGING)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
         Ok(Roots { dir })
     }
 

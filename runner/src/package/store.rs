@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::datadir::DataDir;
 use crate::error::ErrorKind;
 use crate::fsx::{self, LockFile};
 use crate::package::format::{self, PackageError, PackageLimits, SKILL_MD};
@@ -37,8 +38,7 @@ use crate::package::source::ListError;
 use crate::package::verify::{self, StageError};
 
 /// The hint every data-dir error carries.
-pub const DATA_DIR_HINT: &str =
-    "set --data-dir or SKILL_RUNNER_DATA_DIR to a writable folder (in a container: a volume or a tmpfs)";
+pub use crate::datadir::HINT as DATA_DIR_HINT;
 
 /// One file of a stored package.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,16 +144,18 @@ pub struct Published {
 }
 
 impl Store {
-    /// Opens (creating) the store at `<data_dir>/store` and sweeps
-    /// publishes left by crashed processes.
-    pub fn open(data_dir: &Path) -> Result<Store, StoreError> {
-        let root = data_dir.join("store");
+    /// Opens the store of an opened data dir (its folders made 0700 when
+    /// missing) and sweeps publishes left by crashed processes.
+    pub fn open(data: &DataDir) -> Result<Store, StoreError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let root = data.store();
         for sub in ["packages", "bindings", "sets", "tmp"] {
             let p = root.join(sub);
-            fs::create_dir_all(&p).map_err(|source| StoreError::Open {
-                path: p.clone(),
-                source,
-            })?;
+            match fs::DirBuilder::new().mode(0o700).create(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(source) => return Err(StoreError::Open { path: p, source }),
+            }
         }
         let store = Store { root };
         store.sweep()?;

@@ -74,6 +74,16 @@ impl Identity {
     }
 }
 
+/// The group a root runner's data dir lets pass where bubblewrap binds
+/// from (the sandbox user's, see [`crate::datadir`]); `None` when the
+/// runner launches as itself.
+pub fn data_dir_group() -> Option<u32> {
+    detect()
+        .ok()
+        .and_then(|id| id.switch_to())
+        .map(|(_, gid)| gid)
+}
+
 /// Parses `UID[:GID]`; the gid defaults to the uid. 0 is refused.
 pub fn parse_user(text: &str) -> Result<(u32, u32), IdentityError> {
     let bad = || IdentityError::ParseSandboxUser {

@@ -13,7 +13,8 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use crate::exec::error::ExecError;
-use crate::exec::folders::{etc_extra, reachable_by, ETC_VIEWS};
+use crate::datadir::DataDir;
+use crate::exec::folders::{etc_extra, reachable_by};
 use crate::exec::job::Job;
 use crate::exec::launch::{Launcher, Prepared};
 use crate::exec::plan::{self, Content, Folders, Plan, Sandbox};
@@ -62,12 +63,12 @@ pub fn fresh_workspace(_dir: Option<&PrivateDir>) -> Result<Option<PathBuf>, Exe
 /// profile's `/etc` cannot be one folder or the copy cannot be made
 /// (said in the log: it costs time, not isolation).
 pub fn etc_view(
-    data_dir: &Path,
+    data: &DataDir,
     mounts: &[profile::Mount],
     identity: &Identity,
 ) -> Option<PathBuf> {
     let pieces = crate::sandbox::etcview::pieces(mounts)?;
-    let root = data_dir.join(ETC_VIEWS);
+    let root = data.system_views();
     let etc = match crate::sandbox::etcview::prepare(&root, &pieces, &etc_extra()) {
         Ok(etc) => etc,
         Err(e) => {

@@ -42,6 +42,52 @@ pub const SOCKET_NAME: &str = "proxy.sock";
 /// reads only the lower-case `http_proxy`, other tools only upper case).
 pub const PROXY_VARS: [&str; 4] = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"];
 
+/// A cap on proxy connections across every execution of a runner process
+/// (the daemon's, sized from its descriptor limit, see
+/// `crate::daemon::descriptors`): each connection holds one permit besides
+/// one of its execution's own, so no number of executions can take every
+/// descriptor. The default has none (a `run` serves one execution, bounded
+/// by its own cap). Clones share the permits.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectionCap(Option<(std::sync::Arc<tokio::sync::Semaphore>, usize)>);
+
+impl ConnectionCap {
+    /// A cap of `max` connections open at once.
+    pub fn new(max: usize) -> ConnectionCap {
+        ConnectionCap(Some((
+            std::sync::Arc::new(tokio::sync::Semaphore::new(max)),
+            max,
+        )))
+    }
+
+    /// The cap, if any.
+    pub fn max(&self) -> Option<usize> {
+        self.0.as_ref().map(|(_, max)| *max)
+    }
+
+    /// A permit held while a connection is open: `Ok(None)` without a cap,
+    /// `Err(max)` when every permit is taken.
+    pub fn try_take(&self) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, usize> {
+        match &self.0 {
+            None => Ok(None),
+            Some((sem, max)) => sem.clone().try_acquire_owned().map(Some).map_err(|_| *max),
+        }
+    }
+}
+
+/// Two caps are equal when they are one (share their permits), or both none.
+impl PartialEq for ConnectionCap {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some((a, _)), Some((b, _))) => std::sync::Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for ConnectionCap {}
+
 /// A job's network.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Network {

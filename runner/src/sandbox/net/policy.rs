@@ -520,6 +520,8 @@ pub struct RunnerNetwork {
     pub private: bool,
     /// A cap: a request must also match one of these entries.
     pub allow: Option<Vec<Entry>>,
+    /// A cap on proxy connections across all executions (the daemon's).
+    pub connections: super::ConnectionCap,
 }
 
 impl Default for RunnerNetwork {
@@ -527,6 +529,7 @@ impl Default for RunnerNetwork {
         RunnerNetwork {
             private: true,
             allow: None,
+            connections: super::ConnectionCap::default(),
         }
     }
 }
@@ -804,6 +807,7 @@ mod tests {
         p.runner = RunnerNetwork {
             private: false,
             allow: Some(vec![entry("pypi.org"), entry("10.0.0.0/8")]),
+            ..RunnerNetwork::default()
         };
         assert!(p.decide(&host("pypi.org"), 443).is_ok());
         assert_eq!(

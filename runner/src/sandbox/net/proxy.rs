@@ -56,10 +56,15 @@ pub struct Limits {
     pub idle: Duration,
 }
 
+impl Limits {
+    /// The default of [`Limits::open`].
+    pub const DEFAULT_OPEN: usize = 64;
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            open: 64,
+            open: Limits::DEFAULT_OPEN,
             listed: 256,
             head: Duration::from_secs(10),
             connect: Duration::from_secs(10),
@@ -283,33 +288,49 @@ async fn pause(e: io::Error) {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
-fn admit<S>(conns: &mut JoinSet<()>, shared: &Arc<Shared>, mut client: S)
+fn admit<S>(conns: &mut JoinSet<()>, shared: &Arc<Shared>, client: S)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    // The runner's cap across all its executions (the daemon's descriptor
+    // budget, see `super::ConnectionCap`), then this execution's own.
+    let across = match shared.policy.runner.connections.try_take() {
+        Ok(permit) => permit,
+        Err(max) => {
+            let why = format!(
+                "the runner already has {max} connections open through the proxy across its executions; retry later"
+            );
+            return too_many(conns, shared, client, why);
+        }
+    };
     match shared.open.clone().try_acquire_owned() {
         Ok(permit) => {
             let shared = shared.clone();
             conns.spawn(async move {
                 serve(&shared, client).await;
                 drop(permit);
+                drop(across);
             });
         }
         Err(_) => {
-            shared.dropped();
             let open = shared.limits.open;
-            conns.spawn(async move {
-                let answer = http::answer(
-                    429,
-                    "too_many_connections",
-                    &format!(
-                        "this execution already has {open} connections open through the proxy"
-                    ),
-                );
-                let _ = timeout(Duration::from_secs(1), client.write_all(&answer)).await;
-            });
+            let why =
+                format!("this execution already has {open} connections open through the proxy");
+            too_many(conns, shared, client, why)
         }
     }
+}
+
+/// Answers 429 and counts the connection as dropped.
+fn too_many<S>(conns: &mut JoinSet<()>, shared: &Arc<Shared>, mut client: S, why: String)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    shared.dropped();
+    conns.spawn(async move {
+        let answer = http::answer(429, "too_many_connections", &why);
+        let _ = timeout(Duration::from_secs(1), client.write_all(&answer)).await;
+    });
 }
 
 /// Reads until the end of the request head; `Ok(None)` at EOF or when the
@@ -712,6 +733,63 @@ mod tests {
             session.finish().requests[0].reason.as_deref(),
             Some("private_address")
         );
+    }
+
+    /// Twelve executions of 64 tunnels each filled a daemon's 1024
+    /// descriptors: the runner's cap across executions holds before them.
+    #[test]
+    fn the_cap_across_executions_is_shared_by_their_sessions() {
+        let cap = crate::sandbox::net::ConnectionCap::new(1);
+        let start = |cap: &crate::sandbox::net::ConnectionCap| {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let policy = Policy {
+                job: Allowlist {
+                    entries: vec![Entry::parse("example.org").unwrap()],
+                    private: false,
+                },
+                runner: RunnerNetwork {
+                    connections: cap.clone(),
+                    ..RunnerNetwork::default()
+                },
+            };
+            let s = Session::start(Listener::Tcp(l), policy, Limits::default(), "t").unwrap();
+            (s, addr)
+        };
+        // A refused connection may be reset once the answer is sent.
+        let exchange = |proxy: SocketAddr, request: &str| {
+            let mut s = std::net::TcpStream::connect(proxy).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            let _ = s.write_all(request.as_bytes());
+            let mut out = Vec::new();
+            let _ = s.read_to_end(&mut out);
+            String::from_utf8_lossy(&out).into_owned()
+        };
+        let (a, a_addr) = start(&cap);
+        let (b, b_addr) = start(&cap);
+        // One connection of A holds the only permit while its head is
+        // incomplete; B's are refused once A's was accepted.
+        let mut held = std::net::TcpStream::connect(a_addr).unwrap();
+        held.write_all(b"CONNECT ").unwrap();
+        let refusal = (0..200)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(10));
+                exchange(b_addr, "CONNECT other.org:443 HTTP/1.1\r\n\r\n")
+            })
+            .find(|got| got.starts_with("HTTP/1.1 429"))
+            .expect("B was never refused while A held the cap");
+        assert!(refusal.contains("across its executions"), "{refusal}");
+        drop(held);
+        let served = (0..200)
+            .map(|_| {
+                std::thread::sleep(Duration::from_millis(10));
+                exchange(b_addr, "CONNECT other.org:443 HTTP/1.1\r\n\r\n")
+            })
+            .find(|got| !got.starts_with("HTTP/1.1 429"))
+            .expect("the permit came back when A's connection closed");
+        assert!(served.starts_with("HTTP/1.1 403"), "{served}");
+        assert!(b.finish().dropped >= 1);
+        drop(a);
     }
 
     #[test]

@@ -177,18 +177,22 @@ impl Default for CatalogConfig {
 
 impl CatalogConfig {
     /// The standard sources: built-in; user `<home>/.agents/skills` and
-    /// `<data_dir>/skills`; project `<cwd>/.agents/skills` and
-    /// `<cwd>/skills`; index at `<data_dir>/cache/catalog-index.json`.
-    pub fn from_env(cwd: &Path, home: Option<&Path>, data_dir: &Path) -> CatalogConfig {
+    /// `<data-dir>/skills`; project `<cwd>/.agents/skills` and
+    /// `<cwd>/skills`; index at `<data-dir>/cache/catalog-index.json`.
+    pub fn from_env(
+        cwd: &Path,
+        home: Option<&Path>,
+        data: &crate::datadir::DataDir,
+    ) -> CatalogConfig {
         let mut user_dirs = Vec::new();
         if let Some(home) = home {
             user_dirs.push(home.join(".agents/skills"));
         }
-        user_dirs.push(data_dir.join("skills"));
+        user_dirs.push(data.skills());
         CatalogConfig {
             user_dirs,
             project_dirs: vec![cwd.join(".agents/skills"), cwd.join("skills")],
-            index: Some(data_dir.join("cache/catalog-index.json")),
+            index: Some(data.cache().join("catalog-index.json")),
             ..CatalogConfig::default()
         }
     }

@@ -4,7 +4,7 @@
 //! Invariants:
 //! - an id names a file only after [`valid_session_id`] accepts it, so no
 //!   id reaches outside the folder;
-//! - a record is written once, as a read-only file linked into place
+//! - a record is written once, as a read-only file (0400) linked into place
 //!   (`link(2)` never replaces a record), and never rewritten: only its
 //!   modification time changes, to mark a use ([`Sessions::touch`]);
 //! - an event is one line appended with one `write` (`O_APPEND`); a line
@@ -31,9 +31,10 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    pub fn new(data_dir: &Path) -> Sessions {
+    /// The sessions of an opened data dir.
+    pub fn new(data: &crate::datadir::DataDir) -> Sessions {
         Sessions {
-            dir: data_dir.join("sessions"),
+            dir: data.sessions(),
         }
     }
 
@@ -181,7 +182,7 @@ impl Sessions {
             reason: e.to_string(),
         })?;
         text.push(b'\n');
-        crate::fsx::write_new(&path, &text, 0o444).map_err(io(&path))
+        crate::fsx::write_new(&path, &text, 0o400).map_err(io(&path))
     }
 
     /// Appends one event (one `write` of one line, `O_APPEND`).
@@ -192,9 +193,11 @@ impl Sessions {
             reason: e.to_string(),
         })?;
         line.push(b'\n');
+        use std::os::unix::fs::OpenOptionsExt;
         fs::OpenOptions::new()
             .append(true)
             .create(true)
+            .mode(0o600)
             .open(&path)
             .and_then(|mut f| f.write_all(&line))
             .map_err(|source| SessionError::Io { path, source })

@@ -10,9 +10,6 @@
 //!
 //! Creating a session is in `freeze.rs`.
 
-use std::fs;
-use std::path::Path;
-
 use super::delivery;
 use super::disk::Sessions;
 use super::records::{
@@ -22,6 +19,7 @@ use super::records::{
 use super::request::{ResourceQuery, SkillsQuery};
 use super::resource::{self, Chunk, ReadRange, MAX_READ_LIMIT};
 use super::SessionError;
+use crate::datadir::DataDir;
 use crate::package::format::{self, PackageError, PackageLimits, SKILL_MD};
 use crate::package::store::{IndexEntry, Store, StoredPackage};
 use crate::sandbox::paths::{self, Root};
@@ -55,15 +53,11 @@ impl Rankable for Listed<'_> {
 }
 
 impl SessionHost {
-    /// Opens the host on `data_dir` (creating its store and sessions
-    /// folders); `catalog` says where catalog names are looked up.
-    pub fn open(data_dir: &Path, catalog: CatalogConfig) -> Result<SessionHost, SessionError> {
-        let store = Store::open(data_dir)?;
-        let sessions = Sessions::new(data_dir);
-        fs::create_dir_all(&sessions.dir).map_err(|source| SessionError::Io {
-            path: sessions.dir.clone(),
-            source,
-        })?;
+    /// Opens the host on an opened data dir; `catalog` says where catalog
+    /// names are looked up.
+    pub fn open(data: &DataDir, catalog: CatalogConfig) -> Result<SessionHost, SessionError> {
+        let store = Store::open(data)?;
+        let sessions = Sessions::new(data);
         Ok(SessionHost {
             store,
             sessions,
