@@ -10,7 +10,7 @@
 
 mod cli;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -18,8 +18,9 @@ use anyhow::bail;
 use clap::Parser;
 
 use skill_runner::error::ErrorKind;
+use skill_runner::exec::confine::{Confinement, Gate};
 use skill_runner::exec::doctor;
-use skill_runner::exec::job::Job;
+use skill_runner::exec::job::{Job, RawJob};
 use skill_runner::exec::result::{ErrorInfo, ExecResult, EXIT_RUNNER};
 use skill_runner::exec::{self, OutputMode, RunOptions, Runner, RunnerConfig};
 use skill_runner::package::format::{self, PackageLimits};
@@ -63,7 +64,6 @@ fn init_tracing() {
 fn config(cli_data_dir: Option<PathBuf>, keep: bool) -> RunnerConfig {
     let data_dir = cli_data_dir.unwrap_or_else(exec::default_data_dir);
     RunnerConfig {
-        sessions: Some(std::sync::Arc::new(Sessions::new(&data_dir))),
         data_dir,
         package_limits: PackageLimits::default(),
         keep,
@@ -165,89 +165,34 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
-/// Reads and validates a job: from a file, whose folder relative paths
-/// resolve against, or from stdin when `path` is `-`, where they resolve
-/// against the current folder.
-/// With `--confine DIR`: the job's host paths must lie under DIR (the
-/// daemon's rule, see `daemon::confine`).
-fn confined(mut job: Job, confine: Option<&Path>) -> Result<Job, ErrorInfo> {
-    if let Some(roots) = confine_roots(confine)? {
-        roots
-            .confine(&mut job)
-            .map_err(|e| confine_error(e.to_string()))?;
-    }
+/// Reads and validates a job (`explain`): from a file, whose folder
+/// relative paths resolve against, or from stdin when `path` is `-`.
+fn load_job(path: &Path) -> Result<Job, ErrorInfo> {
+    let (raw, base) = RawJob::read(path).map_err(bad_job)?;
+    Job::validate(raw, base.as_deref()).map_err(bad_job)
+}
+
+/// Admits a job for `run`: with `--confine DIR`, through the admission
+/// the daemon uses too (`exec::confine`); a session it names is resolved
+/// into its frozen bindings here, so an unknown one is refused as not
+/// found before anything is staged.
+fn admit(path: &Path, confine: Option<&Path>, data_dir: &Path) -> Result<Job, ErrorInfo> {
+    let (raw, base) = RawJob::read(path).map_err(bad_job)?;
+    let mut job = match confine {
+        None => Job::validate(raw, base.as_deref()).map_err(bad_job)?,
+        Some(dir) => Confinement::under(dir, Gate::Cli)
+            .and_then(|roots| roots.admit(raw, base.as_deref()))
+            .map_err(bad_job)?,
+    };
+    Sessions::new(data_dir)
+        .resolve(&mut job)
+        .map_err(|e| ErrorInfo::new(e.kind(), e.to_string()))?;
     Ok(job)
 }
 
-fn confine_roots(
-    confine: Option<&Path>,
-) -> Result<Option<skill_runner::daemon::confine::Confinement>, ErrorInfo> {
-    let Some(dir) = confine else {
-        return Ok(None);
-    };
-    let dir = dir.canonicalize().map_err(|e| {
-        ErrorInfo::new(
-            ErrorKind::BadJob,
-            format!("--confine {}: {e}", dir.display()),
-        )
-    })?;
-    Ok(Some(skill_runner::daemon::confine::Confinement::new(vec![
-        dir,
-    ])))
-}
-
-fn confine_error(message: String) -> ErrorInfo {
-    ErrorInfo::new(
-        ErrorKind::BadJob,
-        message.replace("(skill-runner serve --root)", "(--confine)"),
-    )
-}
-
-fn load_job(path: &Path) -> Result<Job, ErrorInfo> {
-    load_job_confined(path, None)
-}
-
-/// Reads and parses a job; with `confine`, a profile file it names must lie
-/// under that folder, checked before the file is read.
-fn load_job_confined(path: &Path, confine: Option<&Path>) -> Result<Job, ErrorInfo> {
-    let bad = |message: String| ErrorInfo::new(ErrorKind::BadJob, message);
-    let (bytes, base) = if path == Path::new("-") {
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut bytes)
-            .map_err(|e| bad(format!("cannot read the job from stdin: {e}")))?;
-        let cwd = std::env::current_dir()
-            .and_then(|d| d.canonicalize())
-            .map_err(|e| bad(format!("cannot read the current folder: {e}")))?;
-        (bytes, Some(cwd))
-    } else {
-        let bytes = std::fs::read(path)
-            .map_err(|e| bad(format!("cannot read job file {}: {e}", path.display())))?;
-        let base = path
-            .parent()
-            .map(|p| {
-                if p.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    p
-                }
-            })
-            .and_then(|p| p.canonicalize().ok());
-        (bytes, base)
-    };
-    if let Some(roots) = confine_roots(confine)? {
-        let raw: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-        // As for the daemon: a profile file can bind any host path
-        // read-only, so a confined job names built-in profiles only.
-        let _ = roots;
-        if let Some(spec) = raw["profile"].as_str().filter(|s| s.contains('/')) {
-            return Err(ErrorInfo::new(
-                ErrorKind::BadJob,
-                format!("profile {spec:?} is a file; with --confine a job may name only built-in profiles (a profile file can bind any host path into the sandbox)"),
-            ));
-        }
-    }
-    Job::from_json(&bytes, base.as_deref()).map_err(|e| bad(e.to_string()))
+/// A refused job, as the CLI reports every refusal of one.
+fn bad_job(e: impl std::fmt::Display) -> ErrorInfo {
+    ErrorInfo::new(ErrorKind::BadJob, e.to_string())
 }
 
 fn run(
@@ -256,7 +201,7 @@ fn run(
     confine: Option<&Path>,
     cfg: RunnerConfig,
 ) -> anyhow::Result<i32> {
-    let job = match load_job_confined(job_path, confine).and_then(|job| confined(job, confine)) {
+    let job = match admit(job_path, confine, &cfg.data_dir) {
         Ok(j) => j,
         Err(e) => return Ok(report_rejected("", e, json)),
     };

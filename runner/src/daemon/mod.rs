@@ -13,7 +13,6 @@
 //! |---|---|
 //! | [`config`] | settings: flags, environment, file; validated once |
 //! | [`auth`] | bearer token, constant-time check |
-//! | [`confine`] | which host paths a job may name |
 //! | [`app`] | shared state, the API error and its one status mapping, request readers |
 //! | [`registry`] | admission, queue, cancel by id, retained results |
 //! | [`events`] | an execution's event log and its shared result document |
@@ -30,7 +29,6 @@
 pub mod app;
 pub mod auth;
 pub mod config;
-pub mod confine;
 pub mod events;
 pub mod metrics;
 pub mod registry;
@@ -92,9 +90,6 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         keep: false,
         reuse_cgroups: true,
         network: config.network.clone(),
-        sessions: Some(Arc::new(crate::skillhost::session::Sessions::new(
-            &config.data_dir,
-        ))),
     })
     .map_err(DaemonError::Runner)?;
     // Leftovers of deleted data dirs: once per daemon start, not per run.
@@ -186,7 +181,10 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
                 config.retention,
             ),
             metrics: Arc::new(metrics::Metrics::default()),
-            roots: confine::Confinement::new(config.roots.clone()),
+            roots: crate::exec::confine::Confinement::new(
+                config.roots.clone(),
+                crate::exec::confine::Gate::Daemon,
+            ),
             uploads: Arc::new(Semaphore::new(config.max_uploads)),
             session_bodies: Arc::new(Semaphore::new(SESSION_BODIES)),
             sessions,

@@ -1,4 +1,5 @@
-//! One execution end to end: a job is parsed and validated ([`job`]), its
+//! One execution end to end: a job is parsed and validated ([`job`]) and,
+//! from an untrusting front end, admitted ([`confine`]); its
 //! limits are given their mechanisms ([`limits`]), the [`runner`] stages
 //! its packages, plans and launches its sandbox and supervises it, and how
 //! it ended is classified ([`outcome`]) into a [`result`]; [`diagnose`]
@@ -11,9 +12,12 @@
 //! - a result names the exact package bytes the command saw (the manifest
 //!   of the snapshot root it was launched with);
 //! - the runner never reaches up into the skill host: a job naming a
-//!   session gets its frozen bindings through [`runner::SessionBindings`],
-//!   which the front ends (the CLI, the daemon) hand to the runner.
+//!   session is resolved into its frozen bindings by the front end (the
+//!   CLI, the daemon) before it is admitted ([`job::Job::resolve_session`]);
+//! - a front end that does not trust its caller with host paths admits
+//!   the job through [`confine::Confinement::admit`], one check for both.
 
+pub mod confine;
 pub mod diagnose;
 pub mod doctor;
 pub mod job;

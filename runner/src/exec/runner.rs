@@ -64,19 +64,6 @@ pub struct RunnerConfig {
     /// The runner's own network settings: whether jobs may reach private
     /// addresses, and a cap on their allowlists (see [`crate::sandbox::net`]).
     pub network: crate::sandbox::net::RunnerNetwork,
-    /// Where a job naming a session gets that session's frozen bindings:
-    /// the skill host, wired in by the front end (`None`: such jobs are
-    /// refused).
-    pub sessions: Option<Arc<dyn SessionBindings>>,
-}
-
-/// The frozen bindings of a session, as the skill host keeps them
-/// ([`crate::skillhost::session::Sessions`] implements this). The front
-/// ends hand it to the runner, so this room never reaches up into the
-/// skill host.
-pub trait SessionBindings: std::fmt::Debug + Send + Sync {
-    /// The session's frozen bindings, or one sentence saying why not.
-    fn bindings(&self, session: &str) -> Result<Vec<crate::package::hash::Binding>, String>;
 }
 
 /// The default data dir: `SKILL_RUNNER_DATA_DIR`, else
@@ -497,31 +484,14 @@ impl Runner {
     }
 
     /// Resolves each skill of the job to the source of its bytes. A job
-    /// naming a session gets the session's frozen bindings, from the store.
+    /// naming a session carries the session's frozen bindings, resolved by
+    /// the front end ([`Job::resolve_session`]).
     fn select(&self, job: &Job) -> Result<Vec<Selected>, ErrorInfo> {
-        if let Some(id) = &job.session {
-            let sessions = self.config.sessions.as_ref().ok_or_else(|| {
-                ErrorInfo::new(
-                    ErrorKind::BadJob,
-                    format!("the job names session {id:?}, but this runner has no skill host"),
-                )
-            })?;
-            let bindings = sessions
-                .bindings(id)
-                .map_err(|e| ErrorInfo::new(ErrorKind::BadJob, e))?;
-            return bindings
-                .into_iter()
-                .map(|binding| {
-                    let pkg = self
-                        .store
-                        .resolve(&binding)
-                        .map_err(|e| ErrorInfo::new(e.kind(), e.to_string()))?;
-                    Ok(Selected {
-                        binding,
-                        source: SkillSource::Store(pkg),
-                    })
-                })
-                .collect();
+        if let Some(id) = job.unresolved_session() {
+            return Err(ErrorInfo::new(
+                ErrorKind::BadJob,
+                format!("the job names session {id:?}, whose skills were not resolved by the front end; run it with skill-runner run or through the daemon"),
+            ));
         }
         job.skills
             .iter()
