@@ -106,7 +106,10 @@ fn a_daemon_job_naming_an_unknown_session_is_404_and_nothing_is_queued() {
         assert_eq!(status, 404, "{detached}: {doc:#}");
         assert_eq!(doc["error"]["kind"], "not_found", "{doc:#}");
         let msg = doc["error"]["message"].as_str().unwrap();
-        assert!(msg.contains(UNKNOWN) && msg.contains("does not exist"), "{msg}");
+        assert!(
+            msg.contains(UNKNOWN) && msg.contains("does not exist"),
+            "{msg}"
+        );
         assert_nothing_queued(&d, "adm-unknown");
     }
     assert!(w.executions_left().is_empty(), "{:?}", w.executions_left());
@@ -153,7 +156,10 @@ fn a_daemon_job_naming_a_live_session_is_admitted() {
     );
     assert_ne!(status, 404, "{doc:#}");
     let (_, list) = d.request("GET", "/v1/executions", None);
-    assert_eq!(list["executions"][0]["execution_id"], "adm-live", "{list:#}");
+    assert_eq!(
+        list["executions"][0]["execution_id"], "adm-live",
+        "{list:#}"
+    );
     if require_sandbox() {
         assert_eq!(status, 200, "{doc:#}");
         assert_eq!(doc["exit_code"], 0, "{doc:#}");

@@ -92,7 +92,10 @@ impl Serve {
             Value::Null
         } else {
             serde_json::from_slice(&body).unwrap_or_else(|e| {
-                panic!("{method} {path}: not JSON ({e}): {}", String::from_utf8_lossy(&body))
+                panic!(
+                    "{method} {path}: not JSON ({e}): {}",
+                    String::from_utf8_lossy(&body)
+                )
             })
         };
         (status, doc)

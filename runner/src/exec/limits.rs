@@ -4,7 +4,7 @@
 //! refusal when one cannot be enforced: a limit is never dropped. The
 //! choice is reported in the result (`limits`, docs/formats.md).
 
-use crate::exec::result::{Applied, AppliedLimits, ErrorInfo};
+use crate::exec::result::{Applied, AppliedLimits, ErrorInfo, Mechanism};
 use crate::sandbox::identity::Identity;
 use crate::supervise::cgroup::Cgroup;
 
@@ -61,20 +61,20 @@ pub fn limits_plan(
         (Resource::RLIMIT_FSIZE, l.file_size_bytes, l.file_size_bytes),
         (Resource::RLIMIT_NOFILE, l.open_files, l.open_files),
     ];
-    let cg_name = cg.map(|c| c.version().name());
+    let cg_name = cg.map(|c| Mechanism::cgroup(c.version()));
     let memory = match cg_name.filter(|_| cg.is_some_and(Cgroup::limits_memory)) {
         Some(name) => Applied::by(Some(l.memory_bytes), name),
         // macOS accepts RLIMIT_AS but does not enforce it: say so.
         None if cfg!(target_os = "macos") => Applied {
             value: Some(l.memory_bytes),
-            enforced_by: "none",
+            enforced_by: Mechanism::None,
             note: Some("macOS has no cgroups and does not enforce RLIMIT_AS".into()),
         },
         None => {
             r.push((Resource::RLIMIT_AS, l.memory_bytes, l.memory_bytes));
             Applied {
                 value: Some(l.memory_bytes),
-                enforced_by: "rlimit",
+                enforced_by: Mechanism::Rlimit,
                 note: Some(format!(
                     "RLIMIT_AS per process (address space, not resident memory; memfd files and pipe buffers lie outside it, while /tmp, /dev/shm and a fresh workspace are bounded by their own sizes){}",
                     cg_note
@@ -102,7 +102,7 @@ pub fn limits_plan(
             };
             Applied {
                 value: Some(l.pids),
-                enforced_by: "rlimit",
+                enforced_by: Mechanism::Rlimit,
                 note: Some(format!(
                     "RLIMIT_NPROC counts {counted}, and a refused fork is not reported as limit_exceeded{}",
                     cg_note
@@ -128,7 +128,7 @@ pub fn limits_plan(
         #[cfg(not(target_os = "linux"))]
         None => Applied {
             value: Some(l.pids),
-            enforced_by: "none",
+            enforced_by: Mechanism::None,
             note: Some(
                 "no cgroups on this OS; RLIMIT_NPROC would count every process of the user".into(),
             ),
@@ -137,14 +137,14 @@ pub fn limits_plan(
     let disk_bytes = match disk {
         Disk::Tmpfs => Applied {
             value: Some(l.disk_bytes),
-            enforced_by: "tmpfs",
+            enforced_by: Mechanism::Tmpfs,
             note: Some(
                 "the fresh workspace is a tmpfs of this size (memory, charged to the memory limit where a cgroup enforces it); nothing reaches the host disk".into(),
             ),
         },
         Disk::Watcher => Applied {
             value: Some(l.disk_bytes),
-            enforced_by: "watcher",
+            enforced_by: Mechanism::Watcher,
             note: Some(format!(
                 "the runner measures the host workspace and extensions dir every {} ms or more, and once the command has ended, and ends the run past the limit (a best-effort bound: between two measurements a command may write more; a fresh workspace is a tmpfs of this size)",
                 crate::supervise::diskwatch::MIN_INTERVAL.as_millis()
@@ -157,23 +157,23 @@ pub fn limits_plan(
             r.push((Resource::RLIMIT_CPU, secs, secs + 1));
             Applied {
                 value: Some(ms),
-                enforced_by: "rlimit",
+                enforced_by: Mechanism::Rlimit,
                 note: Some(format!("RLIMIT_CPU per process, rounded up to {secs} s")),
             }
         }
-        None => Applied::by(None, "none"),
+        None => Applied::by(None, Mechanism::None),
     };
     Ok((
         Rlimits { runner: r, nproc },
         AppliedLimits {
-            timeout_ms: Applied::by(Some(l.timeout_ms), "supervisor"),
-            output_bytes: Applied::by(Some(l.output_bytes), "supervisor"),
+            timeout_ms: Applied::by(Some(l.timeout_ms), Mechanism::Supervisor),
+            output_bytes: Applied::by(Some(l.output_bytes), Mechanism::Supervisor),
             memory_bytes: memory,
             pids,
             cpu_ms: cpu,
-            file_size_bytes: Applied::by(Some(l.file_size_bytes), "rlimit"),
-            tmp_bytes: Applied::by(Some(l.tmp_bytes), "tmpfs"),
-            open_files: Applied::by(Some(l.open_files), "rlimit"),
+            file_size_bytes: Applied::by(Some(l.file_size_bytes), Mechanism::Rlimit),
+            tmp_bytes: Applied::by(Some(l.tmp_bytes), Mechanism::Tmpfs),
+            open_files: Applied::by(Some(l.open_files), Mechanism::Rlimit),
             disk_bytes,
         },
     ))
