@@ -16,6 +16,7 @@
 //! | [`supervise`] | spawning and watching one process tree; cgroups; the only `unsafe` ([`supervise::sys`]) | `fsx`, `text`, `error` |
 //! | [`fsx`] | file-system primitives: no-follow opens, copies, locks | `text`, `error` |
 //! | [`text`] | small pure formatting helpers | nothing |
+//! | [`telemetry`] | the one `tracing` set-up of the CLI and the daemon | nothing |
 //! | [`error`] | the error kinds of every error document | nothing |
 //!
 //! `package` and `sandbox` stand side by side: neither uses the other, and
@@ -38,4 +39,5 @@ pub mod package;
 pub mod sandbox;
 pub mod skillhost;
 pub mod supervise;
+pub mod telemetry;
 pub mod text;

@@ -39,9 +39,9 @@ fn main() -> ExitCode {
     // Inside a sandbox, as bubblewrap's exec shim: becomes the command.
     skill_runner::sandbox::shim::run_if_shim();
     let cli = Cli::parse();
-    // The daemon installs its own subscriber (level, --log-format).
+    // The daemon installs the subscriber with its own level and format.
     if !matches!(cli.command, Command::Serve(_)) {
-        init_tracing();
+        skill_runner::telemetry::init("warn", skill_runner::telemetry::Format::Human);
     }
     match real_main(cli) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
@@ -50,15 +50,6 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_RUNNER as u8)
         }
     }
-}
-
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SKILL_RUNNER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
 }
 
 fn config(cli_data_dir: Option<PathBuf>, keep: bool) -> RunnerConfig {

@@ -201,23 +201,16 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
     result.map_err(DaemonError::from)
 }
 
-/// Installs the global subscriber: `SKILL_RUNNER_LOG` filters (default
-/// `info`), lines go to stderr.
+/// Installs the global subscriber ([`crate::telemetry`]), at `info`
+/// unless `SKILL_RUNNER_LOG` says otherwise.
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SKILL_RUNNER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let _ = match format {
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .try_init(),
-        LogFormat::Human => builder.try_init(),
-    };
+    crate::telemetry::init(
+        "info",
+        match format {
+            LogFormat::Human => crate::telemetry::Format::Human,
+            LogFormat::Json => crate::telemetry::Format::Json,
+        },
+    );
 }
 
 /// Caps glibc's malloc at two arenas. By default every thread that

@@ -941,7 +941,12 @@ impl Runner {
             identity: Some(p.identity.clone()),
         };
         classify(&mut result, &outcome, &l, hits);
-        tracing::info!(status = ?result.status, code = ?result.exit_code, ms = result.duration_ms, "finished");
+        tracing::info!(
+            status = result.status.as_str(),
+            code = result.exit_code,
+            ms = result.duration_ms,
+            "finished"
+        );
         drop(p.dir);
         result
     }
