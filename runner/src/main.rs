@@ -23,10 +23,10 @@ use skill_runner::exec::doctor;
 use skill_runner::exec::job::{Job, RawJob};
 use skill_runner::exec::result::{ErrorInfo, ExecResult, EXIT_RUNNER};
 use skill_runner::exec::{self, OutputMode, RunOptions, Runner, RunnerConfig};
-use skill_runner::package::format::{self, PackageLimits};
+use skill_runner::package::format::PackageLimits;
 use skill_runner::package::hash::Binding;
 use skill_runner::package::{bundle, hash, source, verify};
-use skill_runner::skillhost::catalog::{Catalog, CatalogConfig};
+use skill_runner::skillhost::catalog::{render, Catalog, CatalogConfig};
 use skill_runner::skillhost::session::{
     ReadRange, ResourceQuery, SessionError, SessionHost, SessionRequest, Sessions, SkillSpec,
     SkillsQuery,
@@ -483,22 +483,13 @@ fn catalog_config(data_dir: &Path) -> anyhow::Result<CatalogConfig> {
 }
 
 fn catalog_cmd(cmd: CatalogCommand, data_dir: &Path) -> anyhow::Result<i32> {
-    use std::fmt::Write as _;
     let catalog = Catalog::load(&catalog_config(data_dir)?);
     for w in catalog.warnings() {
         eprintln!("skill-runner: warning: {w}");
     }
-    let one_line = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut out = String::new();
-    match cmd {
-        CatalogCommand::List { json: true } => out = pretty(catalog.entries())?,
-        CatalogCommand::List { json: false } => {
-            for e in catalog.entries() {
-                let desc = one_line(&e.description);
-                let (name, source, kind) = (&e.name, e.source.as_str(), e.kind.as_str());
-                writeln!(out, "{name:<28} {source:<8} {kind:<17} {desc}")?;
-            }
-        }
+    let out = match cmd {
+        CatalogCommand::List { json: true } => pretty(catalog.entries())?,
+        CatalogCommand::List { json: false } => render::listing(catalog.entries()),
         CatalogCommand::Find {
             query,
             limit,
@@ -510,64 +501,19 @@ fn catalog_cmd(cmd: CatalogCommand, data_dir: &Path) -> anyhow::Result<i32> {
             } else {
                 catalog.find(&query, limit)
             };
-            if json {
-                out = pretty(&found)?;
-            } else {
-                if let Some(e) = &found.explain {
-                    writeln!(out, "{}", e.text())?;
-                }
-                for h in &found.hits {
-                    let desc = one_line(&h.description);
-                    writeln!(out, "{:>4}  {:<28} {desc}", h.score, h.name)?;
-                    if let (Some(e), Some(q)) = (&h.explain, &found.explain) {
-                        writeln!(out, "      {}", e.text(q.name_bonus))?;
-                    }
-                }
-                if let Some(m) = &found.message {
-                    writeln!(out, "{m}")?;
-                }
+            match json {
+                true => pretty(&found)?,
+                false => render::search(&found),
             }
         }
         CatalogCommand::Show { name, json } => {
-            let entry = catalog.lookup(&name)?;
-            let files = Catalog::read_files(entry, &PackageLimits::default())?;
-            let md = files
-                .iter()
-                .find(|f| f.0 == format::SKILL_MD)
-                .map(|f| String::from_utf8_lossy(&f.1).into_owned())
-                .unwrap_or_default();
-            if json {
-                #[derive(serde::Serialize)]
-                struct Shown<'a> {
-                    #[serde(flatten)]
-                    entry: &'a skill_runner::skillhost::catalog::Entry,
-                    file_list: Vec<&'a str>,
-                    skill_md: String,
-                }
-                out = pretty(&Shown {
-                    entry,
-                    file_list: files.iter().map(|f| f.0.as_str()).collect(),
-                    skill_md: md,
-                })?;
-            } else {
-                let at = |p: &Option<PathBuf>| {
-                    p.as_ref()
-                        .map(|p| format!(" {}", p.display()))
-                        .unwrap_or_default()
-                };
-                writeln!(out, "name: {}", entry.name)?;
-                writeln!(out, "description: {}", one_line(&entry.description))?;
-                writeln!(out, "source: {}{}", entry.source.as_str(), at(&entry.path))?;
-                for s in &entry.shadows {
-                    writeln!(out, "shadows: {}{}", s.source.as_str(), at(&s.path))?;
-                }
-                for f in &files {
-                    writeln!(out, "file: {}", f.0)?;
-                }
-                write!(out, "\n{md}")?;
+            let shown = render::Shown::read(catalog.lookup(&name)?, &PackageLimits::default())?;
+            match json {
+                true => pretty(&shown)?,
+                false => shown.text(),
             }
         }
-    }
+    };
     emit(&out)?;
     Ok(0)
 }
