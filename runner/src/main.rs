@@ -86,61 +86,11 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
         ),
         Command::Hash { dir } => {
             let h = verify::hash_dir(&dir, &PackageLimits::default())?;
-            emit(&format!(
-                "{h}
-"
-            ))?;
+            emit(&format!("{h}\n"))?;
             Ok(0)
         }
-        Command::Pack { dir, meta } => {
-            let limits = PackageLimits::default();
-            let files = source::read_dir_files(&dir, &limits)?;
-            let hash = hash::package_hash(files.iter().map(|(p, b)| (&p[..], &b[..])))?;
-            let binding = Binding {
-                id: meta.id,
-                revision: meta.revision,
-                version: meta.version,
-                hash,
-            };
-            let text = bundle::render(&[(binding, files)]);
-            // Verify what is printed: ids, paths, limits, SKILL.md, hashes.
-            let parsed = bundle::parse(text.as_bytes(), &limits)?;
-            for skill in &parsed {
-                for w in skill.doc.warnings(Some(&skill.binding.id)) {
-                    eprintln!("skill-runner: warning: {w}");
-                }
-            }
-            emit(&format!(
-                "{text}
-"
-            ))?;
-            Ok(0)
-        }
-        Command::Store(cmd) => {
-            let cfg = config(data_dir, false);
-            let store = skill_runner::package::store::Store::open(&cfg.data_dir)?;
-            match cmd {
-                StoreCommand::Add { dir, meta } => {
-                    let p = store.publish_dir(
-                        &dir,
-                        &meta.id,
-                        meta.revision,
-                        &meta.version,
-                        &cfg.package_limits,
-                    )?;
-                    for w in &p.warnings {
-                        eprintln!("skill-runner: warning: {w}");
-                    }
-                    emit(&format!("{}\n", serde_json::to_string(&p.binding)?))?;
-                }
-                StoreCommand::List => {
-                    for b in store.bindings()? {
-                        emit(&format!("{}\n", serde_json::to_string(&b)?))?;
-                    }
-                }
-            }
-            Ok(0)
-        }
+        Command::Pack { dir, meta } => pack(&dir, meta),
+        Command::Store(cmd) => store_cmd(cmd, &config(data_dir, false).data_dir),
         Command::Doctor => {
             // The data dir `run` and `serve` would use, and a real job in it.
             let report = doctor::Report::gather(&config(data_dir, false).data_dir);
@@ -154,6 +104,55 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
         Command::Catalog(cmd) => catalog_cmd(cmd, &config(data_dir, false).data_dir),
         Command::Session(cmd) => session_cmd(cmd, &config(data_dir, false).data_dir),
     }
+}
+
+/// `pack`: a folder as a one-skill bundle, verified as it is printed.
+fn pack(dir: &Path, meta: cli::BindingArgs) -> anyhow::Result<i32> {
+    let limits = PackageLimits::default();
+    let files = source::read_dir_files(dir, &limits)?;
+    let hash = hash::package_hash(files.iter().map(|(p, b)| (&p[..], &b[..])))?;
+    let binding = Binding {
+        id: meta.id,
+        revision: meta.revision,
+        version: meta.version,
+        hash,
+    };
+    let text = bundle::render(&[(binding, files)]);
+    // Verify what is printed: ids, paths, limits, SKILL.md, hashes.
+    let parsed = bundle::parse(text.as_bytes(), &limits)?;
+    for skill in &parsed {
+        for w in skill.doc.warnings(Some(&skill.binding.id)) {
+            eprintln!("skill-runner: warning: {w}");
+        }
+    }
+    emit(&format!("{text}\n"))?;
+    Ok(0)
+}
+
+/// `store add` and `store list`.
+fn store_cmd(cmd: StoreCommand, data_dir: &Path) -> anyhow::Result<i32> {
+    let store = skill_runner::package::store::Store::open(data_dir)?;
+    match cmd {
+        StoreCommand::Add { dir, meta } => {
+            let p = store.publish_dir(
+                &dir,
+                &meta.id,
+                meta.revision,
+                &meta.version,
+                &PackageLimits::default(),
+            )?;
+            for w in &p.warnings {
+                eprintln!("skill-runner: warning: {w}");
+            }
+            emit(&format!("{}\n", serde_json::to_string(&p.binding)?))?;
+        }
+        StoreCommand::List => {
+            for b in store.bindings()? {
+                emit(&format!("{}\n", serde_json::to_string(&b)?))?;
+            }
+        }
+    }
+    Ok(0)
 }
 
 /// Reads and validates a job (`explain`): from a file, whose folder

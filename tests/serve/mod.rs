@@ -2,6 +2,9 @@
 //! request a connection: the few calls the admission and telemetry tests
 //! make. (The daemon suites keep their fuller harness.)
 
+// Each test binary that includes this uses a part of it.
+#![allow(dead_code)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
