@@ -155,12 +155,12 @@ fn a_daemon_job_naming_a_live_session_is_admitted() {
         })),
     );
     assert_ne!(status, 404, "{doc:#}");
-    let (_, list) = d.request("GET", "/v1/executions", None);
-    assert_eq!(
-        list["executions"][0]["execution_id"], "adm-live",
-        "{list:#}"
-    );
     if require_sandbox() {
+        let (_, list) = d.request("GET", "/v1/executions", None);
+        assert_eq!(
+            list["executions"][0]["execution_id"], "adm-live",
+            "{list:#}"
+        );
         assert_eq!(status, 200, "{doc:#}");
         assert_eq!(doc["exit_code"], 0, "{doc:#}");
         assert_eq!(doc["stdout"], "hi\n", "{doc:#}");
