@@ -64,8 +64,6 @@ impl std::ops::Deref for App {
 pub enum ApiError {
     #[error("a valid bearer token is required: send the header Authorization: Bearer <token>")]
     Unauthorized,
-    #[error("{0}")]
-    BadJob(String),
     #[error("limits.output_bytes {asked} is over this daemon's maximum of {max} (output is held in memory); ask for less, or raise --max-output-bytes")]
     OutputLimit { asked: u64, max: u64 },
     #[error("network.private is forbidden by this daemon (network_private = false): its jobs may reach public addresses only; drop \"private\": true")]
@@ -126,9 +124,7 @@ impl ApiError {
         use ErrorKind as K;
         match self {
             ApiError::Unauthorized => K::Unauthorized,
-            ApiError::BadJob(_) | ApiError::OutputLimit { .. } | ApiError::NetworkPrivate => {
-                K::BadJob
-            }
+            ApiError::OutputLimit { .. } | ApiError::NetworkPrivate => K::BadJob,
             ApiError::Admit(e) => e.kind(),
             ApiError::Bundle(e) => e.kind(),
             ApiError::Store(e) => e.kind(),

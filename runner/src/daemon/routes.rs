@@ -58,6 +58,7 @@ use super::registry::{status_name, Admitted, Done, Lookup, RegistryError, Status
 use super::stream::{attach, own_stream, CancelOnDrop, DaemonSink, Progress};
 use super::wire::{self, HealthStatus, Phase};
 use crate::error::ErrorKind;
+use crate::exec::confine::AdmitError;
 use crate::exec::job::{Job, JobError, RawJob};
 use crate::exec::result::{ErrorInfo, ExecResult, Status};
 use crate::exec::{OutputMode, RunOptions};
@@ -257,8 +258,8 @@ async fn get_package(
 /// to the roots ([`crate::exec::confine`]), output held in memory and
 /// private addresses within this daemon's settings.
 fn admit(app: &App, bytes: &[u8]) -> Result<Job, ApiError> {
-    let raw: RawJob = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::BadJob(JobError::Json(e).to_string()))?;
+    let raw: RawJob =
+        serde_json::from_slice(bytes).map_err(|e| AdmitError::Job(JobError::Json(e)))?;
     let job = app.roots.admit(raw, None)?;
     if job.limits.output_bytes > app.config.max_output_bytes {
         return Err(ApiError::OutputLimit {
