@@ -56,6 +56,31 @@ fn a_session_id_is_accepted() {
 }
 
 #[test]
+fn a_session_is_unresolved_until_its_bindings_are_given() {
+    let mut j =
+        job(r#"{"argv":["true"],"session":"ses-0123456789abcdef0123456789abcdef"}"#).unwrap();
+    assert_eq!(
+        j.unresolved_session(),
+        Some("ses-0123456789abcdef0123456789abcdef")
+    );
+    let pin = Binding {
+        id: "hello".into(),
+        revision: 1,
+        version: "1".into(),
+        hash: H.into(),
+    };
+    j.resolve_session(vec![pin.clone()]);
+    assert_eq!(j.unresolved_session(), None);
+    assert_eq!(j.bindings(), [pin]);
+    assert!(j.skills.iter().all(|s| s.path.is_none()));
+    // A job naming no session has nothing to resolve.
+    assert_eq!(
+        job(r#"{"argv":["true"]}"#).unwrap().unresolved_session(),
+        None
+    );
+}
+
+#[test]
 fn paths_resolve_against_the_job_folder() {
     let j = job(&format!(
         r#"{{"argv":["true"],"workspace":"ws","skills":[{{"id":"hello","revision":1,"version":"1","hash":"{H}","path":"../skills/hello"}}]}}"#
