@@ -80,6 +80,11 @@ fn assert_nothing_queued(d: &Serve, id: &str) {
     let (status, list) = d.request("GET", "/v1/executions", None);
     assert_eq!(status, 200, "{list:#}");
     assert_eq!(list["executions"], json!([]), "{list:#}");
+    assert_nothing_queued_under(d, id);
+}
+
+/// `id` answers nothing, and nothing is queued or running.
+fn assert_nothing_queued_under(d: &Serve, id: &str) {
     let (status, doc) = d.request("GET", &format!("/v1/executions/{id}"), None);
     assert_eq!(status, 404, "{doc:#}");
     assert_eq!(doc["error"]["kind"], "not_found", "{doc:#}");
@@ -231,4 +236,36 @@ fn both_front_ends_refuse_a_profile_file_with_one_sentence() {
             .replace("skill-runner serve --root", "OPTION"),
     );
     assert!(cli.contains("only built-in profiles"), "{cli}");
+}
+
+#[test]
+fn a_retry_after_its_session_was_deleted_answers_with_its_execution() {
+    // The 404 is for jobs about to be queued: a retry of an execution the
+    // daemon retains answers with that execution, as every retry does.
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let id = session_of_one_skill(&w);
+    let d = Serve::start(&w, &[]);
+    let job = json!({
+        "execution_id": "adm-retry",
+        "argv": ["sh", "$SCIENCEDISCOVERY_SKILLS_DIR/greet/scripts/greet.sh"],
+        "session": id,
+    });
+    let (status, first) = d.request("POST", "/v1/executions", Some(&job));
+    assert_eq!(status, 200, "{first:#}");
+    let (status, doc) = d.request("DELETE", &format!("/v1/sessions/{id}"), None);
+    assert_eq!(status, 200, "{doc:#}");
+    let (status, again) = d.request("POST", "/v1/executions", Some(&job));
+    assert_eq!(status, 200, "{again:#}");
+    assert_eq!(again, first);
+    // A new execution naming the deleted session is refused.
+    let (status, doc) = d.request(
+        "POST",
+        "/v1/executions",
+        Some(&json!({"execution_id": "adm-new", "argv": ["true"], "session": id})),
+    );
+    assert_eq!(status, 404, "{doc:#}");
+    assert_nothing_queued_under(&d, "adm-new");
 }

@@ -359,22 +359,24 @@ async fn post_execution(
     )
     .await?;
     let bytes = read_body(body, app.config.job_body_limit, app.config.body_timeout).await?;
-    let job = admit(&app, &bytes)?;
-    if job.limits.output_bytes > app.config.max_output_bytes {
-        return Err(ApiError::OutputLimit {
-            asked: job.limits.output_bytes,
-            max: app.config.max_output_bytes,
-        });
+    let mut job = admit(&app, &bytes)?;
+    // A retry of an execution this daemon knows answers with that
+    // execution below, even if its session has expired since; any other
+    // job's session is resolved before it is queued.
+    if matches!(app.registry.lookup(&job.execution_id), Lookup::Unknown) {
+        job = resolve_session(&app, job).await?;
     }
-    if job.network.allowlist().is_some_and(|a| a.private) && !app.config.network.private {
-        return Err(ApiError::NetworkPrivate);
-    }
-    let job = resolve_session(&app, job).await?;
     let digest = job_digest(&bytes);
     let ticket = match slot
         .admit(&job.execution_id, &digest)
         .inspect_err(|e| refused(&app, e))?
     {
+        // Known a moment ago, gone now (evicted): resolved here, and an
+        // unknown session drops the ticket, which removes the entry.
+        Admitted::New(t) if job.unresolved_session().is_some() => {
+            job = resolve_session(&app, job).await?;
+            t
+        }
         Admitted::New(t) => t,
         Admitted::Existing(found) => {
             tracing::info!(id = %job.execution_id, "a retry of the same job: answering with its execution");
