@@ -8,6 +8,7 @@
 //! a test here fails if a file is not listed. Each module proves one area's
 //! promises:
 
+mod admission; // a job is admitted once, alike from both front ends; an unknown session is 404 before it is queued
 mod cli; // the command line as a user meets it: run, explain, hash, pack, store, doctor
 mod daemon; // `skill-runner serve` over its socket or TCP, one file per promise
 mod datadir; // a data dir another local user could change is refused by every command; modes of what is made
@@ -20,6 +21,7 @@ mod limits; // memory and pids limits hold for the whole sandbox and name their 
 mod network; // network allowlists through the runner's proxy, and nothing around it
 mod sandbox_failures; // a sandbox bubblewrap cannot finish is sandbox_failed, with the fix
 mod skill_host; // catalog and sessions from the command line, and a run in a session
+mod telemetry; // logs: plain text when piped, values spelt as the API spells them
 mod token_file; // the daemon's token file: a small regular file only its owner can read
 
 /// Every test file is a module of this binary, and every file of a folder

@@ -322,7 +322,7 @@ fn a_job_naming_a_session_runs_its_frozen_skills() {
         "session": "ses-00000000000000000000000000000000",
     }));
     assert_eq!(code, 125);
-    assert_eq!(result["error"]["kind"], "bad_job");
+    assert_eq!(result["error"]["kind"], "not_found");
     assert!(result["error"]["message"]
         .as_str()
         .unwrap()

@@ -15,8 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use skill_runner::daemon::config::{Config, ServeArgs};
-use skill_runner::daemon::{app, confine, metrics, registry, selfcheck};
+use skill_runner::daemon::{app, metrics, registry, selfcheck};
 use skill_runner::datadir::DataDir;
+use skill_runner::exec::confine::{Confinement, Gate};
 use skill_runner::exec::{self, Runner};
 use skill_runner::package::format::PackageLimits;
 use skill_runner::skillhost::catalog::CatalogConfig;
@@ -213,7 +214,6 @@ impl Fixture {
             keep: false,
             reuse_cgroups: false,
             network: Default::default(),
-            sessions: None,
         })
         .expect("open the runner");
         // The fuzz harness never launches a sandbox.
@@ -240,7 +240,7 @@ impl Fixture {
                 config.retention,
             ),
             metrics: Arc::new(metrics::Metrics::default()),
-            roots: confine::Confinement::new(config.roots.clone()),
+            roots: Confinement::new(config.roots.clone(), Gate::Daemon),
             uploads: Arc::new(tokio::sync::Semaphore::new(config.max_uploads)),
             session_bodies: Arc::new(tokio::sync::Semaphore::new(
                 skill_runner::daemon::SESSION_BODIES,

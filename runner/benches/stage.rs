@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use skill_runner::package::format::PackageLimits;
 use skill_runner::package::hash::Binding;
-use skill_runner::package::stage::{self, Selected, SkillSource};
+use skill_runner::package::stage::{self, Selected, Selection, SkillSource};
 use skill_runner::package::verify;
 
 const MIB: usize = 1 << 20;
@@ -148,10 +148,11 @@ fn main() {
     let stage_once = |c: &Case, i: usize| {
         let root = base.join(format!("staged-{}-{i}", c.name));
         stage::stage(
-            &[Selected {
+            &Selection::check(&[Selected {
                 binding: c.binding.clone(),
                 source: SkillSource::Dir(c.src.clone()),
-            }],
+            }])
+            .unwrap(),
             &root,
             &big_limits,
         )
@@ -200,10 +201,11 @@ fn main() {
     // 2. Verify-only of a staged 50 MiB selection.
     let staged = base.join("verify-root");
     stage::stage(
-        &[Selected {
+        &Selection::check(&[Selected {
             binding: c50.binding.clone(),
             source: SkillSource::Dir(c50.src.clone()),
-        }],
+        }])
+        .unwrap(),
         &staged,
         &big_limits,
     )

@@ -41,8 +41,9 @@ pub enum Command {
         #[arg(long)]
         keep: bool,
         /// Confine the job's host paths (workspace, extensions_dir, skill
-        /// paths, a profile file) to this folder, for job files that are
-        /// not as trusted as a command line; a path outside is refused.
+        /// paths) to this folder and its profile to the built-in ones, for
+        /// job files that are not as trusted as a command line; a path
+        /// outside or a profile file is refused.
         #[arg(long, value_name = "DIR", env = "SKILL_RUNNER_CONFINE")]
         confine: Option<PathBuf>,
     },

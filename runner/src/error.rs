@@ -12,119 +12,76 @@ use std::fmt;
 
 use serde::Serialize;
 
-/// What kind of refusal or failure an error document reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorKind {
+/// Declares [`ErrorKind`] from one list of `Variant => "spelling"`: the
+/// enum, [`ErrorKind::ALL`] and [`ErrorKind::as_str`] (which serde uses
+/// too) cannot disagree.
+macro_rules! error_kinds {
+    ($($kind:ident => $name:literal,)*) => {
+        /// What kind of refusal or failure an error document reports.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorKind {
+            $($kind,)*
+        }
+
+        impl ErrorKind {
+            /// Every kind, for tests and documentation.
+            pub const ALL: &'static [ErrorKind] = &[$(ErrorKind::$kind,)*];
+
+            /// The kind as the documents spell it.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(ErrorKind::$kind => $name,)*
+                }
+            }
+        }
+    };
+}
+
+error_kinds! {
     // The job and its packages: the request's fault.
-    BadJob,
-    BadPackage,
-    BadBundle,
-    HashMismatch,
-    NotInStore,
-    Conflict,
+    BadJob => "bad_job",
+    BadPackage => "bad_package",
+    BadBundle => "bad_bundle",
+    HashMismatch => "hash_mismatch",
+    NotInStore => "not_in_store",
+    Conflict => "conflict",
     // The host failed before anything ran.
-    StagingFailed,
-    StoreFailed,
-    SandboxUnavailable,
-    RunnerFailed,
+    StagingFailed => "staging_failed",
+    StoreFailed => "store_failed",
+    SandboxUnavailable => "sandbox_unavailable",
+    RunnerFailed => "runner_failed",
     // The execution.
-    SandboxFailed,
-    NotFound,
-    NotExecutable,
-    TimedOut,
-    LimitExceeded,
-    Cancelled,
+    SandboxFailed => "sandbox_failed",
+    NotFound => "not_found",
+    NotExecutable => "not_executable",
+    TimedOut => "timed_out",
+    LimitExceeded => "limit_exceeded",
+    Cancelled => "cancelled",
     // The skill host.
-    BadRequest,
-    BinaryFile,
-    CompositionRejected,
+    BadRequest => "bad_request",
+    BinaryFile => "binary_file",
+    CompositionRejected => "composition_rejected",
     // The daemon.
-    Unauthorized,
-    PathNotAllowed,
-    Busy,
-    ShuttingDown,
-    ExecutionIdInUse,
-    BodyTooLarge,
-    BodyTimeout,
-    NotRunning,
-    ResultDropped,
-    MethodNotAllowed,
-    Internal,
+    Unauthorized => "unauthorized",
+    PathNotAllowed => "path_not_allowed",
+    Busy => "busy",
+    ShuttingDown => "shutting_down",
+    ExecutionIdInUse => "execution_id_in_use",
+    BodyTooLarge => "body_too_large",
+    BodyTimeout => "body_timeout",
+    NotRunning => "not_running",
+    ResultDropped => "result_dropped",
+    MethodNotAllowed => "method_not_allowed",
+    Internal => "internal",
+}
+
+impl Serialize for ErrorKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
 }
 
 impl ErrorKind {
-    /// Every kind, for tests and documentation.
-    pub const ALL: &'static [ErrorKind] = &[
-        ErrorKind::BadJob,
-        ErrorKind::BadPackage,
-        ErrorKind::BadBundle,
-        ErrorKind::HashMismatch,
-        ErrorKind::NotInStore,
-        ErrorKind::Conflict,
-        ErrorKind::StagingFailed,
-        ErrorKind::StoreFailed,
-        ErrorKind::SandboxUnavailable,
-        ErrorKind::RunnerFailed,
-        ErrorKind::SandboxFailed,
-        ErrorKind::NotFound,
-        ErrorKind::NotExecutable,
-        ErrorKind::TimedOut,
-        ErrorKind::LimitExceeded,
-        ErrorKind::Cancelled,
-        ErrorKind::BadRequest,
-        ErrorKind::BinaryFile,
-        ErrorKind::CompositionRejected,
-        ErrorKind::Unauthorized,
-        ErrorKind::PathNotAllowed,
-        ErrorKind::Busy,
-        ErrorKind::ShuttingDown,
-        ErrorKind::ExecutionIdInUse,
-        ErrorKind::BodyTooLarge,
-        ErrorKind::BodyTimeout,
-        ErrorKind::NotRunning,
-        ErrorKind::ResultDropped,
-        ErrorKind::MethodNotAllowed,
-        ErrorKind::Internal,
-    ];
-
-    /// The kind as the documents spell it.
-    pub fn as_str(self) -> &'static str {
-        use ErrorKind as K;
-        match self {
-            K::BadJob => "bad_job",
-            K::BadPackage => "bad_package",
-            K::BadBundle => "bad_bundle",
-            K::HashMismatch => "hash_mismatch",
-            K::NotInStore => "not_in_store",
-            K::Conflict => "conflict",
-            K::StagingFailed => "staging_failed",
-            K::StoreFailed => "store_failed",
-            K::SandboxUnavailable => "sandbox_unavailable",
-            K::RunnerFailed => "runner_failed",
-            K::SandboxFailed => "sandbox_failed",
-            K::NotFound => "not_found",
-            K::NotExecutable => "not_executable",
-            K::TimedOut => "timed_out",
-            K::LimitExceeded => "limit_exceeded",
-            K::Cancelled => "cancelled",
-            K::BadRequest => "bad_request",
-            K::BinaryFile => "binary_file",
-            K::CompositionRejected => "composition_rejected",
-            K::Unauthorized => "unauthorized",
-            K::PathNotAllowed => "path_not_allowed",
-            K::Busy => "busy",
-            K::ShuttingDown => "shutting_down",
-            K::ExecutionIdInUse => "execution_id_in_use",
-            K::BodyTooLarge => "body_too_large",
-            K::BodyTimeout => "body_timeout",
-            K::NotRunning => "not_running",
-            K::ResultDropped => "result_dropped",
-            K::MethodNotAllowed => "method_not_allowed",
-            K::Internal => "internal",
-        }
-    }
-
     /// Whether the host failed, rather than the request being wrong: the
     /// same request may succeed later or elsewhere.
     pub fn is_host_fault(self) -> bool {
@@ -153,12 +110,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn serde_and_as_str_spell_every_kind_alike_and_uniquely() {
+    fn every_kind_is_spelt_once_in_snake_case_of_its_name() {
         let mut seen = std::collections::BTreeSet::new();
         for k in ErrorKind::ALL {
             let json = serde_json::to_string(k).unwrap();
             assert_eq!(json, format!("\"{}\"", k.as_str()));
             assert!(seen.insert(k.as_str()), "{k} twice");
+            let snake: String = format!("{k:?}")
+                .chars()
+                .enumerate()
+                .flat_map(|(i, c)| {
+                    let sep = (i > 0 && c.is_ascii_uppercase()).then_some('_');
+                    sep.into_iter()
+                        .chain(std::iter::once(c.to_ascii_lowercase()))
+                })
+                .collect();
+            assert_eq!(k.as_str(), snake, "{k:?}");
         }
     }
 }

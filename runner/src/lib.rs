@@ -17,6 +17,7 @@
 //! | [`datadir`] | the runner's data dir: its folders, their owners and modes, opened without following planted links | `fsx`, `text`, `error` |
 //! | [`fsx`] | file-system primitives: no-follow opens, copies, locks | `text`, `error` |
 //! | [`text`] | small pure formatting helpers | nothing |
+//! | [`telemetry`] | the one `tracing` set-up of the CLI and the daemon | nothing |
 //! | [`error`] | the error kinds of every error document | nothing |
 //!
 //! `package` and `sandbox` stand side by side: neither uses the other, and
@@ -40,4 +41,5 @@ pub mod package;
 pub mod sandbox;
 pub mod skillhost;
 pub mod supervise;
+pub mod telemetry;
 pub mod text;

@@ -10,7 +10,7 @@
 
 mod cli;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -19,14 +19,15 @@ use clap::Parser;
 
 use skill_runner::datadir::DataDir;
 use skill_runner::error::ErrorKind;
+use skill_runner::exec::confine::{Confinement, Gate};
 use skill_runner::exec::doctor;
-use skill_runner::exec::job::Job;
+use skill_runner::exec::job::{Job, RawJob};
 use skill_runner::exec::result::{ErrorInfo, ExecResult, EXIT_RUNNER};
 use skill_runner::exec::{self, OutputMode, RunOptions, Runner, RunnerConfig};
-use skill_runner::package::format::{self, PackageLimits};
+use skill_runner::package::format::PackageLimits;
 use skill_runner::package::hash::Binding;
 use skill_runner::package::{bundle, hash, source, verify};
-use skill_runner::skillhost::catalog::{Catalog, CatalogConfig};
+use skill_runner::skillhost::catalog::{render, Catalog, CatalogConfig};
 use skill_runner::skillhost::session::{
     ReadRange, ResourceQuery, SessionError, SessionHost, SessionRequest, Sessions, SkillSpec,
     SkillsQuery,
@@ -39,9 +40,9 @@ fn main() -> ExitCode {
     // Inside a sandbox, as bubblewrap's exec shim: becomes the command.
     skill_runner::sandbox::shim::run_if_shim();
     let cli = Cli::parse();
-    // The daemon installs its own subscriber (level, --log-format).
+    // The daemon installs the subscriber with its own level and format.
     if !matches!(cli.command, Command::Serve(_)) {
-        init_tracing();
+        skill_runner::telemetry::init("warn", skill_runner::telemetry::Format::Human);
     }
     match real_main(cli) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
@@ -52,22 +53,9 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SKILL_RUNNER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 fn config(cli_data_dir: Option<PathBuf>, keep: bool) -> RunnerConfig {
     let data_dir = cli_data_dir.unwrap_or_else(exec::default_data_dir);
     RunnerConfig {
-        // Read only after `Runner::new` opened (checked) the data dir.
-        sessions: Some(std::sync::Arc::new(Sessions::new(&DataDir::unchecked(
-            &data_dir,
-        )))),
         data_dir,
         package_limits: PackageLimits::default(),
         keep,
@@ -109,61 +97,11 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
         ),
         Command::Hash { dir } => {
             let h = verify::hash_dir(&dir, &PackageLimits::default())?;
-            emit(&format!(
-                "{h}
-"
-            ))?;
+            emit(&format!("{h}\n"))?;
             Ok(0)
         }
-        Command::Pack { dir, meta } => {
-            let limits = PackageLimits::default();
-            let files = source::read_dir_files(&dir, &limits)?;
-            let hash = hash::package_hash(files.iter().map(|(p, b)| (&p[..], &b[..])))?;
-            let binding = Binding {
-                id: meta.id,
-                revision: meta.revision,
-                version: meta.version,
-                hash,
-            };
-            let text = bundle::render(&[(binding, files)]);
-            // Verify what is printed: ids, paths, limits, SKILL.md, hashes.
-            let parsed = bundle::parse(text.as_bytes(), &limits)?;
-            for skill in &parsed {
-                for w in skill.doc.warnings(Some(&skill.binding.id)) {
-                    eprintln!("skill-runner: warning: {w}");
-                }
-            }
-            emit(&format!(
-                "{text}
-"
-            ))?;
-            Ok(0)
-        }
-        Command::Store(cmd) => {
-            let cfg = config(data_dir.clone(), false);
-            let store = skill_runner::package::store::Store::open(&open_data_dir(data_dir)?)?;
-            match cmd {
-                StoreCommand::Add { dir, meta } => {
-                    let p = store.publish_dir(
-                        &dir,
-                        &meta.id,
-                        meta.revision,
-                        &meta.version,
-                        &cfg.package_limits,
-                    )?;
-                    for w in &p.warnings {
-                        eprintln!("skill-runner: warning: {w}");
-                    }
-                    emit(&format!("{}\n", serde_json::to_string(&p.binding)?))?;
-                }
-                StoreCommand::List => {
-                    for b in store.bindings()? {
-                        emit(&format!("{}\n", serde_json::to_string(&b)?))?;
-                    }
-                }
-            }
-            Ok(0)
-        }
+        Command::Pack { dir, meta } => pack(&dir, meta),
+        Command::Store(cmd) => store_cmd(cmd, &open_data_dir(data_dir)?),
         Command::Doctor => {
             // The data dir `run` and `serve` would use, and a real job in it.
             let report = doctor::Report::gather(&config(data_dir, false).data_dir);
@@ -179,89 +117,86 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
-/// Reads and validates a job: from a file, whose folder relative paths
-/// resolve against, or from stdin when `path` is `-`, where they resolve
-/// against the current folder.
-/// With `--confine DIR`: the job's host paths must lie under DIR (the
-/// daemon's rule, see `daemon::confine`).
-fn confined(mut job: Job, confine: Option<&Path>) -> Result<Job, ErrorInfo> {
-    if let Some(roots) = confine_roots(confine)? {
-        roots
-            .confine(&mut job)
-            .map_err(|e| confine_error(e.to_string()))?;
-    }
-    Ok(job)
-}
-
-fn confine_roots(
-    confine: Option<&Path>,
-) -> Result<Option<skill_runner::daemon::confine::Confinement>, ErrorInfo> {
-    let Some(dir) = confine else {
-        return Ok(None);
+/// `pack`: a folder as a one-skill bundle, verified as it is printed.
+fn pack(dir: &Path, meta: cli::BindingArgs) -> anyhow::Result<i32> {
+    let limits = PackageLimits::default();
+    let files = source::read_dir_files(dir, &limits)?;
+    let hash = hash::package_hash(files.iter().map(|(p, b)| (&p[..], &b[..])))?;
+    let binding = Binding {
+        id: meta.id,
+        revision: meta.revision,
+        version: meta.version,
+        hash,
     };
-    let dir = dir.canonicalize().map_err(|e| {
-        ErrorInfo::new(
-            ErrorKind::BadJob,
-            format!("--confine {}: {e}", dir.display()),
-        )
-    })?;
-    Ok(Some(skill_runner::daemon::confine::Confinement::new(vec![
-        dir,
-    ])))
-}
-
-fn confine_error(message: String) -> ErrorInfo {
-    ErrorInfo::new(
-        ErrorKind::BadJob,
-        message.replace("(skill-runner serve --root)", "(--confine)"),
-    )
-}
-
-fn load_job(path: &Path) -> Result<Job, ErrorInfo> {
-    load_job_confined(path, None)
-}
-
-/// Reads and parses a job; with `confine`, a profile file it names must lie
-/// under that folder, checked before the file is read.
-fn load_job_confined(path: &Path, confine: Option<&Path>) -> Result<Job, ErrorInfo> {
-    let bad = |message: String| ErrorInfo::new(ErrorKind::BadJob, message);
-    let (bytes, base) = if path == Path::new("-") {
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut bytes)
-            .map_err(|e| bad(format!("cannot read the job from stdin: {e}")))?;
-        let cwd = std::env::current_dir()
-            .and_then(|d| d.canonicalize())
-            .map_err(|e| bad(format!("cannot read the current folder: {e}")))?;
-        (bytes, Some(cwd))
-    } else {
-        let bytes = std::fs::read(path)
-            .map_err(|e| bad(format!("cannot read job file {}: {e}", path.display())))?;
-        let base = path
-            .parent()
-            .map(|p| {
-                if p.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    p
-                }
-            })
-            .and_then(|p| p.canonicalize().ok());
-        (bytes, base)
-    };
-    if let Some(roots) = confine_roots(confine)? {
-        let raw: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
-        // As for the daemon: a profile file can bind any host path
-        // read-only, so a confined job names built-in profiles only.
-        let _ = roots;
-        if let Some(spec) = raw["profile"].as_str().filter(|s| s.contains('/')) {
-            return Err(ErrorInfo::new(
-                ErrorKind::BadJob,
-                format!("profile {spec:?} is a file; with --confine a job may name only built-in profiles (a profile file can bind any host path into the sandbox)"),
-            ));
+    let text = bundle::render(&[(binding, files)]);
+    // Verify what is printed: ids, paths, limits, SKILL.md, hashes.
+    let parsed = bundle::parse(text.as_bytes(), &limits)?;
+    for skill in &parsed {
+        for w in skill.doc.warnings(Some(&skill.binding.id)) {
+            eprintln!("skill-runner: warning: {w}");
         }
     }
-    Job::from_json(&bytes, base.as_deref()).map_err(|e| bad(e.to_string()))
+    emit(&format!("{text}\n"))?;
+    Ok(0)
+}
+
+/// `store add` and `store list`.
+fn store_cmd(cmd: StoreCommand, data_dir: &DataDir) -> anyhow::Result<i32> {
+    let store = skill_runner::package::store::Store::open(data_dir)?;
+    match cmd {
+        StoreCommand::Add { dir, meta } => {
+            let p = store.publish_dir(
+                &dir,
+                &meta.id,
+                meta.revision,
+                &meta.version,
+                &PackageLimits::default(),
+            )?;
+            for w in &p.warnings {
+                eprintln!("skill-runner: warning: {w}");
+            }
+            emit(&format!("{}\n", serde_json::to_string(&p.binding)?))?;
+        }
+        StoreCommand::List => {
+            for b in store.bindings()? {
+                emit(&format!("{}\n", serde_json::to_string(&b)?))?;
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// Reads and validates a job (`explain`): from a file, whose folder
+/// relative paths resolve against, or from stdin when `path` is `-`.
+fn load_job(path: &Path) -> Result<Job, ErrorInfo> {
+    let (raw, base) = RawJob::read(path).map_err(bad_job)?;
+    Job::validate(raw, base.as_deref()).map_err(bad_job)
+}
+
+/// Admits a job for `run`: with `--confine DIR`, through the admission
+/// the daemon uses too (`exec::confine`).
+fn admit(path: &Path, confine: Option<&Path>) -> Result<Job, ErrorInfo> {
+    let (raw, base) = RawJob::read(path).map_err(bad_job)?;
+    match confine {
+        None => Job::validate(raw, base.as_deref()).map_err(bad_job),
+        Some(dir) => Confinement::under(dir, Gate::Cli)
+            .and_then(|roots| roots.admit(raw, base.as_deref()))
+            .map_err(bad_job),
+    }
+}
+
+/// A session the job names, resolved into its frozen bindings from the
+/// opened (checked) data dir, so an unknown one is refused as not found
+/// before anything is staged.
+fn resolve_session(job: &mut Job, data_dir: &DataDir) -> Result<(), ErrorInfo> {
+    Sessions::new(data_dir)
+        .resolve(job)
+        .map_err(|e| ErrorInfo::new(e.kind(), e.to_string()))
+}
+
+/// A refused job, as the CLI reports every refusal of one.
+fn bad_job(e: impl std::fmt::Display) -> ErrorInfo {
+    ErrorInfo::new(ErrorKind::BadJob, e.to_string())
 }
 
 fn run(
@@ -270,7 +205,7 @@ fn run(
     confine: Option<&Path>,
     cfg: RunnerConfig,
 ) -> anyhow::Result<i32> {
-    let job = match load_job_confined(job_path, confine).and_then(|job| confined(job, confine)) {
+    let mut job = match admit(job_path, confine) {
         Ok(j) => j,
         Err(e) => return Ok(report_rejected("", e, json)),
     };
@@ -284,6 +219,9 @@ fn run(
             ))
         }
     };
+    if let Err(e) = resolve_session(&mut job, runner.data_dir()) {
+        return Ok(report_rejected(&job.execution_id, e, json));
+    }
     let cancel = Cancel::new()?;
     spawn_signal_thread(cancel.clone());
     let result = if json {
@@ -389,22 +327,13 @@ fn catalog_config(data_dir: &DataDir) -> anyhow::Result<CatalogConfig> {
 }
 
 fn catalog_cmd(cmd: CatalogCommand, data_dir: &DataDir) -> anyhow::Result<i32> {
-    use std::fmt::Write as _;
     let catalog = Catalog::load(&catalog_config(data_dir)?);
     for w in catalog.warnings() {
         eprintln!("skill-runner: warning: {w}");
     }
-    let one_line = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
-    let mut out = String::new();
-    match cmd {
-        CatalogCommand::List { json: true } => out = pretty(catalog.entries())?,
-        CatalogCommand::List { json: false } => {
-            for e in catalog.entries() {
-                let desc = one_line(&e.description);
-                let (name, source, kind) = (&e.name, e.source.as_str(), e.kind.as_str());
-                writeln!(out, "{name:<28} {source:<8} {kind:<17} {desc}")?;
-            }
-        }
+    let out = match cmd {
+        CatalogCommand::List { json: true } => pretty(catalog.entries())?,
+        CatalogCommand::List { json: false } => render::listing(catalog.entries()),
         CatalogCommand::Find {
             query,
             limit,
@@ -416,64 +345,19 @@ fn catalog_cmd(cmd: CatalogCommand, data_dir: &DataDir) -> anyhow::Result<i32> {
             } else {
                 catalog.find(&query, limit)
             };
-            if json {
-                out = pretty(&found)?;
-            } else {
-                if let Some(e) = &found.explain {
-                    writeln!(out, "{}", e.text())?;
-                }
-                for h in &found.hits {
-                    let desc = one_line(&h.description);
-                    writeln!(out, "{:>4}  {:<28} {desc}", h.score, h.name)?;
-                    if let (Some(e), Some(q)) = (&h.explain, &found.explain) {
-                        writeln!(out, "      {}", e.text(q.name_bonus))?;
-                    }
-                }
-                if let Some(m) = &found.message {
-                    writeln!(out, "{m}")?;
-                }
+            match json {
+                true => pretty(&found)?,
+                false => render::search(&found),
             }
         }
         CatalogCommand::Show { name, json } => {
-            let entry = catalog.lookup(&name)?;
-            let files = Catalog::read_files(entry, &PackageLimits::default())?;
-            let md = files
-                .iter()
-                .find(|f| f.0 == format::SKILL_MD)
-                .map(|f| String::from_utf8_lossy(&f.1).into_owned())
-                .unwrap_or_default();
-            if json {
-                #[derive(serde::Serialize)]
-                struct Shown<'a> {
-                    #[serde(flatten)]
-                    entry: &'a skill_runner::skillhost::catalog::Entry,
-                    file_list: Vec<&'a str>,
-                    skill_md: String,
-                }
-                out = pretty(&Shown {
-                    entry,
-                    file_list: files.iter().map(|f| f.0.as_str()).collect(),
-                    skill_md: md,
-                })?;
-            } else {
-                let at = |p: &Option<PathBuf>| {
-                    p.as_ref()
-                        .map(|p| format!(" {}", p.display()))
-                        .unwrap_or_default()
-                };
-                writeln!(out, "name: {}", entry.name)?;
-                writeln!(out, "description: {}", one_line(&entry.description))?;
-                writeln!(out, "source: {}{}", entry.source.as_str(), at(&entry.path))?;
-                for s in &entry.shadows {
-                    writeln!(out, "shadows: {}{}", s.source.as_str(), at(&s.path))?;
-                }
-                for f in &files {
-                    writeln!(out, "file: {}", f.0)?;
-                }
-                write!(out, "\n{md}")?;
+            let shown = render::Shown::read(catalog.lookup(&name)?, &PackageLimits::default())?;
+            match json {
+                true => pretty(&shown)?,
+                false => shown.text(),
             }
         }
-    }
+    };
     emit(&out)?;
     Ok(0)
 }

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 const ROOMS: &[(&str, u32)] = &[
     ("text", 0),
     ("error", 0),
+    ("telemetry", 0),
     ("fsx", 1),
     ("supervise", 2),
     ("datadir", 2),

@@ -12,7 +12,7 @@ use skill_runner::datadir::DataDir;
 use skill_runner::package::bundle;
 use skill_runner::package::format::PackageLimits;
 use skill_runner::package::hash::{self, Binding};
-use skill_runner::package::stage::{self, Selected, SkillSource, MANIFEST_NAME};
+use skill_runner::package::stage::{self, Selected, Selection, SkillSource, MANIFEST_NAME};
 use skill_runner::package::store::Store;
 use skill_runner::package::verify;
 
@@ -54,7 +54,7 @@ fn stage_dir(
     hash: &str,
     root: &Path,
 ) -> Result<stage::Snapshot, stage::StageError> {
-    stage::stage(
+    stage_all(
         &[Selected {
             binding: binding(id, hash),
             source: SkillSource::Dir(src.to_owned()),
@@ -62,6 +62,15 @@ fn stage_dir(
         root,
         &PackageLimits::default(),
     )
+}
+
+/// Checks `selected` and stages it, as publishing does.
+fn stage_all(
+    selected: &[Selected],
+    root: &Path,
+    limits: &PackageLimits,
+) -> Result<stage::Snapshot, stage::StageError> {
+    stage::stage(&Selection::check(selected)?, root, limits)
 }
 
 fn entries(dir: &Path) -> Vec<String> {
@@ -119,7 +128,7 @@ fn manifest_sorts_skills_by_id() {
     let b = demo(&t.path().join("alpha"));
     let ha = verify::hash_dir(&a, &PackageLimits::default()).unwrap();
     let root = t.path().join("root");
-    let snap = stage::stage(
+    let snap = stage_all(
         &[
             Selected {
                 binding: binding("zeta", &ha),
@@ -249,7 +258,7 @@ fn bad_bindings_and_duplicates_are_refused() {
         ),
     ] {
         let root = t.path().join("root");
-        let e = stage::stage(
+        let e = stage_all(
             &[Selected {
                 binding: b,
                 source: SkillSource::Dir(src.clone()),
@@ -266,7 +275,7 @@ fn bad_bindings_and_duplicates_are_refused() {
         binding: binding("demo", &pin),
         source: SkillSource::Dir(src.clone()),
     };
-    let e = stage::stage(&[sel.clone(), sel], &root, &PackageLimits::default()).unwrap_err();
+    let e = stage_all(&[sel.clone(), sel], &root, &PackageLimits::default()).unwrap_err();
     assert!(e.to_string().contains("selected twice"), "{e}");
     assert!(!root.exists());
 }
@@ -471,7 +480,7 @@ fn store_publish_is_atomic_idempotent_and_immutable() {
         0o555
     );
     let root = t.path().join("root");
-    stage::stage(
+    stage_all(
         &[Selected {
             binding: p.binding.clone(),
             source: SkillSource::Store(pkg),
@@ -518,7 +527,7 @@ fn corrupted_store_tree_is_caught_at_staging_naming_the_file() {
     fs::set_permissions(&victim, fs::Permissions::from_mode(0o644)).unwrap();
     fs::write(&victim, "echo evil\n").unwrap();
     let root = t.path().join("root");
-    let e = stage::stage(
+    let e = stage_all(
         &[Selected {
             binding: p.binding,
             source: SkillSource::Store(pkg),

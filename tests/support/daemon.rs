@@ -112,6 +112,23 @@ impl Daemon {
         })
     }
 
+    /// One JSON request: the status and the JSON body (`null` when the
+    /// body is empty).
+    pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        let bytes = body.map(|b| b.to_string()).unwrap_or_default();
+        let headers: &[(&str, &str)] = match body {
+            Some(_) => &[("Content-Type", "application/json")],
+            None => &[],
+        };
+        let resp = self.request(method, path, headers, bytes.as_bytes());
+        let doc = if resp.body.is_empty() {
+            Value::Null
+        } else {
+            resp.json()
+        };
+        (resp.status, doc)
+    }
+
     /// The daemon's process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().expect("daemon already stopped").id()

@@ -18,10 +18,10 @@ use http_body_util::BodyExt;
 use tokio::sync::Semaphore;
 
 use super::config::Config;
-use super::confine::{ConfineError, Confinement};
 use super::metrics::Metrics;
 use super::registry::{Registry, RegistryError};
 use crate::error::ErrorKind;
+use crate::exec::confine::{AdmitError, Confinement};
 use crate::exec::Runner;
 use crate::package::bundle::BundleError;
 use crate::package::store::StoreError;
@@ -64,16 +64,12 @@ impl std::ops::Deref for App {
 pub enum ApiError {
     #[error("a valid bearer token is required: send the header Authorization: Bearer <token>")]
     Unauthorized,
-    #[error("{0}")]
-    BadJob(String),
-    #[error("the daemon runs only built-in profiles; name one (e.g. \"default\") instead of a file path")]
-    ProfilePath,
     #[error("limits.output_bytes {asked} is over this daemon's maximum of {max} (output is held in memory); ask for less, or raise --max-output-bytes")]
     OutputLimit { asked: u64, max: u64 },
     #[error("network.private is forbidden by this daemon (network_private = false): its jobs may reach public addresses only; drop \"private\": true")]
     NetworkPrivate,
     #[error(transparent)]
-    Path(#[from] ConfineError),
+    Admit(#[from] AdmitError),
     #[error(transparent)]
     Bundle(#[from] BundleError),
     #[error(transparent)]
@@ -128,11 +124,8 @@ impl ApiError {
         use ErrorKind as K;
         match self {
             ApiError::Unauthorized => K::Unauthorized,
-            ApiError::BadJob(_)
-            | ApiError::ProfilePath
-            | ApiError::OutputLimit { .. }
-            | ApiError::NetworkPrivate => K::BadJob,
-            ApiError::Path(_) => K::PathNotAllowed,
+            ApiError::OutputLimit { .. } | ApiError::NetworkPrivate => K::BadJob,
+            ApiError::Admit(e) => e.kind(),
             ApiError::Bundle(e) => e.kind(),
             ApiError::Store(e) => e.kind(),
             ApiError::Session(e) => e.kind(),

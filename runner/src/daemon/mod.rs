@@ -13,7 +13,6 @@
 //! |---|---|
 //! | [`config`] | settings: flags, environment, file; validated once |
 //! | [`auth`] | bearer token, constant-time check |
-//! | [`confine`] | which host paths a job may name |
 //! | [`app`] | shared state, the API error and its one status mapping, request readers |
 //! | [`registry`] | admission, queue, cancel by id, retained results |
 //! | [`events`] | an execution's event log and its shared result document |
@@ -30,7 +29,6 @@
 pub mod app;
 pub mod auth;
 pub mod config;
-pub mod confine;
 pub mod descriptors;
 pub mod events;
 pub mod metrics;
@@ -95,9 +93,6 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         keep: false,
         reuse_cgroups: true,
         network: config.network.clone(),
-        sessions: Some(Arc::new(crate::skillhost::session::Sessions::new(
-            &config.data,
-        ))),
     })
     .map_err(|e| DaemonError::Runner(e.to_string()))?;
     // Leftovers of deleted data dirs: once per daemon start, not per run.
@@ -191,7 +186,10 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
                 config.retention,
             ),
             metrics: Arc::new(metrics::Metrics::default()),
-            roots: confine::Confinement::new(config.roots.clone()),
+            roots: crate::exec::confine::Confinement::new(
+                config.roots.clone(),
+                crate::exec::confine::Gate::Daemon,
+            ),
             uploads: Arc::new(Semaphore::new(config.max_uploads)),
             session_bodies: Arc::new(Semaphore::new(SESSION_BODIES)),
             sessions,
@@ -208,23 +206,16 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
     result.map_err(DaemonError::from)
 }
 
-/// Installs the global subscriber: `SKILL_RUNNER_LOG` filters (default
-/// `info`), lines go to stderr.
+/// Installs the global subscriber ([`crate::telemetry`]), at `info`
+/// unless `SKILL_RUNNER_LOG` says otherwise.
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SKILL_RUNNER_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let _ = match format {
-        LogFormat::Json => builder
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .try_init(),
-        LogFormat::Human => builder.try_init(),
-    };
+    crate::telemetry::init(
+        "info",
+        match format {
+            LogFormat::Human => crate::telemetry::Format::Human,
+            LogFormat::Json => crate::telemetry::Format::Json,
+        },
+    );
 }
 
 /// Caps glibc's malloc at two arenas. By default every thread that

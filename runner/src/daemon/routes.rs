@@ -58,6 +58,7 @@ use super::registry::{status_name, Admitted, Done, Lookup, RegistryError, Status
 use super::stream::{attach, own_stream, CancelOnDrop, DaemonSink, Progress};
 use super::wire::{self, HealthStatus, Phase};
 use crate::error::ErrorKind;
+use crate::exec::confine::AdmitError;
 use crate::exec::job::{Job, JobError, RawJob};
 use crate::exec::result::{ErrorInfo, ExecResult, Status};
 use crate::exec::{OutputMode, RunOptions};
@@ -252,15 +253,42 @@ async fn get_package(
     }
 }
 
-/// Parses a daemon job: unknown fields refused, relative paths refused,
-/// profile files refused (a profile can mount any host path).
-fn parse_job(bytes: &[u8]) -> Result<Job, ApiError> {
-    let raw: RawJob = serde_json::from_slice(bytes)
-        .map_err(|e| ApiError::BadJob(JobError::Json(e).to_string()))?;
-    if raw.profile.as_deref().is_some_and(|p| p.contains('/')) {
-        return Err(ApiError::ProfilePath);
+/// Admits a daemon job: unknown fields, relative paths and profile
+/// files refused (a profile can mount any host path), host paths confined
+/// to the roots ([`crate::exec::confine`]), output held in memory and
+/// private addresses within this daemon's settings.
+fn admit(app: &App, bytes: &[u8]) -> Result<Job, ApiError> {
+    let raw: RawJob =
+        serde_json::from_slice(bytes).map_err(|e| AdmitError::Job(JobError::Json(e)))?;
+    let job = app.roots.admit(raw, None)?;
+    if job.limits.output_bytes > app.config.max_output_bytes {
+        return Err(ApiError::OutputLimit {
+            asked: job.limits.output_bytes,
+            max: app.config.max_output_bytes,
+        });
     }
-    Job::validate(raw, None).map_err(|e| ApiError::BadJob(e.to_string()))
+    if job.network.allowlist().is_some_and(|a| a.private) && !app.config.network.private {
+        return Err(ApiError::NetworkPrivate);
+    }
+    Ok(job)
+}
+
+/// Resolves the session a job names into its frozen bindings, before the
+/// job is queued: a job naming a session is a use of it (idle expiry),
+/// and an unknown or expired one answers 404 with nothing queued.
+async fn resolve_session(app: &App, mut job: Job) -> Result<Job, ApiError> {
+    let Some(session) = job.session.clone() else {
+        return Ok(job);
+    };
+    let host = app.sessions.clone();
+    let idle = app.config.session_idle;
+    tokio::task::spawn_blocking(move || {
+        super::sessions::use_session(&host, &session, idle)?;
+        host.sessions().resolve(&mut job)?;
+        Ok(job)
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("resolving a session: {e}")))?
 }
 
 fn wants_ndjson(headers: &HeaderMap) -> bool {
@@ -331,32 +359,24 @@ async fn post_execution(
     )
     .await?;
     let bytes = read_body(body, app.config.job_body_limit, app.config.body_timeout).await?;
-    let mut job = parse_job(&bytes)?;
-    if job.limits.output_bytes > app.config.max_output_bytes {
-        return Err(ApiError::OutputLimit {
-            asked: job.limits.output_bytes,
-            max: app.config.max_output_bytes,
-        });
-    }
-    if job.network.allowlist().is_some_and(|a| a.private) && !app.config.network.private {
-        return Err(ApiError::NetworkPrivate);
-    }
-    app.roots.confine(&mut job)?;
-    if let Some(session) = job.session.clone() {
-        // A job naming a session is a use of it (idle expiry); an
-        // expired one is deleted here, and the run then finds no session.
-        let host = app.sessions.clone();
-        let idle = app.config.session_idle;
-        let _ = tokio::task::spawn_blocking(move || {
-            super::sessions::use_session(&host, &session, idle)
-        })
-        .await;
+    let mut job = admit(&app, &bytes)?;
+    // A retry of an execution this daemon knows answers with that
+    // execution below, even if its session has expired since; any other
+    // job's session is resolved before it is queued.
+    if matches!(app.registry.lookup(&job.execution_id), Lookup::Unknown) {
+        job = resolve_session(&app, job).await?;
     }
     let digest = job_digest(&bytes);
     let ticket = match slot
         .admit(&job.execution_id, &digest)
         .inspect_err(|e| refused(&app, e))?
     {
+        // Known a moment ago, gone now (evicted): resolved here, and an
+        // unknown session drops the ticket, which removes the entry.
+        Admitted::New(t) if job.unresolved_session().is_some() => {
+            job = resolve_session(&app, job).await?;
+            t
+        }
         Admitted::New(t) => t,
         Admitted::Existing(found) => {
             tracing::info!(id = %job.execution_id, "a retry of the same job: answering with its execution");

@@ -115,7 +115,6 @@ impl Report {
             keep: false,
             reuse_cgroups: false,
             network: Default::default(),
-            sessions: None,
         });
         checks.push(Check {
             name: "data dir",

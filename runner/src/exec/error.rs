@@ -113,10 +113,8 @@ pub enum ExecError {
         path: PathBuf,
         source: io::Error,
     },
-    #[error("the job names session {session:?}, but this runner has no skill host")]
-    NoSkillHost { session: String },
-    #[error("{reason}")]
-    SessionBindings { session: String, reason: String },
+    #[error("the job names session {session:?}, whose skills were not resolved by the front end; run it with skill-runner run or through the daemon")]
+    UnresolvedSession { session: String },
     #[error(transparent)]
     Store(#[from] crate::package::store::StoreError),
     #[error(transparent)]
@@ -190,8 +188,7 @@ impl ExecError {
             | CwdMissing { .. }
             | CwdOutside { .. }
             | OpenSkill { .. }
-            | NoSkillHost { .. }
-            | SessionBindings { .. }
+            | UnresolvedSession { .. }
             | Argv(_)
             | OpenFolder { .. } => ErrorKind::BadJob,
             CreateExecutionFolder { .. } => ErrorKind::StagingFailed,

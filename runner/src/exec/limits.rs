@@ -4,7 +4,7 @@
 //! refusal when one cannot be enforced: a limit is never dropped. The
 //! choice is reported in the result (`limits`, docs/formats.md).
 
-use crate::exec::result::{Applied, AppliedLimits, ErrorInfo};
+use crate::exec::result::{Applied, AppliedLimits, ErrorInfo, Mechanism};
 use crate::sandbox::identity::Identity;
 use crate::supervise::cgroup::Cgroup;
 
@@ -52,129 +52,171 @@ pub fn limits_plan(
     disk: Disk,
 ) -> Result<(Rlimits, AppliedLimits), ErrorInfo> {
     use nix::sys::resource::Resource;
-    #[cfg(not(target_os = "linux"))]
-    let _ = identity; // only the Linux pids fallback asks who the sandbox is
-    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
-    let mut nproc = None;
     let mut r = vec![
         (Resource::RLIMIT_CORE, 0, 0),
         (Resource::RLIMIT_FSIZE, l.file_size_bytes, l.file_size_bytes),
         (Resource::RLIMIT_NOFILE, l.open_files, l.open_files),
     ];
-    let cg_name = cg.map(|c| c.version().name());
-    let memory = match cg_name.filter(|_| cg.is_some_and(Cgroup::limits_memory)) {
-        Some(name) => Applied::by(Some(l.memory_bytes), name),
-        // macOS accepts RLIMIT_AS but does not enforce it: say so.
-        None if cfg!(target_os = "macos") => Applied {
-            value: Some(l.memory_bytes),
-            enforced_by: "none",
-            note: Some("macOS has no cgroups and does not enforce RLIMIT_AS".into()),
-        },
-        None => {
-            r.push((Resource::RLIMIT_AS, l.memory_bytes, l.memory_bytes));
-            Applied {
-                value: Some(l.memory_bytes),
-                enforced_by: "rlimit",
-                note: Some(format!(
-                    "RLIMIT_AS per process (address space, not resident memory; memfd files and pipe buffers lie outside it, while /tmp, /dev/shm and a fresh workspace are bounded by their own sizes){}",
-                    cg_note
-                        .as_ref()
-                        .map(|n| format!("; no cgroup: {n}"))
-                        .unwrap_or_default()
-                )),
-            }
-        }
+    let no_cgroup = |before: &str, after: &str| {
+        cg_note
+            .as_ref()
+            .map(|n| format!("{before}{n}{after}"))
+            .unwrap_or_default()
     };
-    let pids = match cg_name.filter(|_| cg.is_some_and(Cgroup::limits_pids)) {
-        Some(name) => Applied::by(Some(l.pids), name),
-        // The kernel exempts host root from RLIMIT_NPROC; any other uid
-        // is bound by it.
-        #[cfg(target_os = "linux")]
-        None if !identity.root_mapped => {
-            nproc = Some(l.pids);
-            let counted = if nproc_per_namespace() {
-                "this execution's processes and threads (the shim sets it inside the execution's own user namespace)".to_owned()
-            } else {
-                format!(
-                    "every process of host uid {} (concurrent executions together: this kernel is older than 5.14)",
-                    identity.uid
-                )
-            };
+    let memory = memory(l, cg, &mut r, &no_cgroup);
+    let (pids, nproc) = pids(l, cg, identity, &no_cgroup)?;
+    let cpu = cpu(l, &mut r);
+    Ok((
+        Rlimits { runner: r, nproc },
+        AppliedLimits {
+            timeout_ms: Applied::by(Some(l.timeout_ms), Mechanism::Supervisor),
+            output_bytes: Applied::by(Some(l.output_bytes), Mechanism::Supervisor),
+            memory_bytes: memory,
+            pids,
+            cpu_ms: cpu,
+            file_size_bytes: Applied::by(Some(l.file_size_bytes), Mechanism::Rlimit),
+            tmp_bytes: Applied::by(Some(l.tmp_bytes), Mechanism::Tmpfs),
+            open_files: Applied::by(Some(l.open_files), Mechanism::Rlimit),
+            disk_bytes: disk_bytes(l, disk),
+        },
+    ))
+}
+
+/// The rlimits of the runner's spawn, as `(resource, soft, hard)`.
+type RunnerRlimits = Vec<(nix::sys::resource::Resource, u64, u64)>;
+
+/// `memory_bytes`: the cgroup where it limits memory, else `RLIMIT_AS`
+/// (pushed onto `r`), which macOS does not enforce.
+fn memory(
+    l: &crate::exec::job::Limits,
+    cg: Option<&Cgroup>,
+    r: &mut RunnerRlimits,
+    no_cgroup: &dyn Fn(&str, &str) -> String,
+) -> Applied {
+    if let Some(cg) = cg.filter(|c| c.limits_memory()) {
+        return Applied::by(Some(l.memory_bytes), Mechanism::cgroup(cg.version()));
+    }
+    if cfg!(target_os = "macos") {
+        return Applied {
+            value: Some(l.memory_bytes),
+            enforced_by: Mechanism::None,
+            note: Some("macOS has no cgroups and does not enforce RLIMIT_AS".into()),
+        };
+    }
+    r.push((
+        nix::sys::resource::Resource::RLIMIT_AS,
+        l.memory_bytes,
+        l.memory_bytes,
+    ));
+    Applied {
+        value: Some(l.memory_bytes),
+        enforced_by: Mechanism::Rlimit,
+        note: Some(format!(
+            "RLIMIT_AS per process (address space, not resident memory; memfd files and pipe buffers lie outside it, while /tmp, /dev/shm and a fresh workspace are bounded by their own sizes){}",
+            no_cgroup("; no cgroup: ", "")
+        )),
+    }
+}
+
+/// `pids`: the cgroup where it limits pids, else the shim's
+/// `RLIMIT_NPROC` (the second value), which the kernel does not apply to
+/// host root: then the execution is refused.
+fn pids(
+    l: &crate::exec::job::Limits,
+    cg: Option<&Cgroup>,
+    identity: &Identity,
+    no_cgroup: &dyn Fn(&str, &str) -> String,
+) -> Result<(Applied, Option<u64>), ErrorInfo> {
+    if let Some(cg) = cg.filter(|c| c.limits_pids()) {
+        return Ok((
+            Applied::by(Some(l.pids), Mechanism::cgroup(cg.version())),
+            None,
+        ));
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (identity, no_cgroup); // only the Linux fallback asks
+        Ok((
             Applied {
                 value: Some(l.pids),
-                enforced_by: "rlimit",
-                note: Some(format!(
-                    "RLIMIT_NPROC counts {counted}, and a refused fork is not reported as limit_exceeded{}",
-                    cg_note
-                        .as_ref()
-                        .map(|n| format!("; no cgroup: {n}"))
-                        .unwrap_or_default()
-                )),
-            }
-        }
-        #[cfg(target_os = "linux")]
-        None => {
+                enforced_by: Mechanism::None,
+                note: Some(
+                    "no cgroups on this OS; RLIMIT_NPROC would count every process of the user"
+                        .into(),
+                ),
+            },
+            None,
+        ))
+    }
+    #[cfg(target_os = "linux")]
+    {
+        // The kernel exempts host root from RLIMIT_NPROC; any other uid
+        // is bound by it.
+        if identity.root_mapped {
             return Err(ErrorInfo::new(
                 crate::error::ErrorKind::SandboxUnavailable,
                 format!(
                     "the pids limit cannot be enforced here: there is no pids cgroup{}, and RLIMIT_NPROC does not bind the sandbox's uid, which maps to host root; give the runner a writable cgroup (cgroup v2 with Delegate=yes, or the pids controller) or run it as root with user namespaces that map the sandbox user",
-                    cg_note
-                        .as_ref()
-                        .map(|n| format!(" ({n})"))
-                        .unwrap_or_default()
+                    no_cgroup(" (", ")")
                 ),
-            ))
+            ));
         }
-        #[cfg(not(target_os = "linux"))]
-        None => Applied {
-            value: Some(l.pids),
-            enforced_by: "none",
-            note: Some(
-                "no cgroups on this OS; RLIMIT_NPROC would count every process of the user".into(),
-            ),
-        },
-    };
-    let disk_bytes = match disk {
+        let counted = if nproc_per_namespace() {
+            "this execution's processes and threads (the shim sets it inside the execution's own user namespace)".to_owned()
+        } else {
+            format!(
+                "every process of host uid {} (concurrent executions together: this kernel is older than 5.14)",
+                identity.uid
+            )
+        };
+        Ok((
+            Applied {
+                value: Some(l.pids),
+                enforced_by: Mechanism::Rlimit,
+                note: Some(format!(
+                    "RLIMIT_NPROC counts {counted}, and a refused fork is not reported as limit_exceeded{}",
+                    no_cgroup("; no cgroup: ", "")
+                )),
+            },
+            Some(l.pids),
+        ))
+    }
+}
+
+/// `disk_bytes`: a sized tmpfs for a fresh workspace, the watcher for a
+/// host one.
+fn disk_bytes(l: &crate::exec::job::Limits, disk: Disk) -> Applied {
+    match disk {
         Disk::Tmpfs => Applied {
             value: Some(l.disk_bytes),
-            enforced_by: "tmpfs",
+            enforced_by: Mechanism::Tmpfs,
             note: Some(
                 "the fresh workspace is a tmpfs of this size (memory, charged to the memory limit where a cgroup enforces it); nothing reaches the host disk".into(),
             ),
         },
         Disk::Watcher => Applied {
             value: Some(l.disk_bytes),
-            enforced_by: "watcher",
+            enforced_by: Mechanism::Watcher,
             note: Some(format!(
                 "the runner measures the host workspace and extensions dir every {} ms or more, and once the command has ended, and ends the run past the limit (a best-effort bound: between two measurements a command may write more; a fresh workspace is a tmpfs of this size)",
                 crate::supervise::diskwatch::MIN_INTERVAL.as_millis()
             )),
         },
-    };
-    let cpu = match l.cpu_ms {
+    }
+}
+
+/// `cpu_ms`: `RLIMIT_CPU` (pushed onto `r`), in whole seconds.
+fn cpu(l: &crate::exec::job::Limits, r: &mut RunnerRlimits) -> Applied {
+    match l.cpu_ms {
         Some(ms) => {
             let secs = ms.div_ceil(1000);
-            r.push((Resource::RLIMIT_CPU, secs, secs + 1));
+            r.push((nix::sys::resource::Resource::RLIMIT_CPU, secs, secs + 1));
             Applied {
                 value: Some(ms),
-                enforced_by: "rlimit",
+                enforced_by: Mechanism::Rlimit,
                 note: Some(format!("RLIMIT_CPU per process, rounded up to {secs} s")),
             }
         }
-        None => Applied::by(None, "none"),
-    };
-    Ok((
-        Rlimits { runner: r, nproc },
-        AppliedLimits {
-            timeout_ms: Applied::by(Some(l.timeout_ms), "supervisor"),
-            output_bytes: Applied::by(Some(l.output_bytes), "supervisor"),
-            memory_bytes: memory,
-            pids,
-            cpu_ms: cpu,
-            file_size_bytes: Applied::by(Some(l.file_size_bytes), "rlimit"),
-            tmp_bytes: Applied::by(Some(l.tmp_bytes), "tmpfs"),
-            open_files: Applied::by(Some(l.open_files), "rlimit"),
-            disk_bytes,
-        },
-    ))
+        None => Applied::by(None, Mechanism::None),
+    }
 }

@@ -1,12 +1,13 @@
-//! One execution end to end: a job is parsed and validated ([`job`]), its
-//! limits are given their mechanisms ([`limits`]), the [`runner`] checks
-//! its [`folders`], stages its packages, makes its launch [`plan`] (which
+//! One execution end to end: a job is parsed and validated ([`job`]) and,
+//! from an untrusting front end, admitted ([`confine`]); its limits are
+//! given their mechanisms ([`limits`]), the [`runner`] checks its
+//! [`folders`], stages its packages, makes its launch [`plan`] (which
 //! [`explain`] shows, from the same function) and starts it through the
 //! platform's [`launch`]er, supervises it (with what [`watch`]es beside
-//! it), and how it ended is classified
-//! ([`outcome`]) into a [`result`]; a refusal is an [`error::ExecError`],
-//! made the result's `error` once, at the edge; [`diagnose`] turns a
-//! launcher's failure into a fix, [`doctor`] checks a host.
+//! it), and how it ended is classified ([`outcome`]) into a [`result`]; a
+//! refusal is an [`error::ExecError`], made the result's `error` once, at
+//! the edge; [`diagnose`] turns a launcher's failure into a fix,
+//! [`doctor`] checks a host.
 //!
 //! Invariants of the room:
 //! - fail closed: anything that cannot be set up as asked rejects the
@@ -15,9 +16,12 @@
 //! - a result names the exact package bytes the command saw (the manifest
 //!   of the snapshot root it was launched with);
 //! - the runner never reaches up into the skill host: a job naming a
-//!   session gets its frozen bindings through [`runner::SessionBindings`],
-//!   which the front ends (the CLI, the daemon) hand to the runner.
+//!   session is resolved into its frozen bindings by the front end (the
+//!   CLI, the daemon) before it is admitted ([`job::Job::resolve_session`]);
+//! - a front end that does not trust its caller with host paths admits
+//!   the job through [`confine::Confinement::admit`], one check for both.
 
+pub mod confine;
 pub mod diagnose;
 pub mod doctor;
 pub mod error;

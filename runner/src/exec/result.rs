@@ -18,6 +18,32 @@ pub enum Status {
     Failed,
 }
 
+impl Status {
+    /// Every status, for tests and documentation.
+    pub const ALL: [Status; 7] = [
+        Status::Exited,
+        Status::Signaled,
+        Status::TimedOut,
+        Status::LimitExceeded,
+        Status::Cancelled,
+        Status::Rejected,
+        Status::Failed,
+    ];
+
+    /// The status as the result spells it (for logs: never `Debug` text).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Exited => "exited",
+            Status::Signaled => "signaled",
+            Status::TimedOut => "timed_out",
+            Status::LimitExceeded => "limit_exceeded",
+            Status::Cancelled => "cancelled",
+            Status::Rejected => "rejected",
+            Status::Failed => "failed",
+        }
+    }
+}
+
 /// `{kind, message}`: why an execution was rejected, failed or was cut.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ErrorInfo {
@@ -41,19 +67,62 @@ pub struct SkillsInfo {
     pub manifest: Manifest,
 }
 
+/// What enforces a limit, spelt in the result as `enforced_by`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Mechanism {
+    #[serde(rename = "cgroup v2")]
+    CgroupV2,
+    #[serde(rename = "cgroup v1")]
+    CgroupV1,
+    /// An rlimit set on bubblewrap, or `RLIMIT_NPROC` set by the shim.
+    #[serde(rename = "rlimit")]
+    Rlimit,
+    /// A tmpfs of that size.
+    #[serde(rename = "tmpfs")]
+    Tmpfs,
+    /// The runner's supervisor (a timeout, an output cap).
+    #[serde(rename = "supervisor")]
+    Supervisor,
+    /// The disk watcher, measuring a host workspace.
+    #[serde(rename = "watcher")]
+    Watcher,
+    /// Not enforced on this host (the limit's `note` says why).
+    #[serde(rename = "none")]
+    None,
+}
+
+impl Mechanism {
+    /// Every mechanism, for tests and documentation.
+    pub const ALL: [Mechanism; 7] = [
+        Mechanism::CgroupV2,
+        Mechanism::CgroupV1,
+        Mechanism::Rlimit,
+        Mechanism::Tmpfs,
+        Mechanism::Supervisor,
+        Mechanism::Watcher,
+        Mechanism::None,
+    ];
+
+    /// The cgroup of that version.
+    pub fn cgroup(version: crate::supervise::cgroup::Version) -> Mechanism {
+        match version {
+            crate::supervise::cgroup::Version::V1 => Mechanism::CgroupV1,
+            crate::supervise::cgroup::Version::V2 => Mechanism::CgroupV2,
+        }
+    }
+}
+
 /// One limit as applied: its value and what enforced it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Applied {
     pub value: Option<u64>,
-    /// `cgroup v2`, `cgroup v1`, `rlimit`, `tmpfs`, `supervisor`, or
-    /// `none` (not enforced on this host; see `note`).
-    pub enforced_by: &'static str,
+    pub enforced_by: Mechanism,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
 
 impl Applied {
-    pub fn by(value: Option<u64>, enforced_by: &'static str) -> Self {
+    pub fn by(value: Option<u64>, enforced_by: Mechanism) -> Self {
         Applied {
             value,
             enforced_by,
@@ -176,6 +245,42 @@ mod tests {
         r.exit_code = code;
         r.signal = signal;
         r
+    }
+
+    #[test]
+    fn statuses_and_mechanisms_are_spelt_as_the_result_spells_them() {
+        for s in Status::ALL {
+            assert_eq!(
+                serde_json::to_value(s).unwrap(),
+                serde_json::json!(s.as_str())
+            );
+        }
+        let spelt: Vec<_> = Mechanism::ALL
+            .iter()
+            .map(|m| serde_json::to_value(m).unwrap())
+            .collect();
+        assert_eq!(
+            spelt,
+            serde_json::json!([
+                "cgroup v2",
+                "cgroup v1",
+                "rlimit",
+                "tmpfs",
+                "supervisor",
+                "watcher",
+                "none"
+            ])
+            .as_array()
+            .unwrap()
+            .clone()
+        );
+        use crate::supervise::cgroup::Version;
+        for v in [Version::V1, Version::V2] {
+            assert_eq!(
+                serde_json::to_value(Mechanism::cgroup(v)).unwrap(),
+                serde_json::json!(v.name())
+            );
+        }
     }
 
     #[test]

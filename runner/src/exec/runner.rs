@@ -80,19 +80,6 @@ pub struct RunnerConfig {
     /// The runner's own network settings: whether jobs may reach private
     /// addresses, and a cap on their allowlists (see [`crate::sandbox::net`]).
     pub network: crate::sandbox::net::RunnerNetwork,
-    /// Where a job naming a session gets that session's frozen bindings:
-    /// the skill host, wired in by the front end (`None`: such jobs are
-    /// refused).
-    pub sessions: Option<Arc<dyn SessionBindings>>,
-}
-
-/// The frozen bindings of a session, as the skill host keeps them
-/// ([`crate::skillhost::session::Sessions`] implements this). The front
-/// ends hand it to the runner, so this room never reaches up into the
-/// skill host.
-pub trait SessionBindings: std::fmt::Debug + Send + Sync {
-    /// The session's frozen bindings, or one sentence saying why not.
-    fn bindings(&self, session: &str) -> Result<Vec<crate::package::hash::Binding>, String>;
 }
 
 pub use crate::datadir::default_path as default_data_dir;
@@ -183,6 +170,11 @@ impl Runner {
             "runner ready"
         );
         Ok(runner)
+    }
+
+    /// The opened (checked) data dir.
+    pub fn data_dir(&self) -> &DataDir {
+        &self.data
     }
 
     /// Removes execution folders and cgroups whose runner died, roots
@@ -361,32 +353,13 @@ impl Runner {
     }
 
     /// Resolves each skill of the job to the source of its bytes. A job
-    /// naming a session gets the session's frozen bindings, from the store.
+    /// naming a session carries the session's frozen bindings, resolved by
+    /// the front end ([`Job::resolve_session`]).
     fn select(&self, job: &Job) -> Result<Vec<Selected>, ExecError> {
-        if let Some(id) = &job.session {
-            let sessions = self
-                .config
-                .sessions
-                .as_ref()
-                .ok_or_else(|| ExecError::NoSkillHost {
-                    session: id.clone(),
-                })?;
-            let bindings = sessions
-                .bindings(id)
-                .map_err(|reason| ExecError::SessionBindings {
-                    session: id.clone(),
-                    reason,
-                })?;
-            return bindings
-                .into_iter()
-                .map(|binding| {
-                    let pkg = self.store.resolve(&binding)?;
-                    Ok(Selected {
-                        binding,
-                        source: SkillSource::Store(pkg),
-                    })
-                })
-                .collect();
+        if let Some(id) = job.unresolved_session() {
+            return Err(ExecError::UnresolvedSession {
+                session: id.to_owned(),
+            });
         }
         job.skills
             .iter()
@@ -489,7 +462,12 @@ impl Runner {
             network,
         };
         let result = outcome::result(job, &p, &outcome, finished);
-        tracing::info!(status = ?result.status, code = ?result.exit_code, ms = result.duration_ms, "finished");
+        tracing::info!(
+            status = result.status.as_str(),
+            code = result.exit_code,
+            ms = result.duration_ms,
+            "finished"
+        );
         drop(p);
         Ok(result)
     }

@@ -57,8 +57,7 @@ use serde::{Deserialize, Serialize};
 use crate::datadir::DataDir;
 use crate::fsx;
 use crate::package::format::PackageLimits;
-use crate::package::hash::set_identity;
-use crate::package::stage::{self, Manifest, Selected, Snapshot, StageError};
+use crate::package::stage::{self, Selected, Selection, Snapshot, StageError};
 use crate::package::store::PrivateDir;
 
 /// How many published roots are kept; older idle ones are evicted.
@@ -121,21 +120,19 @@ impl Roots {
         selected: &[Selected],
         limits: &PackageLimits,
     ) -> Result<Lease, StageError> {
-        let bindings = stage::check_selection(selected)?;
-        let identity = set_identity(&bindings);
-        let manifest = Manifest::for_bindings(&bindings);
-        let path = self.dir.join(&identity);
+        let selection = Selection::check(selected)?;
+        let path = self.dir.join(selection.identity());
         // Two rounds cover a lookup racing with an eviction; a third
         // failure means something keeps removing roots under us.
         for _ in 0..3 {
-            if let Some(lease) = self.lookup(&path, &identity, &manifest)? {
+            if let Some(lease) = self.lookup(&path, &selection)? {
                 return Ok(lease);
             }
-            match self.publish(selected, &path, limits)? {
+            match self.publish(&selection, &path, limits)? {
                 Published::Ours => {
                     // Bounded: evict only when a new root was added.
                     self.evict(KEEP_ROOTS);
-                    if let Some(mut lease) = self.lookup(&path, &identity, &manifest)? {
+                    if let Some(mut lease) = self.lookup(&path, &selection)? {
                         lease.staged = true;
                         return Ok(lease);
                     }
@@ -150,12 +147,8 @@ impl Roots {
     }
 
     /// Locks and returns the root at `path` if it is published.
-    fn lookup(
-        &self,
-        path: &Path,
-        identity: &str,
-        manifest: &Manifest,
-    ) -> Result<Option<Lease>, StageError> {
+    fn lookup(&self, path: &Path, selection: &Selection<'_>) -> Result<Option<Lease>, StageError> {
+        let identity = selection.identity();
         let root_err = |source| StageError::Root {
             path: path.to_owned(),
             source,
@@ -189,7 +182,7 @@ impl Roots {
             _lock: Some(dir),
             snapshot: Snapshot {
                 root: path.join(SKILLS),
-                manifest: manifest.clone(),
+                manifest: selection.manifest().clone(),
                 identity: identity.to_owned(),
                 warnings: meta.warnings,
                 bytes: meta.bytes,
@@ -198,10 +191,10 @@ impl Roots {
         }))
     }
 
-    /// Stages `selected` privately, then renames it to `path`.
+    /// Stages `selection` privately, then renames it to `path`.
     fn publish(
         &self,
-        selected: &[Selected],
+        selection: &Selection<'_>,
         path: &Path,
         limits: &PackageLimits,
     ) -> Result<Published, StageError> {
@@ -210,7 +203,7 @@ impl Roots {
             path: staging.clone(),
             source,
         })?;
-        let snapshot = stage::stage(selected, &private.path.join(SKILLS), limits)?;
+        let snapshot = stage::stage(selection, &private.path.join(SKILLS), limits)?;
         let root_err = |source| StageError::Root {
             path: private.path.clone(),
             source,
@@ -316,7 +309,7 @@ pub fn stage_private(
 ) -> Result<Lease, StageError> {
     Ok(Lease {
         _lock: None,
-        snapshot: stage::stage(selected, root, limits)?,
+        snapshot: stage::stage(&Selection::check(selected)?, root, limits)?,
         staged: true,
     })
 }

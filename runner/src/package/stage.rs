@@ -119,14 +119,70 @@ pub struct Snapshot {
     pub bytes: u64,
 }
 
-/// Stages `selected` into a new snapshot root at `root` (which must not
-/// exist). On error nothing is left at `root`.
+/// A selection whose pins were checked (valid bindings, no id twice),
+/// with its set identity and manifest, computed once: publishing looks a
+/// root up by them and staging writes them, so the two cannot disagree.
+#[derive(Debug, Clone)]
+pub struct Selection<'a> {
+    selected: &'a [Selected],
+    bindings: Vec<Binding>,
+    identity: String,
+    manifest: Manifest,
+}
+
+impl<'a> Selection<'a> {
+    /// Checks the pins of `selected`.
+    pub fn check(selected: &'a [Selected]) -> Result<Selection<'a>, StageError> {
+        let mut bindings: Vec<Binding> = Vec::with_capacity(selected.len());
+        for s in selected {
+            format::check_binding(&s.binding).map_err(|source| StageError::Binding {
+                id: s.binding.id.clone(),
+                source,
+            })?;
+            if bindings.iter().any(|b| b.id == s.binding.id) {
+                return Err(StageError::DuplicateId {
+                    id: s.binding.id.clone(),
+                });
+            }
+            bindings.push(s.binding.clone());
+        }
+        Ok(Selection {
+            selected,
+            identity: set_identity(&bindings),
+            manifest: Manifest::for_bindings(&bindings),
+            bindings,
+        })
+    }
+
+    /// The skills and where their bytes come from, in the job's order.
+    pub fn selected(&self) -> &'a [Selected] {
+        self.selected
+    }
+
+    /// The pins, in the job's order.
+    pub fn bindings(&self) -> &[Binding] {
+        &self.bindings
+    }
+
+    /// The set identity ([`set_identity`]).
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// The manifest the snapshot root carries.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+}
+
+/// Stages a checked selection into a new snapshot root at `root` (which
+/// must not exist). On error nothing is left at `root`.
 pub fn stage(
-    selected: &[Selected],
+    selection: &Selection<'_>,
     root: &Path,
     limits: &PackageLimits,
 ) -> Result<Snapshot, StageError> {
-    let result = stage_inner(selected, root, limits);
+    let result = stage_inner(selection, root, limits);
     if result.is_err() {
         let _ = fsx::remove_tree(root);
     }
@@ -134,11 +190,10 @@ pub fn stage(
 }
 
 fn stage_inner(
-    selected: &[Selected],
+    selection: &Selection<'_>,
     root: &Path,
     limits: &PackageLimits,
 ) -> Result<Snapshot, StageError> {
-    let bindings = check_selection(selected)?;
     let root_err = |source| StageError::Root {
         path: root.to_owned(),
         source,
@@ -148,7 +203,7 @@ fn stage_inner(
 
     let mut warnings = Vec::new();
     let mut bytes = 0;
-    for s in selected {
+    for s in selection.selected() {
         let id = &s.binding.id;
         let dst = root.join(id);
         let staged = match &s.source {
@@ -183,35 +238,16 @@ fn stage_inner(
         );
     }
 
-    let manifest = Manifest::for_bindings(&bindings);
     let manifest_path = root.join(MANIFEST_NAME);
-    fs::write(&manifest_path, manifest.to_text()).map_err(root_err)?;
+    fs::write(&manifest_path, selection.manifest().to_text()).map_err(root_err)?;
     fsx::seal_tree(root).map_err(root_err)?;
     Ok(Snapshot {
         root: root.to_owned(),
-        manifest,
-        identity: set_identity(&bindings),
+        manifest: selection.manifest().clone(),
+        identity: selection.identity().to_owned(),
         warnings,
         bytes,
     })
-}
-
-/// The pins of a selection, checked: valid bindings, no id twice.
-pub fn check_selection(selected: &[Selected]) -> Result<Vec<Binding>, StageError> {
-    let mut bindings: Vec<Binding> = Vec::with_capacity(selected.len());
-    for s in selected {
-        format::check_binding(&s.binding).map_err(|source| StageError::Binding {
-            id: s.binding.id.clone(),
-            source,
-        })?;
-        if bindings.iter().any(|b| b.id == s.binding.id) {
-            return Err(StageError::DuplicateId {
-                id: s.binding.id.clone(),
-            });
-        }
-        bindings.push(s.binding.clone());
-    }
-    Ok(bindings)
 }
 
 /// Progress events from the copying thread to the hashing thread.

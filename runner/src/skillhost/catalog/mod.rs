@@ -27,6 +27,7 @@
 
 pub mod index;
 pub mod rank;
+pub mod render;
 mod scan;
 
 use std::fmt;

@@ -220,9 +220,17 @@ impl Sessions {
     }
 }
 
-impl crate::exec::runner::SessionBindings for Sessions {
-    fn bindings(&self, session: &str) -> Result<Vec<Binding>, String> {
-        Sessions::bindings(self, session).map_err(|e| e.to_string())
+impl Sessions {
+    /// Resolves the session a job names into its frozen bindings, which
+    /// the job then runs (a job naming none is left as it is). Both front
+    /// ends call this before the job is queued, so an unknown session is
+    /// [`SessionError::NotFound`] there, never a refusal after queueing.
+    pub fn resolve(&self, job: &mut crate::exec::job::Job) -> Result<(), SessionError> {
+        if let Some(id) = job.unresolved_session() {
+            let bindings = self.bindings(id)?;
+            job.resolve_session(bindings);
+        }
+        Ok(())
     }
 }
 

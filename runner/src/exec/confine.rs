@@ -1,11 +1,18 @@
-//! Host paths a daemon job may name: only folders under the configured
-//! roots (docs/daemon.md, "Security").
+//! Job admission: what a job from a front end that does not trust its
+//! caller with host paths may name (docs/daemon.md, "Security";
+//! docs/formats.md, `run --confine`).
 //!
-//! A socket caller is trusted to choose skills and limits, not host paths:
+//! Both front ends admit such a job here, with the same sentences: the
+//! daemon (its `--root` folders) and `skill-runner run --confine DIR`.
+//! [`Confinement::admit`] takes the job as written, refuses a profile
+//! file before anything reads it (a profile can bind any host path into
+//! the sandbox), validates the job, and confines its host paths: a caller
+//! is trusted to choose skills and limits, not host paths, so
 //! `workspace`, `extensions_dir` and each skill `path` must resolve, after
 //! following symlinks, to a place under one of the roots. The job is then
 //! rewritten to carry the resolved paths, so the runner mounts what was
-//! checked.
+//! checked. Which front end admits ([`Gate`]) only picks the words that
+//! name its roots and the option that sets them; the checks are one.
 //!
 //! Invariants:
 //! - a path is absolute and has no `..` segment; the longest existing
@@ -30,22 +37,90 @@ use std::ffi::OsString;
 use std::io;
 use std::path::{Component, Path, PathBuf};
 
-use crate::exec::job::Job;
+use crate::error::ErrorKind;
+use crate::exec::job::{Job, JobError, RawJob};
 
-/// The canonical root folders.
+/// The front end that admits a job: it names the roots and the option
+/// that sets them in the refusals, nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// `skill-runner serve --root DIR`.
+    Daemon,
+    /// `skill-runner run --confine DIR`.
+    Cli,
+}
+
+impl Gate {
+    /// The roots, as a refusal names them.
+    fn roots(self) -> &'static str {
+        match self {
+            Gate::Daemon => "the daemon's roots",
+            Gate::Cli => "the --confine folder",
+        }
+    }
+
+    /// The option that sets the roots.
+    fn option(self) -> &'static str {
+        match self {
+            Gate::Daemon => "skill-runner serve --root",
+            Gate::Cli => "skill-runner run --confine",
+        }
+    }
+}
+
+impl std::fmt::Display for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.roots())
+    }
+}
+
+/// The canonical root folders, and who confines to them.
 #[derive(Debug, Clone)]
 pub struct Confinement {
     roots: Vec<PathBuf>,
+    gate: Gate,
+}
+
+/// Why a job was not admitted. Each message says what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum AdmitError {
+    #[error(transparent)]
+    Job(#[from] JobError),
+    #[error("profile {profile:?} is a file, and a job admitted under {gate} may name only built-in profiles (a profile file can bind any host path into the sandbox); name one, e.g. \"default\" ({})", gate.option())]
+    ProfileFile { profile: String, gate: Gate },
+    #[error(transparent)]
+    Path(#[from] ConfineError),
+    #[error("the root {path} cannot be resolved: {source}; name an existing folder ({})", gate.option())]
+    Root {
+        path: PathBuf,
+        gate: Gate,
+        source: io::Error,
+    },
+}
+
+impl AdmitError {
+    /// The error kind of the refusal: a host path outside the roots is
+    /// `path_not_allowed`, anything else a bad job. (The CLI reports every
+    /// refusal of a job as `bad_job`, as it always has.)
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            AdmitError::Job(_) | AdmitError::ProfileFile { .. } | AdmitError::Root { .. } => {
+                ErrorKind::BadJob
+            }
+            AdmitError::Path(_) => ErrorKind::PathNotAllowed,
+        }
+    }
 }
 
 /// Why a job's path was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfineError {
-    #[error("{field} {path} is outside the daemon's roots ({roots}); name a folder under one of them (skill-runner serve --root)")]
+    #[error("{field} {path} is outside {gate} ({roots}); name a folder under one of them ({})", gate.option())]
     Outside {
         field: &'static str,
         path: PathBuf,
         roots: String,
+        gate: Gate,
     },
     #[error("{field} {path} must be an absolute path without '..' segments")]
     NotNormal { field: &'static str, path: PathBuf },
@@ -64,9 +139,35 @@ pub enum ConfineError {
 }
 
 impl Confinement {
-    /// `roots` must be canonical folders.
-    pub fn new(roots: Vec<PathBuf>) -> Confinement {
-        Confinement { roots }
+    /// `roots` must be canonical folders; `gate` is the front end that
+    /// confines to them.
+    pub fn new(roots: Vec<PathBuf>, gate: Gate) -> Confinement {
+        Confinement { roots, gate }
+    }
+
+    /// A confinement to one folder, which must exist (`run --confine`).
+    pub fn under(dir: &Path, gate: Gate) -> Result<Confinement, AdmitError> {
+        let root = dir.canonicalize().map_err(|source| AdmitError::Root {
+            path: dir.to_owned(),
+            gate,
+            source,
+        })?;
+        Ok(Confinement::new(vec![root], gate))
+    }
+
+    /// Admits a job as written: a profile file is refused before anything
+    /// reads it, then the job is validated (relative paths resolve against
+    /// `base`) and its host paths confined.
+    pub fn admit(&self, raw: RawJob, base: Option<&Path>) -> Result<Job, AdmitError> {
+        if let Some(profile) = raw.profile.as_deref().filter(|p| p.contains('/')) {
+            return Err(AdmitError::ProfileFile {
+                profile: profile.to_owned(),
+                gate: self.gate,
+            });
+        }
+        let mut job = Job::validate(raw, base)?;
+        self.confine(&mut job)?;
+        Ok(job)
     }
 
     pub fn list(&self) -> &[PathBuf] {
@@ -126,12 +227,13 @@ impl Confinement {
                     .map(|r| r.display().to_string())
                     .collect::<Vec<_>>()
                     .join(", "),
+                gate: self.gate,
             })
         }
     }
 
     /// Checks every host path of a job and rewrites it to its resolved form.
-    pub fn confine(&self, job: &mut Job) -> Result<(), ConfineError> {
+    fn confine(&self, job: &mut Job) -> Result<(), ConfineError> {
         if let Some(ws) = &job.workspace {
             job.workspace = Some(self.resolve("workspace", ws)?);
         }
@@ -164,11 +266,15 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
 
+    fn raw(json: &str) -> RawJob {
+        serde_json::from_str(json).unwrap()
+    }
+
     fn setup() -> (tempfile::TempDir, Confinement) {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
         std::fs::create_dir_all(root.join("ws")).unwrap();
-        let roots = Confinement::new(vec![root.canonicalize().unwrap()]);
+        let roots = Confinement::new(vec![root.canonicalize().unwrap()], Gate::Daemon);
         (dir, roots)
     }
 
@@ -233,12 +339,19 @@ mod tests {
         let ws = dir.path().join("root/ws");
         std::fs::create_dir_all(ws.join(".sciencediscovery")).unwrap();
         symlink("/etc", ws.join(".sciencediscovery/skill-extensions")).unwrap();
-        let mut job = Job::from_json(
-            format!(r#"{{"argv":["true"],"workspace":{:?}}}"#, ws.display()).as_bytes(),
-            None,
-        )
-        .unwrap();
-        let e = roots.confine(&mut job).unwrap_err();
+        let e = roots
+            .admit(
+                raw(&format!(
+                    r#"{{"argv":["true"],"workspace":{:?}}}"#,
+                    ws.display()
+                )),
+                None,
+            )
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::PathNotAllowed);
+        let AdmitError::Path(e) = e else {
+            panic!("{e}")
+        };
         assert!(
             matches!(
                 e,
@@ -249,5 +362,65 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_profile_file_is_refused_before_it_is_read() {
+        let (dir, _) = setup();
+        let root = dir.path().join("root").canonicalize().unwrap();
+        // A FIFO nobody writes: reading it would block the admission.
+        let fifo = root.join("profile.toml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        for (gate, says) in [
+            (Gate::Daemon, "skill-runner serve --root"),
+            (Gate::Cli, "skill-runner run --confine"),
+        ] {
+            let roots = Confinement::new(vec![root.clone()], gate);
+            let job = format!(r#"{{"argv":["true"],"profile":{:?}}}"#, fifo.display());
+            let e = roots.admit(raw(&job), None).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::BadJob);
+            let msg = e.to_string();
+            assert!(
+                msg.contains("only built-in profiles") && msg.contains(says),
+                "{msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn both_gates_refuse_with_the_same_sentence_but_their_own_roots() {
+        let (dir, _) = setup();
+        let root = dir.path().join("root").canonicalize().unwrap();
+        let refusal = |gate| {
+            Confinement::new(vec![root.clone()], gate)
+                .admit(raw(r#"{"argv":["true"],"workspace":"/etc"}"#), None)
+                .unwrap_err()
+                .to_string()
+        };
+        let (daemon, cli) = (refusal(Gate::Daemon), refusal(Gate::Cli));
+        assert_eq!(
+            daemon
+                .replace("the daemon's roots", "ROOTS")
+                .replace("skill-runner serve --root", "OPTION"),
+            cli.replace("the --confine folder", "ROOTS")
+                .replace("skill-runner run --confine", "OPTION"),
+        );
+        assert!(
+            daemon.starts_with("workspace /etc is outside the daemon's roots"),
+            "{daemon}"
+        );
+        // A job that passes is validated and carries the resolved paths.
+        let ws = root.join("ws");
+        let job = Confinement::new(vec![root.clone()], Gate::Cli)
+            .admit(
+                raw(&format!(
+                    r#"{{"argv":["true"],"workspace":{:?}}}"#,
+                    dir.path().join("root/ws").display()
+                )),
+                None,
+            )
+            .unwrap();
+        assert_eq!(job.workspace.as_deref(), Some(ws.as_path()));
+        assert!(job.confined);
     }
 }
