@@ -915,7 +915,8 @@ impl Runner {
             opts.sink,
             cancel.as_deref(),
         );
-        let disk_hit = watch.is_some_and(crate::supervise::diskwatch::DiskWatch::stop);
+        let disk = watch.map(crate::supervise::diskwatch::DiskWatch::stop);
+        let disk_hit = disk == Some(crate::supervise::diskwatch::Verdict::Over);
         let outcome = match outcome {
             Ok(o) => o,
             Err(e) => {
@@ -971,6 +972,14 @@ impl Runner {
             identity: Some(p.identity.clone()),
         };
         classify(&mut result, &outcome, &l, hits);
+        if let Some(crate::supervise::diskwatch::Verdict::Failed(why)) = disk {
+            // The watcher's own failure stopped the run: the runner's
+            // fault, never the command's limit.
+            result.status = Status::Failed;
+            result.exit_code = Some(crate::exec::result::EXIT_RUNNER);
+            result.signal = None;
+            result.error = Some(ErrorInfo::new(ErrorKind::RunnerFailed, format!("{why}, so disk_bytes could no longer be enforced and the sandbox was killed; the runner failed, not the command: retry")));
+        }
         tracing::info!(status = ?result.status, code = ?result.exit_code, ms = result.duration_ms, "finished");
         drop(p.dir);
         result

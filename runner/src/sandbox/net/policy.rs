@@ -1096,7 +1096,11 @@ mod tests {
             assert_eq!(class.row.kind, kind, "{addr}: {}", class.describe());
             assert_eq!(class.is_public(), kind == "public", "{addr}");
             // Only rows the registry calls globally reachable are public.
-            assert_eq!(class.is_public(), class.row.reach == Reach::Global, "{addr}");
+            assert_eq!(
+                class.is_public(),
+                class.row.reach == Reach::Global,
+                "{addr}"
+            );
         }
         // The table above covers the first and last address of every row:
         // a row added without its edges tested fails here.
@@ -1112,8 +1116,16 @@ mod tests {
                     IpAddr::V6(Ipv6Addr::from(a | !mask_v6(u128::MAX, p))),
                 ),
             };
-            assert!(listed.contains(&first), "{}: first address {first} untested", r.block);
-            assert!(listed.contains(&last), "{}: last address {last} untested", r.block);
+            assert!(
+                listed.contains(&first),
+                "{}: first address {first} untested",
+                r.block
+            );
+            assert!(
+                listed.contains(&last),
+                "{}: last address {last} untested",
+                r.block
+            );
             assert!(r.block.contains(first) && r.block.contains(last));
             if r.embed == Embed::None {
                 assert_eq!(r.kind == "public", r.reach == Reach::Global, "{}", r.block);
@@ -1140,9 +1152,18 @@ mod tests {
     fn refusals_name_the_class_not_the_resolved_address() {
         let p = policy(&["metadata.internal"], false);
         for (addr, says) in [
-            ("192.0.0.192", "a protocol-assignment address (192.0.0.0/24 IETF Protocol Assignments, RFC 6890)"),
-            ("::ffff:127.0.0.1", "a loopback address (127.0.0.0/8 Loopback, RFC 1122)"),
-            ("2002:a9fe:a9fe::", "a link-local address (169.254.0.0/16 Link Local, RFC 3927) inside 6to4 2002::/16"),
+            (
+                "192.0.0.192",
+                "a protocol-assignment address (192.0.0.0/24 IETF Protocol Assignments, RFC 6890)",
+            ),
+            (
+                "::ffff:127.0.0.1",
+                "a loopback address (127.0.0.0/8 Loopback, RFC 1122)",
+            ),
+            (
+                "2002:a9fe:a9fe::",
+                "a link-local address (169.254.0.0/16 Link Local, RFC 3927) inside 6to4 2002::/16",
+            ),
         ] {
             let msg = p
                 .permits_resolved(ip(addr))
@@ -1156,7 +1177,10 @@ mod tests {
             for shown in [addr.to_owned(), ip(addr).to_canonical().to_string()] {
                 assert!(!msg.contains(&shown), "{msg} names {shown}");
             }
-            assert!(!msg.contains("192.0.0.192") && !msg.contains("169.254.169.254"), "{msg} ({v4:?})");
+            assert!(
+                !msg.contains("192.0.0.192") && !msg.contains("169.254.169.254"),
+                "{msg} ({v4:?})"
+            );
         }
     }
 
