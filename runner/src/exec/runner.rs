@@ -933,6 +933,9 @@ impl Runner {
             disk: disk_hit,
         };
         let peak = cgroup.as_ref().and_then(Cgroup::peak_memory);
+        // The whole tree's CPU time: bwrap's own rusage misses its pid 1
+        // and everything below it.
+        let cpu_ms = cgroup.as_ref().and_then(Cgroup::cpu_ms);
         // Kills stragglers; removes the cgroup or keeps it for reuse.
         match (cgroup, &self.cgroups) {
             (Some(cg), Some((pool, _))) => pool.give(cg),
@@ -961,7 +964,7 @@ impl Runner {
             }),
             limits: Some(applied),
             usage: Some(Usage {
-                cpu_ms: outcome.cpu_ms,
+                cpu_ms: cpu_ms.unwrap_or(0).max(outcome.cpu_ms),
                 max_rss_bytes: peak
                     .unwrap_or(outcome.max_rss_bytes)
                     .max(outcome.max_rss_bytes),
