@@ -438,3 +438,32 @@ fn a_pooled_cgroup_carries_no_memory_charge_to_the_next_execution() {
         209715200
     );
 }
+
+/// With `pidfd_getfd` a command could copy a descriptor of bubblewrap's
+/// pid 1, among them the one it reports the command's exit code on, and
+/// end its run with a code of its choosing while it still ran. The call
+/// is refused; `pidfd_open` itself (asyncio uses it) still works.
+#[test]
+fn a_command_cannot_copy_descriptors_of_the_sandbox_init() {
+    if !require_sandbox() {
+        return;
+    }
+    if !std::path::Path::new("/usr/bin/python3").exists() {
+        eprintln!("SKIPPED a_command_cannot_copy_descriptors_of_the_sandbox_init: no python3");
+        return;
+    }
+    let world = World::new();
+    let script = "import ctypes, os\n\
+        libc = ctypes.CDLL(None, use_errno=True)\n\
+        pidfd = libc.syscall(434, 1, 0)\n\
+        print('pidfd_open', 'ok' if pidfd >= 0 else os.strerror(ctypes.get_errno()))\n\
+        got = [n for n in range(64) if libc.syscall(438, pidfd, n, 0) >= 0]\n\
+        print('pidfd_getfd', got, os.strerror(ctypes.get_errno()))\n";
+    let job = json!({"argv": ["python3", "-c", script]});
+    let (_, doc, _) = world.run_json_env(&job, &[]);
+    assert_eq!(doc["status"], "exited", "{doc:#}");
+    assert_eq!(
+        doc["stdout"], "pidfd_open ok\npidfd_getfd [] Operation not permitted\n",
+        "{doc:#}"
+    );
+}
