@@ -1192,6 +1192,30 @@ mod tests {
             Ok(Decision::Connect(ip("127.0.0.1")))
         );
         assert!(p.decide(&host("192.168.3.4"), 443).is_ok());
+        // Special-purpose space too, and only what the entry itself names.
+        let p = policy(
+            &["192.0.0.192", "198.18.0.0/15", "[2002:a9fe:a9fe::]"],
+            false,
+        );
+        for named in ["192.0.0.192", "198.19.255.255", "[2002:a9fe:a9fe::]"] {
+            assert!(p.decide(&host(named), 443).is_ok(), "{named}");
+        }
+        for other in ["192.0.0.193", "[2002:a9fe:a9fe::1]", "169.254.169.254"] {
+            assert_eq!(
+                p.decide(&host(other), 443),
+                Err(Refusal::HostNotAllowed),
+                "{other}"
+            );
+        }
+        // The runner that forbids non-public addresses refuses them all,
+        // named or not, and says what kind of address each is.
+        let mut p = p;
+        p.runner.private = false;
+        let refused = p.decide(&host("192.0.0.192"), 443).unwrap_err();
+        assert_eq!(
+            refused.message(&host("192.0.0.192"), 443),
+            "192.0.0.192 is a protocol-assignment address (192.0.0.0/24 IETF Protocol Assignments, RFC 6890), not globally reachable, and the runner allows no such address"
+        );
     }
 
     #[test]
