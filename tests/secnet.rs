@@ -268,7 +268,8 @@ fn a_proxy_refusal_does_not_tell_the_resolved_address() {
 /// `/proc/self/stat` and prints it; the result must be within 20% of it,
 /// over what the same tree costs when its child does not spin (measured
 /// alongside: bwrap, the shim and two shells, a few ms on a real machine,
-/// far more in an emulated guest).
+/// hundreds and varying in an emulated guest, where the child spins longer
+/// and the rest may cost twice what the control took).
 #[test]
 fn cpu_time_counts_the_whole_process_tree() {
     if !require_sandbox() {
@@ -299,7 +300,7 @@ fn cpu_time_counts_the_whole_process_tree() {
         return;
     }
     let overhead = control["usage"]["cpu_ms"].as_u64().unwrap();
-    let doc = spin(200 / tick_ms as u32);
+    let doc = spin((200.max(2 * overhead) / tick_ms) as u32);
     let child_ms = doc["stdout"]
         .as_str()
         .unwrap()
@@ -309,7 +310,7 @@ fn cpu_time_counts_the_whole_process_tree() {
         * tick_ms;
     let reported = doc["usage"]["cpu_ms"].as_u64().unwrap();
     assert!(
-        reported * 10 >= child_ms * 8 && reported * 10 <= (child_ms + overhead) * 12,
+        reported * 10 >= child_ms * 8 && reported * 10 <= (child_ms + 2 * overhead) * 12,
         "the child used {child_ms} ms of CPU, the tree without it {overhead} ms, the result says {reported}: {doc:#}"
     );
 }
