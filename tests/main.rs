@@ -20,6 +20,7 @@ mod invariants; // the snapshot-root invariants of docs/packages.md, end to end
 mod limits; // memory and pids limits hold for the whole sandbox and name their mechanism
 mod network; // network allowlists through the runner's proxy, and nothing around it
 mod sandbox_failures; // a sandbox bubblewrap cannot finish is sandbox_failed, with the fix
+mod secnet; // every writable mount is bounded, the proxy folder is read-only, the pool and CPU time are per execution
 mod skill_host; // catalog and sessions from the command line, and a run in a session
 mod telemetry; // logs: plain text when piped, values spelt as the API spells them
 mod token_file; // the daemon's token file: a small regular file only its owner can read

@@ -591,7 +591,7 @@ fn explain_shows_the_allowlist() {
         said.contains("# network: allow pypi.org, *.pythonhosted.org, 10.0.0.0/8:8080 (ports 80 and 443 where none is given); private addresses refused unless named as an IP or block\n"),
         "{said}"
     );
-    assert!(said.contains("--bind-fd 13 /run/skill-runner"), "{said}");
+    assert!(said.contains("--ro-bind-fd 13 /run/skill-runner"), "{said}");
     assert!(
         said.contains("--setenv HTTPS_PROXY http://127.0.0.1:3128"),
         "{said}"

@@ -21,7 +21,7 @@ fn support() -> Option<Support> {
 fn parents(s: &Support) -> Vec<PathBuf> {
     match s {
         Support::V2 { parent } => vec![parent.clone()],
-        Support::V1 { memory, pids } => memory.iter().chain(pids.iter()).cloned().collect(),
+        Support::V1 { memory, pids, .. } => memory.iter().chain(pids.iter()).cloned().collect(),
         Support::None { .. } => vec![],
     }
 }
@@ -81,6 +81,7 @@ fn limit_files(s: &Support, name: &str) -> (PathBuf, PathBuf) {
         Support::V1 {
             memory: Some(memory),
             pids: Some(pids),
+            ..
         } => (
             memory.join(name).join("memory.limit_in_bytes"),
             pids.join(name).join("pids.max"),

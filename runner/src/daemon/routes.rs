@@ -779,7 +779,7 @@ async fn version(State(app): State<App>) -> Response {
     let host = &app.runner.host;
     let (memory, pids) = match &host.cgroups {
         Support::V2 { .. } => ("cgroup v2", "cgroup v2"),
-        Support::V1 { memory, pids } => (
+        Support::V1 { memory, pids, .. } => (
             if memory.is_some() {
                 "cgroup v1"
             } else {

@@ -231,7 +231,7 @@ fn cgroups_check() -> Check {
         ok: !matches!(cg, Support::None { .. }),
         detail: match &cg {
             Support::V2 { parent } => format!("cgroup v2 under {}", parent.display()),
-            Support::V1 { memory, pids } => format!(
+            Support::V1 { memory, pids, .. } => format!(
                 "cgroup v1: memory {}, pids {}",
                 memory.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "unavailable".into()),
                 pids.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "unavailable".into()),

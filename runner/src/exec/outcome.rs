@@ -39,6 +39,10 @@ pub enum EndError {
     Setup(#[from] SetupFailure),
     #[error("the command could not be started ({}); argv[0] is looked up in PATH=/usr/bin:/bin inside the sandbox, and staged files are 0444, so run scripts through their interpreter", io::Error::from_raw_os_error(*errno))]
     Exec { errno: i32 },
+    /// The disk watcher failed on its own and stopped the run: the
+    /// runner's fault, never the command's limit.
+    #[error("{reason}, so disk_bytes could no longer be enforced and the sandbox was killed; the runner failed, not the command: retry")]
+    Watcher { reason: String },
     /// Limits the kernel enforced, by their names in the job.
     #[error("the command passed its {} limit", hit.join(" and "))]
     Limits { hit: Vec<&'static str> },
@@ -50,6 +54,7 @@ impl EndError {
         match self {
             EndError::DiskBytes { .. } | EndError::Limits { .. } => ErrorKind::LimitExceeded,
             EndError::Cancelled => ErrorKind::Cancelled,
+            EndError::Watcher { .. } => ErrorKind::RunnerFailed,
             EndError::TimedOut { .. } => ErrorKind::TimedOut,
             EndError::Setup(_) => ErrorKind::SandboxFailed,
             EndError::Exec { errno } => {
@@ -76,6 +81,18 @@ pub struct Ended {
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub error: Option<EndError>,
+}
+
+impl Ended {
+    /// A run the disk watcher stopped after failing on its own.
+    pub fn watcher_failed(reason: String) -> Ended {
+        Ended {
+            status: Status::Failed,
+            exit_code: Some(crate::exec::result::EXIT_RUNNER),
+            signal: None,
+            error: Some(EndError::Watcher { reason }),
+        }
+    }
 }
 
 /// How the launcher ended, classified.
@@ -180,6 +197,9 @@ pub struct Finished {
     pub applied: AppliedLimits,
     /// The cgroup's peak memory, where it has one.
     pub peak: Option<u64>,
+    /// The whole tree's CPU time from the cgroup, where it has one: the
+    /// launcher's own rusage misses bwrap's pid 1 and all below it.
+    pub cpu_ms: Option<u64>,
     pub network: Option<crate::sandbox::net::NetworkInfo>,
 }
 
@@ -189,6 +209,7 @@ pub fn result(job: &Job, p: &Prepared, outcome: &supervise::Outcome, f: Finished
         ended,
         applied,
         peak,
+        cpu_ms,
         network,
     } = f;
     let finished_at = outcome.started_at + outcome.duration;
@@ -211,7 +232,7 @@ pub fn result(job: &Job, p: &Prepared, outcome: &supervise::Outcome, f: Finished
         }),
         limits: Some(applied),
         usage: Some(Usage {
-            cpu_ms: outcome.cpu_ms,
+            cpu_ms: cpu_ms.unwrap_or(0).max(outcome.cpu_ms),
             max_rss_bytes: peak
                 .unwrap_or(outcome.max_rss_bytes)
                 .max(outcome.max_rss_bytes),

@@ -36,7 +36,7 @@ use crate::exec::folders::{self, Confined, Named};
 use crate::exec::job::Job;
 use crate::exec::launch::{self, Prepared};
 use crate::exec::limits::limits_plan;
-use crate::exec::outcome::{self, classify, Finished, Hits};
+use crate::exec::outcome::{self, classify, Ended, Finished, Hits};
 use crate::exec::result::ExecResult;
 use crate::exec::watch;
 use crate::package::format::PackageLimits;
@@ -46,7 +46,7 @@ use crate::package::store::{PrivateDir, Store};
 use crate::sandbox::host::Host;
 use crate::sandbox::profile;
 use crate::supervise::cgroup::{self, Cgroup, Support};
-use crate::supervise::diskwatch::DiskWatch;
+use crate::supervise::diskwatch::{DiskWatch, Verdict};
 use crate::supervise::{self, Cancel, OutputPolicy, Sink};
 
 pub use crate::datadir::JOB_ROOT;
@@ -438,27 +438,34 @@ impl Runner {
         };
         let timeout = Duration::from_millis(l.timeout_ms);
         let outcome = supervise::supervise(spawn, timeout, output, opts.sink, cancel.as_deref());
-        let disk_hit = disk_watch.is_some_and(DiskWatch::stop);
+        let verdict = disk_watch.map(DiskWatch::stop);
         let outcome = outcome.map_err(|source| ExecError::Start { program, source })?;
         tracing::debug!("supervised");
         let hits = Hits {
             memory: cgroup.as_ref().is_some_and(Cgroup::memory_exceeded),
             pids: cgroup.as_ref().is_some_and(Cgroup::pids_exceeded),
-            disk: disk_hit,
+            disk: verdict == Some(Verdict::Over),
         };
         let peak = cgroup.as_ref().and_then(Cgroup::peak_memory);
+        // The whole tree's CPU time: bwrap's own rusage misses its pid 1
+        // and everything below it.
+        let cpu_ms = cgroup.as_ref().and_then(Cgroup::cpu_ms);
         // Kills stragglers; removes the cgroup or keeps it for reuse.
         match (cgroup, &self.cgroups) {
             (Some(cg), Some((pool, _))) => pool.give(cg),
             (cg, _) => drop(cg),
         }
         tracing::debug!("cgroup removed");
-        let ended = classify(&outcome, &l, hits);
+        let ended = match verdict {
+            Some(Verdict::Failed(reason)) => Ended::watcher_failed(reason),
+            _ => classify(&outcome, &l, hits),
+        };
         let network = proxy.map(crate::sandbox::net::proxy::Session::finish);
         let finished = Finished {
             ended,
             applied,
             peak,
+            cpu_ms,
             network,
         };
         let result = outcome::result(job, &p, &outcome, finished);

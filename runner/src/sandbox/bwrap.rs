@@ -22,7 +22,7 @@
 //! `/dev/shm`), the private `/tmp`, then `/skills` (read-only),
 //! `/workspace` (a host folder, or a fresh tmpfs of `disk_bytes`) and
 //! `/skill-extensions` (writable), with a network allowlist the execution's
-//! network folder at `/run/skill-runner` (the runner's proxy socket, see
+//! network folder read-only at `/run/skill-runner` (the runner's proxy socket, see
 //! [`crate::sandbox::net`]), and last `--remount-ro /` so the sandbox cannot create
 //! files at its root. The network namespace is always new (`--unshare-all`):
 //! with an allowlist it still has only loopback.
@@ -211,8 +211,12 @@ pub fn bwrap_args(plan: &Plan<'_>) -> Vec<OsString> {
         }
     }
     if plan.proxy {
+        // Read-only: connecting to the socket needs no write to the
+        // folder (a socket's write check ignores a read-only mount), and
+        // the folder is on the data dir's disk, which `disk_bytes` does
+        // not watch, so the command must not be able to fill it.
         a.pair(
-            "--bind-fd",
+            "--ro-bind-fd",
             FD_NET.to_string(),
             crate::sandbox::net::SANDBOX_SOCKET_DIR,
         );
@@ -554,7 +558,7 @@ mod tests {
             "--symlink",
             "/workspace/.sciencediscovery/skill-extensions",
             "/skill-extensions",
-            "--bind-fd",
+            "--ro-bind-fd",
             "13",
             "/run/skill-runner",
             "--remount-ro",

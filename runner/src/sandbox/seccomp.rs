@@ -110,11 +110,13 @@ const CLONE_NS_FLAGS: [u64; 7] = [
 /// The setuid and setgid mode bits, refused in every mode argument.
 const SETID_BITS: u32 = (libc::S_ISUID | libc::S_ISGID) as u32;
 
-/// `fchmodat2`, `setxattrat` and `removexattrat`: numbered alike on every
-/// architecture we build for, newer than some libc releases.
+/// `fchmodat2`, `setxattrat`, `removexattrat` and `file_setattr`:
+/// numbered alike on every architecture we build for, newer than some libc
+/// releases.
 const SYS_FCHMODAT2: i64 = 452;
 const SYS_SETXATTRAT: i64 = 463;
 const SYS_REMOVEXATTRAT: i64 = 466;
+const SYS_FILE_SETATTR: i64 = 469;
 
 /// Calls that take a file mode, with the index of the mode argument. A
 /// mode with the setuid or setgid bit is refused, whatever the identity:
@@ -154,6 +156,9 @@ fn root_mapped_denials() -> Vec<i64> {
         libc::SYS_fremovexattr,
         SYS_SETXATTRAT,
         SYS_REMOVEXATTRAT,
+        // The inode flags and project id of FS_IOC_FSSETXATTR, as a call
+        // (its read side, `file_getattr`, changes nothing and stays).
+        SYS_FILE_SETATTR,
         // Times too: the host's device nodes are binds of its own.
         libc::SYS_utimensat,
     ];
@@ -677,9 +682,14 @@ mod tests {
             libc::SYS_fchmodat,
             libc::SYS_fsetxattr,
             SYS_SETXATTRAT,
+            SYS_REMOVEXATTRAT,
+            SYS_FILE_SETATTR,
         ] {
             assert_eq!(decide(&root, X86_64, nr, z), EPERM, "{nr}");
+            assert_eq!(decide(&f, X86_64, nr, z), allow, "{nr}");
         }
+        // Reading the attributes (`file_getattr`) changes nothing.
+        assert_eq!(decide(&root, X86_64, SYS_FILE_SETATTR - 1, z), allow);
         assert_eq!(decide(&root, X86_64, libc::SYS_openat, z), allow);
         assert_eq!(decide(&root, X86_64, libc::SYS_utimensat, z), EPERM);
         assert_eq!(decide(&f, X86_64, libc::SYS_utimensat, z), allow);

@@ -81,6 +81,9 @@ pub enum Support {
     V1 {
         memory: Option<PathBuf>,
         pids: Option<PathBuf>,
+        /// Where the CPU time of an execution's whole tree is counted
+        /// (`cpuacct.usage`); limits nothing.
+        cpuacct: Option<PathBuf>,
     },
     None {
         reason: String,
@@ -103,15 +106,24 @@ impl Support {
                     reason: format!("cgroup v2: {reason}"),
                 },
             },
-            Support::V1 { memory, pids } => {
+            Support::V1 {
+                memory,
+                pids,
+                cpuacct,
+            } => {
                 let memory = memory.filter(|p| fs::create_dir_all(p).is_ok());
                 let pids = pids.filter(|p| fs::create_dir_all(p).is_ok());
+                let cpuacct = cpuacct.filter(|p| fs::create_dir_all(p).is_ok());
                 if memory.is_none() && pids.is_none() {
                     Support::None {
                         reason: "cgroup v1 memory and pids hierarchies are not writable".into(),
                     }
                 } else {
-                    Support::V1 { memory, pids }
+                    Support::V1 {
+                        memory,
+                        pids,
+                        cpuacct,
+                    }
                 }
             }
             none => none,
@@ -151,6 +163,9 @@ impl Support {
         };
         let v1_memory = v1.iter().find(|(_, o)| o.split(',').any(|x| x == "memory"));
         let v1_pids = v1.iter().find(|(_, o)| o.split(',').any(|x| x == "pids"));
+        let v1_cpuacct = v1
+            .iter()
+            .find(|(_, o)| o.split(',').any(|x| x == "cpuacct"));
         if v1_memory.is_none() && v1_pids.is_none() {
             if let (Some(mount), Some(own)) = (v2_mount, own_path("")) {
                 return Support::V2 {
@@ -169,6 +184,7 @@ impl Support {
         Support::V1 {
             memory: under(v1_memory, "memory"),
             pids: under(v1_pids, "pids"),
+            cpuacct: under(v1_cpuacct, "cpuacct"),
         }
     }
 
@@ -192,9 +208,14 @@ impl Support {
                     reason: format!("cannot create cgroups under {}: {e}", parent.display()),
                 },
             },
-            Support::V1 { memory, pids } => Support::V1 {
+            Support::V1 {
+                memory,
+                pids,
+                cpuacct,
+            } => Support::V1 {
                 memory: memory.and_then(|p| make(&p).ok()),
                 pids: pids.and_then(|p| make(&p).ok()),
+                cpuacct: cpuacct.and_then(|p| make(&p).ok()),
             },
             none => none,
         }
@@ -239,6 +260,13 @@ fn standard_mounts() -> Option<String> {
             if fs_type(&path) == Some(CGROUP_SUPER_MAGIC) {
                 lines.push_str(&format!("0 0 0:0 / {path} rw - cgroup cgroup rw,{c}\n"));
             }
+        }
+        // Counted where the limits are: only beside memory or pids.
+        let cpuacct = "/sys/fs/cgroup/cpuacct";
+        if !lines.is_empty() && fs_type(cpuacct) == Some(CGROUP_SUPER_MAGIC) {
+            lines.push_str(&format!(
+                "0 0 0:0 / {cpuacct} rw - cgroup cgroup rw,cpuacct\n"
+            ));
         }
         (!lines.is_empty()).then_some(lines)
     }
@@ -426,6 +454,11 @@ pub struct Cgroup {
     version: Version,
     memory: Option<PathBuf>,
     pids: Option<PathBuf>,
+    /// Where the tree's CPU time is counted: the v2 folder (`cpu.stat`),
+    /// or a v1 `cpuacct` folder.
+    cpu: Option<PathBuf>,
+    /// CPU time (ns) counted before this execution got the cgroup.
+    base_cpu_ns: u64,
     /// Counters as they were when this execution got the cgroup (a pooled
     /// cgroup carries its earlier executions' counts).
     base_oom_events: u64,
@@ -454,11 +487,13 @@ impl Cgroup {
                 let dir = parent.join(name);
                 create_leaf(&dir)?;
                 cg.memory = Some(dir.clone());
+                cg.cpu = Some(dir.clone());
                 cg.pids = Some(dir);
             }
             Support::V1 {
                 memory,
                 pids: pids_parent,
+                cpuacct,
             } => {
                 if let Some(parent) = memory {
                     let dir = parent.join(name);
@@ -469,6 +504,14 @@ impl Cgroup {
                     let dir = parent.join(name);
                     create_leaf(&dir)?;
                     cg.pids = Some(dir);
+                }
+                // Only counts: without it the result's CPU time is the
+                // launcher's alone.
+                if let Some(parent) = cpuacct {
+                    let dir = parent.join(name);
+                    if create_leaf(&dir).is_ok() {
+                        cg.cpu = Some(dir);
+                    }
                 }
             }
             Support::None { reason } => return Err(io::Error::other(reason.clone())),
@@ -484,6 +527,8 @@ impl Cgroup {
             version,
             memory: None,
             pids: None,
+            cpu: None,
+            base_cpu_ns: 0,
             base_oom_events: 0,
             base_pids_refused: 0,
             base_usage: 0,
@@ -544,6 +589,7 @@ impl Cgroup {
         }
         self.base_oom_events = self.oom_events();
         self.base_pids_refused = self.pids_refused();
+        self.base_cpu_ns = self.cpu_ns().unwrap_or(0);
         // The peak restarts from what is charged now, and that is taken off
         // the figure reported for this execution.
         let (peak, current) = match self.version {
@@ -564,6 +610,42 @@ impl Cgroup {
             .and_then(|t| t.trim().parse().ok())
             .unwrap_or(0);
         Ok(())
+    }
+
+    /// Memory charged to it now (`None`: unreadable; 0 without a memory
+    /// cgroup).
+    fn charged(&self) -> Option<u64> {
+        let Some(dir) = &self.memory else {
+            return Some(0);
+        };
+        let file = match self.version {
+            Version::V1 => "memory.usage_in_bytes",
+            Version::V2 => "memory.current",
+        };
+        fs::read_to_string(dir.join(file)).ok()?.trim().parse().ok()
+    }
+
+    /// Whether what is charged to it is at most [`REUSE_MAX_CHARGED`].
+    fn charge_near_zero(&self) -> bool {
+        self.charged().is_some_and(|c| c <= REUSE_MAX_CHARGED)
+    }
+
+    /// Asks the kernel to reclaim what is charged to an empty cgroup: page
+    /// cache, and what swap can take (a tmpfs file without swap stays).
+    fn reclaim(&self) {
+        let Some(dir) = &self.memory else { return };
+        match self.version {
+            // Linux 5.19 and later; the write fails (EAGAIN) when less
+            // could be reclaimed than asked.
+            Version::V2 => {
+                if let Some(c) = self.charged() {
+                    let _ = fs::write(dir.join("memory.reclaim"), c.to_string());
+                }
+            }
+            Version::V1 => {
+                let _ = fs::write(dir.join("memory.force_empty"), "0");
+            }
+        }
     }
 
     /// True when no process is left in it.
@@ -608,7 +690,37 @@ impl Cgroup {
             .pids
             .as_ref()
             .filter(|p| Some(*p) != self.memory.as_ref());
-        self.memory.iter().chain(pids)
+        let cpu = self
+            .cpu
+            .as_ref()
+            .filter(|c| Some(*c) != self.memory.as_ref() && Some(*c) != self.pids.as_ref());
+        self.memory.iter().chain(pids).chain(cpu)
+    }
+
+    /// CPU time (ns) of every process that ran in the cgroup: v2
+    /// `cpu.stat` `usage_usec` (there without the cpu controller), v1
+    /// `cpuacct.usage`.
+    fn cpu_ns(&self) -> Option<u64> {
+        let dir = self.cpu.as_ref()?;
+        match self.version {
+            Version::V2 => {
+                let text = fs::read_to_string(dir.join("cpu.stat")).ok()?;
+                text.lines()
+                    .any(|l| l.starts_with("usage_usec "))
+                    .then(|| counter_in(&text, "usage_usec") * 1000)
+            }
+            Version::V1 => fs::read_to_string(dir.join("cpuacct.usage"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok(),
+        }
+    }
+
+    /// CPU time of this execution's whole process tree, in ms, where a
+    /// cgroup counts it.
+    pub fn cpu_ms(&self) -> Option<u64> {
+        Some(self.cpu_ns()?.saturating_sub(self.base_cpu_ns) / 1_000_000)
     }
 
     /// Times the memory limit was hit since the cgroup was made: processes
@@ -732,6 +844,10 @@ impl Drop for Cgroup {
     }
 }
 
+/// Most memory an idle cgroup may still have charged to go back to the
+/// pool: kernel caches of an ordinary execution stay below it.
+pub const REUSE_MAX_CHARGED: u64 = 8 << 20;
+
 /// Execution cgroups kept for reuse by a long-running runner (the daemon).
 ///
 /// Making and removing a memory cgroup per execution cost about half a
@@ -785,15 +901,30 @@ impl Pool {
     }
 
     /// Takes a cgroup back after its execution: emptied, then kept idle if
-    /// it holds no process and the pool has room, removed otherwise.
+    /// it holds no process, its memory charge is back near zero and the
+    /// pool has room, removed otherwise.
     pub fn give(&self, cg: Cgroup) {
         if !cg.kill_all_found_empty() && !cg.is_empty() {
             return; // dropped: removed once its last process is gone
         }
-        // What the execution left charged (kernel caches, ~1.4 MB after a
-        // /bin/true here) stays: it is reclaimable under the next limit and
-        // taken off the next peak. Emptying it (v1 memory.force_empty) cost
-        // more than reuse saved.
+        // A little left charged (kernel caches, ~1.4 MB after a /bin/true
+        // here) stays: it is reclaimable under the next limit and taken off
+        // the next peak, and emptying every cgroup cost more than reuse
+        // saved. More is reclaimed first, and if it stays the cgroup is not
+        // reused: files the execution left on a tmpfs outside the sandbox
+        // (a named workspace under /dev/shm, say) stay charged to it with
+        // no process left, and would count against the next tenant's
+        // memory limit.
+        if !cg.charge_near_zero() {
+            cg.reclaim();
+            if !cg.charge_near_zero() {
+                tracing::debug!(
+                    charged = cg.charged(),
+                    "a cgroup still charged after reclaim is not reused"
+                );
+                return; // dropped: removed (its charge moves to the parent)
+            }
+        }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < self.keep {
             idle.push(cg);
@@ -839,7 +970,15 @@ fn counter_in(text: &str, key: &str) -> u64 {
 fn parents(support: &Support) -> Vec<&PathBuf> {
     match support {
         Support::V2 { parent } => vec![parent],
-        Support::V1 { memory, pids } => memory.iter().chain(pids.iter()).collect(),
+        Support::V1 {
+            memory,
+            pids,
+            cpuacct,
+        } => memory
+            .iter()
+            .chain(pids.iter())
+            .chain(cpuacct.iter())
+            .collect(),
         Support::None { .. } => vec![],
     }
 }
@@ -914,18 +1053,20 @@ mod tests {
     const HYBRID: &str = "\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
 32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+33 31 0:30 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
 35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
 39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw";
 
     #[test]
     fn v1_hybrid_uses_own_paths() {
-        let own = "8:pids:/\n4:memory:/process_api/abc\n0::/\n";
+        let own = "8:pids:/\n4:memory:/process_api/abc\n2:cpuacct:/x\n0::/\n";
         assert_eq!(
             Support::from_tables(HYBRID, own),
             Support::V1 {
                 memory: Some("/sys/fs/cgroup/memory/process_api/abc/skill-runner".into()),
                 pids: Some("/sys/fs/cgroup/pids/skill-runner".into()),
+                cpuacct: Some("/sys/fs/cgroup/cpuacct/x/skill-runner".into()),
             }
         );
     }

@@ -13,9 +13,23 @@
 //! per entry, so a flood of empty files or folders counts too; a file with
 //! several links counts once. The walk goes through directory handles
 //! (`openat` with `O_NOFOLLOW`), so no path grows past `PATH_MAX` and no
-//! symlink is followed; a folder it cannot open or read (hidden with
-//! `chmod 0`, or vanishing mid-walk aside) counts as over the limit: it
-//! fails closed. A last measurement is taken when the command has ended.
+//! symlink is followed, and it holds at most [`MAX_OPEN`] of them at once
+//! however wide or deep the tree: folders still to visit are kept as
+//! names, and a cursor moves from one to the next (see `Tree`).
+//!
+//! Two kinds of failure, told apart by the errno:
+//! - a folder the walker may not open or read (hidden with `chmod 0`,
+//!   swapped for a symlink mid-walk: `EACCES`, `EPERM`, `ELOOP`,
+//!   `ENOTDIR`) is the command's doing and counts as over the limit: the
+//!   watcher fails closed ([`Verdict::Over`]); a folder that vanishes
+//!   mid-walk is skipped;
+//! - any other error (out of descriptors or memory, an I/O error) is the
+//!   watcher's own: the run is stopped all the same, since the limit can
+//!   no longer be enforced, but reported as the runner's failure
+//!   ([`Verdict::Failed`]: `failed`, `runner_failed`), never as the
+//!   command's limit.
+//!
+//! A last measurement is taken when the command has ended.
 //!
 //! This is a best-effort bound, not a quota. Between two measurements a
 //! command can write more than the limit: the interval is [`MIN_INTERVAL`],
@@ -26,16 +40,18 @@
 //! seen while they are open.
 
 use std::collections::HashSet;
+use std::ffi::OsString;
 use std::fs::File;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use std::rc::Rc;
 
+use nix::errno::Errno;
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::Mode;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -47,29 +63,85 @@ pub const MIN_INTERVAL: Duration = Duration::from_millis(100);
 const MAX_INTERVAL: Duration = Duration::from_secs(2);
 /// What one entry costs at least.
 const MIN_ENTRY: u64 = 4096;
+/// Most directory handles a walk holds open at once: the root's, the
+/// cursor's, and the next cursor's or the listing's.
+pub const MAX_OPEN: usize = 3;
+
+/// Why a measurement has no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WalkError {
+    /// The command made part of its tree unreadable to the runner.
+    #[error("{path} could not be read ({errno}), which counts as over the limit")]
+    Hidden { path: String, errno: Errno },
+    /// The watcher itself failed.
+    #[error("the disk watcher could not measure {path}: {errno}")]
+    Own { path: String, errno: Errno },
+}
+
+impl WalkError {
+    fn of(errno: Errno, path: String) -> WalkError {
+        match errno {
+            Errno::EACCES | Errno::EPERM | Errno::ELOOP | Errno::ENOTDIR => {
+                WalkError::Hidden { path, errno }
+            }
+            _ => WalkError::Own { path, errno },
+        }
+    }
+}
+
+/// What the watcher concluded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The folders stayed within the limit.
+    Within,
+    /// The command passed the limit (or hid part of its tree).
+    Over,
+    /// The watcher failed on its own (the message says how); the run was
+    /// stopped, as the limit could no longer be enforced.
+    Failed(String),
+}
 
 /// A running watcher.
 #[derive(Debug)]
 pub struct DiskWatch {
     /// Dropping it wakes and ends the thread.
     stop: mpsc::Sender<()>,
-    hit: Arc<AtomicBool>,
+    verdict: Arc<Mutex<Verdict>>,
     thread: JoinHandle<()>,
 }
 
+type Measure = Box<dyn FnMut(&[PathBuf]) -> Result<u64, WalkError> + Send>;
+
 impl DiskWatch {
-    /// Starts watching `dirs`; past `limit` bytes over the baseline, flips
-    /// `cancel`.
+    /// Starts watching `dirs`; past `limit` bytes over the baseline, or
+    /// when it can no longer measure, flips `cancel`.
     pub fn start(dirs: Vec<PathBuf>, limit: u64, cancel: Arc<Cancel>) -> DiskWatch {
+        Self::start_with(dirs, limit, cancel, Box::new(|d: &[PathBuf]| usage(d)))
+    }
+
+    fn start_with(
+        dirs: Vec<PathBuf>,
+        limit: u64,
+        cancel: Arc<Cancel>,
+        mut measure: Measure,
+    ) -> DiskWatch {
         let (stop, stopped) = mpsc::channel::<()>();
-        let hit = Arc::new(AtomicBool::new(false));
-        let flag = hit.clone();
+        let verdict = Arc::new(Mutex::new(Verdict::Within));
+        let said = verdict.clone();
         let thread = std::thread::Builder::new()
             .name("disk-watch".into())
             .spawn(move || {
+                let end = |v: Verdict| {
+                    *said.lock().unwrap_or_else(|p| p.into_inner()) = v;
+                    cancel.cancel();
+                };
                 // What is there before the command writes (unreadable
                 // parts of it are the job's own, counted as nothing).
-                let baseline = usage(&dirs).unwrap_or(0);
+                let baseline = match measure(&dirs) {
+                    Ok(b) => b,
+                    Err(WalkError::Hidden { .. }) => 0,
+                    Err(e @ WalkError::Own { .. }) => return end(Verdict::Failed(e.to_string())),
+                };
                 let mut interval = MIN_INTERVAL;
                 loop {
                     // Woken early (or not) when the command has ended:
@@ -79,12 +151,13 @@ impl DiskWatch {
                         Err(mpsc::RecvTimeoutError::Timeout)
                     );
                     let started = Instant::now();
-                    let over =
-                        usage(&dirs).map_or(true, |now| now.saturating_sub(baseline) > limit);
-                    if over {
-                        flag.store(true, Ordering::SeqCst);
-                        cancel.cancel();
-                        return;
+                    match measure(&dirs) {
+                        Ok(now) if now.saturating_sub(baseline) <= limit => {}
+                        Ok(_) | Err(WalkError::Hidden { .. }) => return end(Verdict::Over),
+                        Err(e @ WalkError::Own { .. }) => {
+                            tracing::warn!(error = %e, "disk watcher failed; stopping the run");
+                            return end(Verdict::Failed(e.to_string()));
+                        }
                     }
                     if ended {
                         return;
@@ -93,75 +166,247 @@ impl DiskWatch {
                 }
             })
             .expect("spawning a thread");
-        DiskWatch { stop, hit, thread }
+        DiskWatch {
+            stop,
+            verdict,
+            thread,
+        }
     }
 
-    /// Ends the watcher; whether it found the limit passed.
-    pub fn stop(self) -> bool {
+    #[cfg(test)]
+    fn concluded(&self) -> Verdict {
+        self.verdict.lock().unwrap().clone()
+    }
+
+    /// Ends the watcher; what it concluded.
+    pub fn stop(self) -> Verdict {
         drop(self.stop);
         let _ = self.thread.join();
-        self.hit.load(Ordering::SeqCst)
+        let v = self.verdict.lock().unwrap_or_else(|p| p.into_inner());
+        v.clone()
     }
 }
 
-/// Bytes the trees below `dirs` occupy (see the module docs); `None` when
-/// part of a tree could not be read.
-pub fn usage(dirs: &[PathBuf]) -> Option<u64> {
+/// Bytes the trees below `dirs` occupy (see the module docs).
+pub fn usage(dirs: &[PathBuf]) -> Result<u64, WalkError> {
     let mut seen = HashSet::new();
     let mut total = 0;
     for dir in dirs {
-        let root = crate::fsx::open_dir_nofollow(dir).ok()?;
-        total += tree_usage(root, &mut seen)?;
+        let root = crate::fsx::open_dir_nofollow(dir)
+            .map_err(|e| WalkError::of(errno_of(&e), dir.display().to_string()))?;
+        total += Tree::new(root, dir.display().to_string())?.walk(&mut seen)?;
     }
-    Some(total)
+    Ok(total)
 }
 
-/// Walks below the open folder `root` through directory handles.
-fn tree_usage(root: File, seen: &mut HashSet<(u64, u64)>) -> Option<u64> {
-    let mut total = 0;
-    let mut stack = vec![root];
-    while let Some(dir) = stack.pop() {
+fn errno_of(e: &std::io::Error) -> Errno {
+    Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+const DIR_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
+/// A folder to visit: its name in its parent, and what it was when listed.
+struct Node {
+    /// `None`: the root.
+    parent: Option<Rc<Node>>,
+    name: OsString,
+    depth: usize,
+    /// (device, inode), to know that `..` led back to this folder.
+    id: (u64, u64),
+}
+
+/// One tree's walk. It holds the root's handle and one cursor, the folder
+/// last reached, and moves the cursor from folder to folder: up through
+/// `..` (checked to be the folder it left, by device and inode; else again
+/// from the root by name), down by name. In the depth-first order of the
+/// walk every folder is entered and left about once, so the walk costs
+/// about one `openat` per folder, however deep.
+struct Tree {
+    root: File,
+    root_name: String,
+    cur: Rc<Node>,
+    /// `None`: the cursor is at the root.
+    cur_fd: Option<File>,
+}
+
+impl Tree {
+    fn new(root: File, root_name: String) -> Result<Tree, WalkError> {
+        let st = nix::sys::stat::fstat(root.as_fd()).map_err(|e| WalkError::Own {
+            path: root_name.clone(),
+            errno: e,
+        })?;
+        let node = Rc::new(Node {
+            parent: None,
+            name: OsString::new(),
+            depth: 0,
+            id: (st.st_dev as u64, st.st_ino as u64),
+        });
+        Ok(Tree {
+            root,
+            root_name,
+            cur: node,
+            cur_fd: None,
+        })
+    }
+
+    fn fd(&self) -> &File {
+        self.cur_fd.as_ref().unwrap_or(&self.root)
+    }
+
+    fn path_of(&self, node: &Node) -> String {
         let mut names = Vec::new();
-        {
-            let mut listing = nix::dir::Dir::from_fd(dir.try_clone().ok()?.into()).ok()?;
-            for entry in listing.iter() {
-                let entry = entry.ok()?;
-                let name = entry.file_name().to_bytes();
-                if name != b"." && name != b".." {
-                    names.push(std::ffi::OsStr::from_bytes(name).to_owned());
-                }
-            }
+        let mut at = Some(node);
+        while let Some(n) = at.filter(|n| n.depth > 0) {
+            names.push(n.name.clone());
+            at = n.parent.as_deref();
         }
-        for name in names {
-            let meta = match nix::sys::stat::fstatat(
-                dir.as_fd(),
-                name.as_os_str(),
-                nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-            ) {
-                Ok(m) => m,
-                Err(nix::errno::Errno::ENOENT) => continue, // removed meanwhile
-                Err(_) => return None,
-            };
-            let is_dir = meta.st_mode & libc::S_IFMT == libc::S_IFDIR;
-            if meta.st_nlink > 1
-                && !is_dir
-                && !seen.insert((meta.st_dev as u64, meta.st_ino as u64))
-            {
-                continue;
+        let mut p = PathBuf::from(&self.root_name);
+        p.extend(names.iter().rev());
+        p.display().to_string()
+    }
+
+    /// The cursor into its child `node`; `false` when that vanished.
+    fn down(&mut self, node: &Rc<Node>) -> Result<bool, WalkError> {
+        match openat(
+            self.fd().as_fd(),
+            node.name.as_os_str(),
+            DIR_FLAGS,
+            Mode::empty(),
+        ) {
+            Ok(fd) => {
+                self.cur_fd = Some(File::from(fd));
+                self.cur = node.clone();
+                Ok(true)
             }
-            total += (meta.st_blocks as u64 * 512).max(MIN_ENTRY);
-            if is_dir {
-                let flags =
-                    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-                match openat(dir.as_fd(), name.as_os_str(), flags, Mode::empty()) {
-                    Ok(fd) => stack.push(File::from(fd)),
-                    Err(nix::errno::Errno::ENOENT) => {}
-                    Err(_) => return None,
+            Err(Errno::ENOENT) => Ok(false),
+            Err(e) => Err(WalkError::of(e, self.path_of(node))),
+        }
+    }
+
+    /// The cursor to its parent; `false` when `..` is no longer that
+    /// folder (the tree was rearranged), and the cursor is back at the root.
+    fn up(&mut self) -> Result<bool, WalkError> {
+        let parent = self
+            .cur
+            .parent
+            .clone()
+            .expect("the walk never leaves its root");
+        if parent.depth == 0 {
+            self.cur = parent;
+            self.cur_fd = None;
+            return Ok(true);
+        }
+        let same = match openat(self.fd().as_fd(), "..", DIR_FLAGS, Mode::empty()) {
+            Ok(fd) => {
+                let fd = File::from(fd);
+                let st = nix::sys::stat::fstat(fd.as_fd())
+                    .map_err(|e| WalkError::of(e, self.path_of(&parent)))?;
+                ((st.st_dev as u64, st.st_ino as u64) == parent.id).then_some(fd)
+            }
+            Err(Errno::ENOENT) => None,
+            Err(e) => return Err(WalkError::of(e, self.path_of(&parent))),
+        };
+        match same {
+            Some(fd) => {
+                self.cur = parent;
+                self.cur_fd = Some(fd);
+                Ok(true)
+            }
+            None => {
+                self.cur_fd = None;
+                while self.cur.depth > 0 {
+                    self.cur = self.cur.parent.clone().expect("depth > 0 has a parent");
                 }
+                Ok(false)
             }
         }
     }
-    Some(total)
+
+    /// Moves the cursor to `target`; `false` when it vanished.
+    fn reach(&mut self, target: &Rc<Node>) -> Result<bool, WalkError> {
+        let mut path = Vec::new();
+        let mut b = target.clone();
+        while b.depth > self.cur.depth {
+            path.push(b.clone());
+            b = b.parent.clone().expect("depth > 0 has a parent");
+        }
+        let mut rearranged = false;
+        while !rearranged && self.cur.depth > b.depth {
+            rearranged = !self.up()?;
+        }
+        while !rearranged && !Rc::ptr_eq(&self.cur, &b) {
+            rearranged = !self.up()?;
+            path.push(b.clone());
+            b = b.parent.clone().expect("depth > 0 has a parent");
+        }
+        if rearranged {
+            // From the root, by name.
+            path.clear();
+            let mut n = target.clone();
+            while n.depth > 0 {
+                path.push(n.clone());
+                n = n.parent.clone().expect("depth > 0 has a parent");
+            }
+        }
+        for step in path.iter().rev() {
+            if !self.down(step)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn walk(mut self, seen: &mut HashSet<(u64, u64)>) -> Result<u64, WalkError> {
+        let mut total = 0;
+        let mut stack = vec![self.cur.clone()];
+        while let Some(node) = stack.pop() {
+            if !self.reach(&node)? {
+                continue; // removed meanwhile
+            }
+            let err = |e: Errno| WalkError::of(e, self.path_of(&node));
+            let mut names = Vec::new();
+            {
+                let dup = self.fd().try_clone().map_err(|e| err(errno_of(&e)))?;
+                let mut listing = nix::dir::Dir::from_fd(dup.into()).map_err(err)?;
+                for entry in listing.iter() {
+                    let entry = entry.map_err(err)?;
+                    let name = entry.file_name().to_bytes();
+                    if name != b"." && name != b".." {
+                        names.push(std::ffi::OsStr::from_bytes(name).to_owned());
+                    }
+                }
+            }
+            for name in names {
+                let meta = match nix::sys::stat::fstatat(
+                    self.fd().as_fd(),
+                    name.as_os_str(),
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                ) {
+                    Ok(m) => m,
+                    Err(Errno::ENOENT) => continue, // removed meanwhile
+                    Err(e) => return Err(err(e)),
+                };
+                let is_dir = meta.st_mode & libc::S_IFMT == libc::S_IFDIR;
+                let id = (meta.st_dev as u64, meta.st_ino as u64);
+                if meta.st_nlink > 1 && !is_dir && !seen.insert(id) {
+                    continue;
+                }
+                total += (meta.st_blocks as u64 * 512).max(MIN_ENTRY);
+                if is_dir {
+                    stack.push(Rc::new(Node {
+                        parent: Some(node.clone()),
+                        name,
+                        depth: node.depth + 1,
+                        id,
+                    }));
+                }
+            }
+        }
+        Ok(total)
+    }
 }
 
 #[cfg(test)]
@@ -198,14 +443,15 @@ mod tests {
         std::thread::sleep(MIN_INTERVAL * 3);
         fs::write(d.path().join("small"), vec![1u8; 100 << 10]).unwrap();
         std::thread::sleep(MIN_INTERVAL * 3);
-        assert!(!w.hit.load(Ordering::SeqCst));
+        assert_eq!(w.concluded(), Verdict::Within);
         fs::write(d.path().join("big"), vec![1u8; 1 << 20]).unwrap();
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !w.hit.load(Ordering::SeqCst) && Instant::now() < deadline {
+        while w.concluded() == Verdict::Within && Instant::now() < deadline {
             std::thread::sleep(MIN_INTERVAL);
         }
-        assert!(
+        assert_eq!(
             w.stop(),
+            Verdict::Over,
             "the watcher did not see 1 MiB over a 512 KiB limit"
         );
     }
@@ -218,7 +464,7 @@ mod tests {
         std::thread::sleep(MIN_INTERVAL / 2);
         fs::write(d.path().join("big"), vec![1u8; 1 << 20]).unwrap();
         // Stopped before the next periodic measurement could see it.
-        assert!(w.stop());
+        assert_eq!(w.stop(), Verdict::Over);
     }
 
     #[test]
@@ -246,7 +492,173 @@ mod tests {
             fs::create_dir(&hidden).unwrap();
             fs::set_permissions(&hidden, std::os::unix::fs::PermissionsExt::from_mode(0o0))
                 .unwrap();
-            assert_eq!(usage(&[d.path().to_owned()]), None);
+            assert!(matches!(
+                usage(&[d.path().to_owned()]),
+                Err(WalkError::Hidden {
+                    errno: Errno::EACCES,
+                    ..
+                })
+            ));
         }
+    }
+
+    #[test]
+    fn errors_of_the_commands_making_fail_closed_and_the_watchers_own_are_its_own() {
+        for e in [Errno::EACCES, Errno::EPERM, Errno::ELOOP, Errno::ENOTDIR] {
+            assert!(
+                matches!(WalkError::of(e, "w".into()), WalkError::Hidden { .. }),
+                "{e}"
+            );
+        }
+        for e in [Errno::EMFILE, Errno::ENFILE, Errno::ENOMEM, Errno::EIO] {
+            assert!(
+                matches!(WalkError::of(e, "w".into()), WalkError::Own { .. }),
+                "{e}"
+            );
+        }
+        // The watcher out of descriptors mid-run: its failure, not the
+        // command's limit (a false limit_exceeded before).
+        let mut calls = 0;
+        let own: Measure = Box::new(move |_: &[PathBuf]| {
+            calls += 1;
+            if calls == 1 {
+                Ok(0)
+            } else {
+                Err(WalkError::of(Errno::EMFILE, "/ws".into()))
+            }
+        });
+        let w = DiskWatch::start_with(vec![], 1 << 20, Cancel::new().unwrap(), own);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while w.concluded() == Verdict::Within && Instant::now() < deadline {
+            std::thread::sleep(MIN_INTERVAL);
+        }
+        match w.stop() {
+            Verdict::Failed(why) => assert!(why.contains("/ws") && why.contains("EMFILE"), "{why}"),
+            v => panic!("{v:?}"),
+        }
+        // A part of the tree the command hid is over the limit.
+        let mut calls = 0;
+        let hidden: Measure = Box::new(move |_: &[PathBuf]| {
+            calls += 1;
+            if calls == 1 {
+                Ok(0)
+            } else {
+                Err(WalkError::of(Errno::EACCES, "/ws/x".into()))
+            }
+        });
+        let w = DiskWatch::start_with(vec![], 1 << 20, Cancel::new().unwrap(), hidden);
+        assert_eq!(w.stop(), Verdict::Over);
+    }
+
+    /// Set in the child of the test below, which walks under a small
+    /// descriptor limit.
+    const NOFILE_CHILD: &str = "SKILL_RUNNER_TEST_DISKWATCH_NOFILE";
+
+    /// The walk's descriptors do not grow with a folder's width or depth:
+    /// 3,000 empty folders side by side gave a false limit_exceeded at a
+    /// 1024 descriptor limit. A child test process walks them with only a
+    /// few descriptors above what it holds already.
+    #[test]
+    fn wide_and_deep_trees_are_walked_with_a_few_descriptors() {
+        if std::env::var_os(NOFILE_CHILD).is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "supervise::diskwatch::tests::wide_and_deep_trees_are_walked_with_a_few_descriptors",
+                    "--test-threads=1",
+                    "--nocapture",
+                ])
+                .env(NOFILE_CHILD, "1")
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "{said}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(said.contains("walked 3424 folders"), "{said}");
+            return;
+        }
+        // On a tmpfs where there is one: making 3,000 folders on a disk
+        // takes seconds.
+        let d = tempfile::tempdir_in("/dev/shm")
+            .or_else(|_| tempfile::tempdir())
+            .unwrap();
+        for i in 0..3000 {
+            fs::create_dir(d.path().join(format!("w{i}"))).unwrap();
+        }
+        // A comb 200 deep: a folder and a file beside each level.
+        let mut dir = d.path().join("deep");
+        for i in 0..200 {
+            fs::create_dir_all(dir.join("side")).unwrap();
+            fs::write(dir.join("f"), b"x").unwrap();
+            dir = dir.join(format!("d{i}"));
+        }
+        fs::create_dir(&dir).unwrap();
+        // 3000 side by side; `deep`, its 200 levels and a side folder at
+        // each; 23 below the last: 3424 folders, and 200 files.
+        for i in 0..23 {
+            fs::create_dir(dir.join(format!("x{i}"))).unwrap();
+        }
+        let folders = 3000 + 1 + 200 + 200 + 23;
+        let files = 200;
+        let highest = fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
+            .max()
+            .unwrap();
+        let allowed = highest + 1 + MAX_OPEN as u64;
+        nix::sys::resource::setrlimit(
+            nix::sys::resource::Resource::RLIMIT_NOFILE,
+            allowed,
+            allowed,
+        )
+        .unwrap();
+        let used = usage(&[d.path().to_owned()]).unwrap();
+        assert_eq!(used, (folders + files) * MIN_ENTRY);
+        println!("walked {folders} folders");
+    }
+
+    /// `..` is trusted only when it is the folder the cursor came from: a
+    /// folder moved mid-walk sends the cursor back to the root, never
+    /// somewhere else (above the root, say).
+    #[test]
+    fn the_cursor_climbs_only_to_the_folder_it_came_from() {
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir_all(d.path().join("a/b")).unwrap();
+        fs::create_dir_all(d.path().join("c")).unwrap();
+        let root = crate::fsx::open_dir_nofollow(d.path()).unwrap();
+        let mut t = Tree::new(root, "root".into()).unwrap();
+        let id = |p: &str| {
+            let m = fs::symlink_metadata(d.path().join(p)).unwrap();
+            (
+                std::os::unix::fs::MetadataExt::dev(&m),
+                std::os::unix::fs::MetadataExt::ino(&m),
+            )
+        };
+        let node = |parent: &Rc<Node>, name: &str, path: &str| {
+            Rc::new(Node {
+                parent: Some(parent.clone()),
+                name: name.into(),
+                depth: parent.depth + 1,
+                id: id(path),
+            })
+        };
+        let top = t.cur.clone();
+        let a = node(&top, "a", "a");
+        let b = node(&a, "b", "a/b");
+        assert!(t.reach(&b).unwrap());
+        assert!(t.up().unwrap(), "a/b's .. is a");
+        assert!(Rc::ptr_eq(&t.cur, &a));
+        assert!(t.reach(&b).unwrap());
+        fs::rename(d.path().join("a/b"), d.path().join("c/b")).unwrap();
+        assert!(!t.up().unwrap(), "b's .. is now c, not a");
+        assert_eq!(t.cur.depth, 0);
+        assert!(t.cur_fd.is_none());
+        assert!(t.reach(&a).unwrap());
+        assert_eq!(t.path_of(&b), "root/a/b");
+        // b is gone from a: reaching it again finds nothing.
+        assert!(!t.reach(&b).unwrap());
     }
 }

@@ -19,11 +19,14 @@
 //! Invariants:
 //! - an IP literal in a request matches only IP and CIDR entries, never a
 //!   name, and a name only name entries;
-//! - an address that is loopback, private, link-local, multicast,
-//!   unspecified, shared (CGNAT) or broadcast, in v4, v6 or v4-mapped v6
-//!   form, is refused, unless the request named it as an IP literal that
-//!   an IP or CIDR entry matches, or the job set `private` (and the runner
-//!   allows it);
+//! - an address is public only if the IANA special-purpose registries
+//!   mark it globally reachable ([`IPV4`], [`IPV6`]; an IPv6 form that
+//!   carries an IPv4 address counts as that address); any other is
+//!   refused, unless the request named it as an IP literal that an IP or
+//!   CIDR entry matches, or the job set `private` (and the runner allows
+//!   it);
+//! - a refusal names the request's host and the class of the address,
+//!   never an address a name resolved to.
 //! - a request the job's allowlist admits must also be admitted by the
 //!   runner's own allowlist when one is set (the daemon's cap).
 
@@ -347,85 +350,303 @@ impl fmt::Display for Host {
     }
 }
 
-/// What an address is, for the private-address rule.
+/// A registry's "Globally Reachable" flag for a block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AddressClass {
-    Public,
-    Loopback,
-    Private,
-    LinkLocal,
-    Multicast,
-    Unspecified,
-    /// 100.64.0.0/10, carrier-grade NAT (and some clouds' metadata).
-    Shared,
-    Broadcast,
+pub enum Reach {
+    /// `True`: a destination beyond any one administrative domain.
+    Global,
+    /// `False`.
+    NotGlobal,
+    /// `N/A` (6to4, Teredo, the deprecated 6to4 relay anycast): what the
+    /// block means depends on what it carries; with nothing carried, not
+    /// global.
+    NotApplicable,
+}
+
+/// How an IPv6 block carries an IPv4 address; such an address is
+/// classified as the IPv4 address(es) it carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Embed {
+    None,
+    /// The last 32 bits: v4-mapped `::ffff:a.b.c.d`, the deprecated
+    /// v4-compatible `::a.b.c.d`, and NAT64's well-known prefix (RFC 6052).
+    Low32,
+    /// 6to4 `2002:V4::/48` (RFC 3056): bits 16-47.
+    SixToFour,
+    /// Teredo `2001:0:SERVER:flags:port:CLIENT` (RFC 4380): the server's
+    /// address in bits 32-63 and the client's, inverted, in the last 32.
+    Teredo,
+}
+
+/// An address block: its first address as bits, and the prefix length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Net {
+    V4(u32, u8),
+    V6(u128, u8),
+}
+
+impl Net {
+    fn contains(self, ip: IpAddr) -> bool {
+        match (self, ip) {
+            (Net::V4(net, p), IpAddr::V4(ip)) => mask_v4(u32::from(ip), p) == net,
+            (Net::V6(net, p), IpAddr::V6(ip)) => mask_v6(u128::from(ip), p) == net,
+            _ => false,
+        }
+    }
+
+    fn prefix(self) -> u8 {
+        match self {
+            Net::V4(_, p) | Net::V6(_, p) => p,
+        }
+    }
+}
+
+impl fmt::Display for Net {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Net::V4(a, p) => write!(f, "{}/{p}", Ipv4Addr::from(a)),
+            Net::V6(a, p) => write!(f, "{}/{p}", Ipv6Addr::from(a)),
+        }
+    }
+}
+
+const fn v4(o: [u8; 4], prefix: u8) -> Net {
+    Net::V4(u32::from_be_bytes(o), prefix)
+}
+
+const fn v6(s: [u16; 8], prefix: u8) -> Net {
+    let mut bits = 0u128;
+    let mut i = 0;
+    while i < 8 {
+        bits = (bits << 16) | s[i] as u128;
+        i += 1;
+    }
+    Net::V6(bits, prefix)
+}
+
+/// One row of an address table: a block, what it is, where it is defined
+/// and whether the registry calls it globally reachable.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Special {
+    pub block: Net,
+    /// The registry's name of the block.
+    pub name: &'static str,
+    /// The RFC that defines it.
+    pub rfc: &'static str,
+    pub reach: Reach,
+    /// A word for the kind of address, for refusal messages ("a loopback
+    /// address").
+    pub kind: &'static str,
+    embed: Embed,
+}
+
+const fn row(
+    block: Net,
+    name: &'static str,
+    rfc: &'static str,
+    reach: Reach,
+    kind: &'static str,
+) -> Special {
+    Special {
+        block,
+        name,
+        rfc,
+        reach,
+        kind,
+        embed: Embed::None,
+    }
+}
+
+const fn carrier(
+    block: Net,
+    name: &'static str,
+    rfc: &'static str,
+    reach: Reach,
+    embed: Embed,
+) -> Special {
+    Special {
+        block,
+        name,
+        rfc,
+        reach,
+        kind: "",
+        embed,
+    }
+}
+
+use Reach::{Global, NotApplicable, NotGlobal};
+
+#[rustfmt::skip]
+/// IPv4: the IANA IPv4 Special-Purpose Address Registry, row by row, plus
+/// two rows of the IPv4 Address Space registry (multicast, and the rest:
+/// unicast space allocated to the regional registries). The most specific
+/// row that holds an address decides.
+pub static IPV4: &[Special] = &[
+    row(v4([0, 0, 0, 0], 0), "Unicast (allocated to the regional registries)", "RFC 7020", Global, "public"),
+    row(v4([0, 0, 0, 0], 8), "\"This network\"", "RFC 791", NotGlobal, "this-network"),
+    row(v4([0, 0, 0, 0], 32), "\"This host on this network\"", "RFC 1122", NotGlobal, "unspecified"),
+    row(v4([10, 0, 0, 0], 8), "Private-Use", "RFC 1918", NotGlobal, "private"),
+    row(v4([100, 64, 0, 0], 10), "Shared Address Space", "RFC 6598", NotGlobal, "shared (CGNAT)"),
+    row(v4([127, 0, 0, 0], 8), "Loopback", "RFC 1122", NotGlobal, "loopback"),
+    row(v4([169, 254, 0, 0], 16), "Link Local", "RFC 3927", NotGlobal, "link-local"),
+    row(v4([172, 16, 0, 0], 12), "Private-Use", "RFC 1918", NotGlobal, "private"),
+    row(v4([192, 0, 0, 0], 24), "IETF Protocol Assignments", "RFC 6890", NotGlobal, "protocol-assignment"),
+    row(v4([192, 0, 0, 0], 29), "IPv4 Service Continuity Prefix", "RFC 7335", NotGlobal, "protocol-assignment"),
+    row(v4([192, 0, 0, 8], 32), "IPv4 dummy address", "RFC 7600", NotGlobal, "protocol-assignment"),
+    row(v4([192, 0, 0, 9], 32), "Port Control Protocol Anycast", "RFC 7723", Global, "public"),
+    row(v4([192, 0, 0, 10], 32), "Traversal Using Relays around NAT Anycast", "RFC 8155", Global, "public"),
+    row(v4([192, 0, 0, 170], 32), "NAT64/DNS64 Discovery", "RFC 8880", NotGlobal, "protocol-assignment"),
+    row(v4([192, 0, 0, 171], 32), "NAT64/DNS64 Discovery", "RFC 8880", NotGlobal, "protocol-assignment"),
+    row(v4([192, 0, 2, 0], 24), "Documentation (TEST-NET-1)", "RFC 5737", NotGlobal, "documentation"),
+    row(v4([192, 31, 196, 0], 24), "AS112-v4", "RFC 7535", Global, "public"),
+    row(v4([192, 52, 193, 0], 24), "AMT", "RFC 7450", Global, "public"),
+    row(v4([192, 88, 99, 0], 24), "Deprecated (6to4 Relay Anycast)", "RFC 7526", NotApplicable, "deprecated"),
+    row(v4([192, 168, 0, 0], 16), "Private-Use", "RFC 1918", NotGlobal, "private"),
+    row(v4([192, 175, 48, 0], 24), "Direct Delegation AS112 Service", "RFC 7534", Global, "public"),
+    row(v4([198, 18, 0, 0], 15), "Benchmarking", "RFC 2544", NotGlobal, "benchmarking"),
+    row(v4([198, 51, 100, 0], 24), "Documentation (TEST-NET-2)", "RFC 5737", NotGlobal, "documentation"),
+    row(v4([203, 0, 113, 0], 24), "Documentation (TEST-NET-3)", "RFC 5737", NotGlobal, "documentation"),
+    row(v4([224, 0, 0, 0], 4), "Multicast", "RFC 5771", NotGlobal, "multicast"),
+    row(v4([240, 0, 0, 0], 4), "Reserved", "RFC 1112", NotGlobal, "reserved"),
+    row(v4([255, 255, 255, 255], 32), "Limited Broadcast", "RFC 919", NotGlobal, "broadcast"),
+];
+
+#[rustfmt::skip]
+/// IPv6: the IANA IPv6 Special-Purpose Address Registry, row by row, plus
+/// the address architecture's own blocks (RFC 4291): global unicast is
+/// `2000::/3` only, everything outside it that no row names is not global.
+/// Rows that carry an IPv4 address are decided by what they carry.
+pub static IPV6: &[Special] = &[
+    row(v6([0; 8], 0), "Outside global unicast (unassigned or reserved)", "RFC 4291", NotGlobal, "non-global"),
+    row(v6([0x2000, 0, 0, 0, 0, 0, 0, 0], 3), "Global Unicast", "RFC 4291", Global, "public"),
+    row(v6([0; 8], 128), "Unspecified Address", "RFC 4291", NotGlobal, "unspecified"),
+    row(v6([0, 0, 0, 0, 0, 0, 0, 1], 128), "Loopback Address", "RFC 4291", NotGlobal, "loopback"),
+    carrier(v6([0; 8], 96), "IPv4-compatible (deprecated)", "RFC 4291", NotApplicable, Embed::Low32),
+    carrier(v6([0, 0, 0, 0, 0, 0xffff, 0, 0], 96), "IPv4-mapped Address", "RFC 4291", NotGlobal, Embed::Low32),
+    carrier(v6([0x64, 0xff9b, 0, 0, 0, 0, 0, 0], 96), "IPv4-IPv6 Translat.", "RFC 6052", Global, Embed::Low32),
+    // Where the v4 sits depends on the prefix length the local operator
+    // chose, and the translator is that network's: never public.
+    row(v6([0x64, 0xff9b, 1, 0, 0, 0, 0, 0], 48), "IPv4-IPv6 Translat. (local use)", "RFC 8215", NotGlobal, "local-use NAT64"),
+    row(v6([0x100, 0, 0, 0, 0, 0, 0, 0], 64), "Discard-Only Address Block", "RFC 6666", NotGlobal, "discard-only"),
+    row(v6([0x100, 0, 0, 1, 0, 0, 0, 0], 64), "Dummy IPv6 Prefix", "RFC 9780", NotGlobal, "dummy"),
+    row(v6([0x2001, 0, 0, 0, 0, 0, 0, 0], 23), "IETF Protocol Assignments", "RFC 2928", NotGlobal, "protocol-assignment"),
+    carrier(v6([0x2001, 0, 0, 0, 0, 0, 0, 0], 32), "TEREDO", "RFC 4380", NotApplicable, Embed::Teredo),
+    row(v6([0x2001, 1, 0, 0, 0, 0, 0, 1], 128), "Port Control Protocol Anycast", "RFC 7723", Global, "public"),
+    row(v6([0x2001, 1, 0, 0, 0, 0, 0, 2], 128), "Traversal Using Relays around NAT Anycast", "RFC 8155", Global, "public"),
+    row(v6([0x2001, 1, 0, 0, 0, 0, 0, 3], 128), "DNS-SD Service Registration Protocol Anycast", "RFC 9665", Global, "public"),
+    row(v6([0x2001, 2, 0, 0, 0, 0, 0, 0], 48), "Benchmarking", "RFC 5180", NotGlobal, "benchmarking"),
+    row(v6([0x2001, 3, 0, 0, 0, 0, 0, 0], 32), "AMT", "RFC 7450", Global, "public"),
+    row(v6([0x2001, 4, 0x112, 0, 0, 0, 0, 0], 48), "AS112-v6", "RFC 7535", Global, "public"),
+    row(v6([0x2001, 0x10, 0, 0, 0, 0, 0, 0], 28), "Deprecated (previously ORCHID)", "RFC 4843", NotApplicable, "deprecated"),
+    row(v6([0x2001, 0x20, 0, 0, 0, 0, 0, 0], 28), "ORCHIDv2", "RFC 7343", Global, "public"),
+    row(v6([0x2001, 0x30, 0, 0, 0, 0, 0, 0], 28), "Drone Remote ID Protocol Entity Tags (DETs) Prefix", "RFC 9374", Global, "public"),
+    row(v6([0x2001, 0xdb8, 0, 0, 0, 0, 0, 0], 32), "Documentation", "RFC 3849", NotGlobal, "documentation"),
+    carrier(v6([0x2002, 0, 0, 0, 0, 0, 0, 0], 16), "6to4", "RFC 3056", NotApplicable, Embed::SixToFour),
+    row(v6([0x2620, 0x4f, 0x8000, 0, 0, 0, 0, 0], 48), "Direct Delegation AS112 Service", "RFC 7534", Global, "public"),
+    row(v6([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20), "Documentation", "RFC 9637", NotGlobal, "documentation"),
+    row(v6([0x5f00, 0, 0, 0, 0, 0, 0, 0], 16), "Segment Routing (SRv6) SIDs", "RFC 9602", NotGlobal, "segment-routing"),
+    row(v6([0xfc00, 0, 0, 0, 0, 0, 0, 0], 7), "Unique-Local", "RFC 4193", NotGlobal, "unique-local"),
+    row(v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10), "Link-Local Unicast", "RFC 4291", NotGlobal, "link-local"),
+    row(v6([0xfec0, 0, 0, 0, 0, 0, 0, 0], 10), "Site-Local (deprecated)", "RFC 3879", NotGlobal, "site-local"),
+    row(v6([0xff00, 0, 0, 0, 0, 0, 0, 0], 8), "Multicast", "RFC 4291", NotGlobal, "multicast"),
+];
+
+/// What an address is, for the private-address rule: the row that decided
+/// it, and, for an IPv6 form that carries an IPv4 address, that form's
+/// row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressClass {
+    pub row: &'static Special,
+    pub carrier: Option<&'static Special>,
 }
 
 impl AddressClass {
-    pub fn name(self) -> &'static str {
-        match self {
-            AddressClass::Public => "public",
-            AddressClass::Loopback => "loopback",
-            AddressClass::Private => "private",
-            AddressClass::LinkLocal => "link-local",
-            AddressClass::Multicast => "multicast",
-            AddressClass::Unspecified => "unspecified",
-            AddressClass::Shared => "shared (CGNAT)",
-            AddressClass::Broadcast => "broadcast",
-        }
+    /// Whether the registries call the address globally reachable.
+    pub fn is_public(self) -> bool {
+        self.row.reach == Reach::Global
+    }
+
+    /// "a loopback address (127.0.0.0/8 Loopback, RFC 1122)", naming the
+    /// class, never the address itself.
+    pub fn describe(self) -> String {
+        let r = self.row;
+        let inside = match self.carrier {
+            Some(c) => format!(" inside {} {}", c.name, c.block),
+            None => String::new(),
+        };
+        format!(
+            "{} {} address ({} {}, {}){inside}",
+            article(r.kind),
+            r.kind,
+            r.block,
+            r.name,
+            r.rfc
+        )
     }
 }
 
-/// Classifies an address; v4-mapped and NAT64 (`64:ff9b::/96`) v6
-/// addresses are classified by the v4 address they carry.
+fn article(word: &str) -> &'static str {
+    match word.as_bytes().first() {
+        Some(b'a' | b'e' | b'i' | b'o' | b'u') => "an",
+        _ => "a",
+    }
+}
+
+/// The most specific row of `table` that holds `ip` (the first row of
+/// each table holds every address of its family).
+fn lookup(table: &'static [Special], ip: IpAddr) -> &'static Special {
+    table
+        .iter()
+        .filter(|r| r.block.contains(ip))
+        .max_by_key(|r| r.block.prefix())
+        .expect("the first row of an address table holds every address")
+}
+
+/// Classifies an address. An IPv6 address that carries an IPv4 one
+/// (v4-mapped, v4-compatible, NAT64's well-known prefix, 6to4, Teredo's
+/// server and client) is classified as the IPv4 address it carries; for
+/// Teredo the first of the two that is not public decides.
 pub fn classify(ip: IpAddr) -> AddressClass {
-    match ip.to_canonical() {
-        IpAddr::V4(v4) => classify_v4(v4),
-        IpAddr::V6(v6) => {
-            let bits = u128::from(v6);
-            if bits >> 32 == 0x0064_ff9b_0000_0000_0000_0000 {
-                return classify_v4(Ipv4Addr::from(bits as u32));
-            }
-            let first = v6.segments()[0];
-            if v6.is_unspecified() {
-                AddressClass::Unspecified
-            } else if v6.is_loopback() {
-                AddressClass::Loopback
-            } else if first & 0xff00 == 0xff00 {
-                AddressClass::Multicast
-            } else if first & 0xffc0 == 0xfe80 {
-                AddressClass::LinkLocal
-            } else if first & 0xfe00 == 0xfc00 || first & 0xffc0 == 0xfec0 {
-                // Unique local, and the deprecated site-local.
-                AddressClass::Private
-            } else if bits >> 32 == 0 {
-                // IPv4-compatible (deprecated) ::a.b.c.d: as its v4.
-                classify_v4(Ipv4Addr::from(bits as u32))
-            } else {
-                AddressClass::Public
+    // v4-mapped is the v4 address itself, in every part of the runner.
+    let v6 = match ip.to_canonical() {
+        ip @ IpAddr::V4(_) => {
+            return AddressClass {
+                row: lookup(IPV4, ip),
+                carrier: None,
             }
         }
+        IpAddr::V6(v6) => v6,
+    };
+    let outer = lookup(IPV6, IpAddr::V6(v6));
+    let bits = u128::from(v6);
+    let carried: Vec<Ipv4Addr> = match outer.embed {
+        Embed::None => Vec::new(),
+        Embed::Low32 => vec![Ipv4Addr::from(bits as u32)],
+        Embed::SixToFour => vec![Ipv4Addr::from((bits >> 80) as u32)],
+        Embed::Teredo => vec![
+            Ipv4Addr::from((bits >> 64) as u32),
+            Ipv4Addr::from(!(bits as u32)),
+        ],
+    };
+    if carried.is_empty() {
+        return AddressClass {
+            row: outer,
+            carrier: None,
+        };
     }
-}
-
-fn classify_v4(ip: Ipv4Addr) -> AddressClass {
-    let o = ip.octets();
-    if o[0] == 0 {
-        AddressClass::Unspecified
-    } else if ip.is_loopback() {
-        AddressClass::Loopback
-    } else if ip.is_private() {
-        AddressClass::Private
-    } else if ip.is_link_local() {
-        AddressClass::LinkLocal
-    } else if ip.is_multicast() {
-        AddressClass::Multicast
-    } else if ip.is_broadcast() {
-        AddressClass::Broadcast
-    } else if o[0] == 100 && (64..128).contains(&o[1]) {
-        AddressClass::Shared
-    } else {
-        AddressClass::Public
+    let rows = carried.into_iter().map(|v4| lookup(IPV4, IpAddr::V4(v4)));
+    let mut decided = None;
+    for row in rows {
+        if decided.is_none() || row.reach != Reach::Global {
+            decided = Some(row);
+        }
+        if row.reach != Reach::Global {
+            break;
+        }
+    }
+    AddressClass {
+        row: decided.unwrap_or(outer),
+        carrier: Some(outer),
     }
 }
 
@@ -470,7 +691,8 @@ pub enum Refusal {
     PortNotAllowed,
     /// The job allows it, the runner's own allowlist does not.
     NotAllowedByRunner,
-    /// The address (given, or resolved) is not public.
+    /// The address (given, or resolved) is not globally reachable. `addr`
+    /// is for the runner's own log and result, never the message.
     PrivateAddress { addr: IpAddr, class: AddressClass },
 }
 
@@ -494,10 +716,19 @@ impl Refusal {
             Refusal::NotAllowedByRunner => {
                 format!("{host}:{port} is not in the runner's own network allowlist")
             }
-            Refusal::PrivateAddress { addr, class } => format!(
-                "{host} is {addr}, a {} address: only allowed when the job sets \"private\": true, or names that address or block itself",
-                class.name()
-            ),
+            // The class, never the address a name resolved to: the
+            // sandbox learns nothing of the runner's network it did not
+            // name itself.
+            Refusal::PrivateAddress { class, .. } => match host {
+                Host::Ip(_) => format!(
+                    "{host} is {}, not globally reachable, and the runner allows no such address",
+                    class.describe()
+                ),
+                Host::Name(_) => format!(
+                    "{host} is listed, but resolves to {}: only allowed when the job sets \"private\": true, or names that address or block itself",
+                    class.describe()
+                ),
+            },
         }
     }
 }
@@ -560,7 +791,7 @@ impl Policy {
                 // Named by the job itself: a non-public address passes
                 // unless the runner forbids them altogether.
                 let class = classify(*ip);
-                if class != AddressClass::Public && !self.runner.private {
+                if !class.is_public() && !self.runner.private {
                     return Err(Refusal::PrivateAddress { addr: *ip, class });
                 }
                 Ok(Decision::Connect(*ip))
@@ -572,7 +803,7 @@ impl Policy {
     /// Whether a name may connect to `ip`, one of its resolved addresses.
     pub fn permits_resolved(&self, ip: IpAddr) -> Result<(), Refusal> {
         let class = classify(ip);
-        if class == AddressClass::Public || (self.job.private && self.runner.private) {
+        if class.is_public() || (self.job.private && self.runner.private) {
             Ok(())
         } else {
             Err(Refusal::PrivateAddress {
@@ -741,54 +972,219 @@ mod tests {
         );
     }
 
+    /// Every row of both tables: its first and last address and the
+    /// addresses just outside it, with the kind of address each is.
+    #[rustfmt::skip]
+    const EVERY_ROW: &[(&str, &str)] = &[
+        // IPv4
+        ("0.0.0.0", "unspecified"), ("255.255.255.255", "broadcast"),
+        ("0.255.255.255", "this-network"), ("1.0.0.0", "public"), ("0.0.0.1", "this-network"),
+        ("10.0.0.0", "private"), ("10.255.255.255", "private"),
+        ("9.255.255.255", "public"), ("11.0.0.0", "public"),
+        ("100.64.0.0", "shared (CGNAT)"), ("100.127.255.255", "shared (CGNAT)"),
+        ("100.63.255.255", "public"), ("100.128.0.0", "public"),
+        ("127.0.0.0", "loopback"), ("127.255.255.255", "loopback"),
+        ("126.255.255.255", "public"), ("128.0.0.0", "public"),
+        ("169.254.0.0", "link-local"), ("169.254.255.255", "link-local"),
+        ("169.253.255.255", "public"), ("169.255.0.0", "public"),
+        ("172.16.0.0", "private"), ("172.31.255.255", "private"),
+        ("172.15.255.255", "public"), ("172.32.0.0", "public"),
+        ("192.0.0.0", "protocol-assignment"), ("192.0.0.255", "protocol-assignment"),
+        ("191.255.255.255", "public"), ("192.0.1.0", "public"),
+        ("192.0.0.7", "protocol-assignment"), ("192.0.0.8", "protocol-assignment"),
+        ("192.0.0.9", "public"), ("192.0.0.10", "public"), ("192.0.0.11", "protocol-assignment"),
+        ("192.0.0.169", "protocol-assignment"), ("192.0.0.170", "protocol-assignment"),
+        ("192.0.0.171", "protocol-assignment"), ("192.0.0.172", "protocol-assignment"),
+        // A cloud's metadata address: no row of its own, inside the /24.
+        ("192.0.0.192", "protocol-assignment"),
+        ("192.0.2.0", "documentation"), ("192.0.2.255", "documentation"),
+        ("192.0.1.255", "public"), ("192.0.3.0", "public"),
+        ("192.31.196.0", "public"), ("192.31.196.255", "public"),
+        ("192.31.195.255", "public"), ("192.31.197.0", "public"),
+        ("192.52.193.0", "public"), ("192.52.193.255", "public"),
+        ("192.52.192.255", "public"), ("192.52.194.0", "public"),
+        ("192.88.99.0", "deprecated"), ("192.88.99.255", "deprecated"),
+        ("192.88.98.255", "public"), ("192.88.100.0", "public"),
+        ("192.168.0.0", "private"), ("192.168.255.255", "private"),
+        ("192.167.255.255", "public"), ("192.169.0.0", "public"),
+        ("192.175.48.0", "public"), ("192.175.48.255", "public"),
+        ("192.175.47.255", "public"), ("192.175.49.0", "public"),
+        ("198.18.0.0", "benchmarking"), ("198.19.255.255", "benchmarking"),
+        ("198.17.255.255", "public"), ("198.20.0.0", "public"),
+        ("198.51.100.0", "documentation"), ("198.51.100.255", "documentation"),
+        ("198.51.99.255", "public"), ("198.51.101.0", "public"),
+        ("203.0.113.0", "documentation"), ("203.0.113.255", "documentation"),
+        ("203.0.112.255", "public"), ("203.0.114.0", "public"),
+        ("224.0.0.0", "multicast"), ("239.255.255.255", "multicast"),
+        ("223.255.255.255", "public"),
+        ("240.0.0.0", "reserved"), ("255.255.255.254", "reserved"),
+        // IPv6
+        ("::", "unspecified"), ("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "multicast"),
+        ("2000::", "public"), ("3fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "public"),
+        ("1fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "non-global"), ("4000::", "non-global"),
+        ("::1", "loopback"), ("::2", "this-network"),
+        ("::255.255.255.255", "broadcast"), ("::1:0:0", "non-global"),
+        ("::ffff:0.0.0.0", "unspecified"), ("::ffff:255.255.255.255", "broadcast"),
+        ("::fffe:ffff:ffff", "non-global"), ("::1:0:0:0", "non-global"),
+        ("64:ff9b::", "unspecified"), ("64:ff9b::ffff:ffff", "broadcast"),
+        ("64:ff9a:ffff:ffff:ffff:ffff:ffff:ffff", "non-global"), ("64:ff9b::1:0:0", "non-global"),
+        ("64:ff9b:1::", "local-use NAT64"), ("64:ff9b:1:ffff:ffff:ffff:ffff:ffff", "local-use NAT64"),
+        ("64:ff9b:0:ffff:ffff:ffff:ffff:ffff", "non-global"), ("64:ff9b:2::", "non-global"),
+        ("100::", "discard-only"), ("100::ffff:ffff:ffff:ffff", "discard-only"),
+        ("ff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "non-global"),
+        ("100:0:0:1::", "dummy"), ("100::1:ffff:ffff:ffff:ffff", "dummy"), ("100:0:0:2::", "non-global"),
+        ("2001::", "unspecified"), ("2001:1ff:ffff:ffff:ffff:ffff:ffff:ffff", "protocol-assignment"),
+        ("2000:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "public"), ("2001:200::", "public"),
+        ("2001:0:ffff:ffff:ffff:ffff:ffff:ffff", "broadcast"), ("2001:1::", "protocol-assignment"),
+        ("2001:1::1", "public"), ("2001:1::2", "public"), ("2001:1::3", "public"),
+        ("2001:1::4", "protocol-assignment"),
+        ("2001:2::", "benchmarking"), ("2001:2:0:ffff:ffff:ffff:ffff:ffff", "benchmarking"),
+        ("2001:1:ffff:ffff:ffff:ffff:ffff:ffff", "protocol-assignment"), ("2001:2:1::", "protocol-assignment"),
+        ("2001:3::", "public"), ("2001:3:ffff:ffff:ffff:ffff:ffff:ffff", "public"),
+        ("2001:2:ffff:ffff:ffff:ffff:ffff:ffff", "protocol-assignment"), ("2001:4::", "protocol-assignment"),
+        ("2001:4:112::", "public"), ("2001:4:112:ffff:ffff:ffff:ffff:ffff", "public"),
+        ("2001:4:111:ffff:ffff:ffff:ffff:ffff", "protocol-assignment"), ("2001:4:113::", "protocol-assignment"),
+        ("2001:10::", "deprecated"), ("2001:1f:ffff:ffff:ffff:ffff:ffff:ffff", "deprecated"),
+        ("2001:f:ffff:ffff:ffff:ffff:ffff:ffff", "protocol-assignment"),
+        ("2001:20::", "public"), ("2001:2f:ffff:ffff:ffff:ffff:ffff:ffff", "public"),
+        ("2001:30::", "public"), ("2001:3f:ffff:ffff:ffff:ffff:ffff:ffff", "public"),
+        ("2001:40::", "protocol-assignment"),
+        ("2001:db8::", "documentation"), ("2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", "documentation"),
+        ("2001:db7:ffff:ffff:ffff:ffff:ffff:ffff", "public"), ("2001:db9::", "public"),
+        ("2002::", "unspecified"), ("2002:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "broadcast"),
+        ("2001:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "public"), ("2003::", "public"),
+        ("2620:4f:8000::", "public"), ("2620:4f:8000:ffff:ffff:ffff:ffff:ffff", "public"),
+        ("2620:4f:7fff:ffff:ffff:ffff:ffff:ffff", "public"), ("2620:4f:8001::", "public"),
+        ("3fff::", "documentation"), ("3fff:fff:ffff:ffff:ffff:ffff:ffff:ffff", "documentation"),
+        ("3ffe:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "public"), ("3fff:1000::", "public"),
+        ("5f00::", "segment-routing"), ("5f00:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "segment-routing"),
+        ("5eff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "non-global"), ("5f01::", "non-global"),
+        ("fc00::", "unique-local"), ("fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "unique-local"),
+        ("fbff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "non-global"), ("fe00::", "non-global"),
+        ("fe80::", "link-local"), ("febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "link-local"),
+        ("fe7f:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "non-global"),
+        ("fec0::", "site-local"), ("feff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "site-local"),
+        ("ff00::", "multicast"),
+    ];
+
+    /// IPv6 forms that carry an IPv4 address: classified as what they
+    /// carry.
+    #[rustfmt::skip]
+    const CARRIERS: &[(&str, &str)] = &[
+        ("::ffff:8.8.8.8", "public"), ("::ffff:127.0.0.1", "loopback"),
+        ("::8.8.8.8", "public"), ("::127.0.0.1", "loopback"), ("::169.254.169.254", "link-local"),
+        ("64:ff9b::8.8.8.8", "public"), ("64:ff9b::10.0.0.1", "private"),
+        ("64:ff9b::169.254.169.254", "link-local"), ("64:ff9b::192.0.0.192", "protocol-assignment"),
+        // Local-use NAT64 stays local whatever sits where a /48 prefix
+        // would put 8.8.8.8.
+        ("64:ff9b:1:808:8:800::", "local-use NAT64"),
+        ("2002:808:808::", "public"), ("2002:808:808:1:2:3:4:5", "public"),
+        ("2002:a9fe:a9fe::", "link-local"), ("2002:c000:c0::1", "protocol-assignment"),
+        ("2002:7f00:1::", "loopback"), ("2002:c612:1::", "benchmarking"),
+        ("2002:f000:1::", "reserved"), ("2002:c058:6301::", "deprecated"),
+        // Teredo: server 65.54.227.120; client 8.8.8.8 (inverted f7f7:f7f7).
+        ("2001:0:4136:e378:8000:63bf:f7f7:f7f7", "public"),
+        // The client of RFC 4380's own example is 192.0.2.45.
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "documentation"),
+        // The server, or the client, 169.254.169.254.
+        ("2001:0:a9fe:a9fe:8000:63bf:f7f7:f7f7", "link-local"),
+        ("2001:0:4136:e378:8000:63bf:5601:5601", "link-local"),
+        ("2001:0:4136:e378:0:0:80ff:fffe", "loopback"),
+    ];
+
+    #[test]
+    fn every_registry_row_classifies_its_edges() {
+        for &(addr, kind) in EVERY_ROW.iter().chain(CARRIERS) {
+            let class = classify(ip(addr));
+            assert_eq!(class.row.kind, kind, "{addr}: {}", class.describe());
+            assert_eq!(class.is_public(), kind == "public", "{addr}");
+            // Only rows the registry calls globally reachable are public.
+            assert_eq!(
+                class.is_public(),
+                class.row.reach == Reach::Global,
+                "{addr}"
+            );
+        }
+        // The table above covers the first and last address of every row:
+        // a row added without its edges tested fails here.
+        let listed: Vec<IpAddr> = EVERY_ROW.iter().map(|(a, _)| ip(a)).collect();
+        for r in IPV4.iter().chain(IPV6) {
+            let (first, last) = match r.block {
+                Net::V4(a, p) => (
+                    IpAddr::V4(Ipv4Addr::from(a)),
+                    IpAddr::V4(Ipv4Addr::from(a | !mask_v4(u32::MAX, p))),
+                ),
+                Net::V6(a, p) => (
+                    IpAddr::V6(Ipv6Addr::from(a)),
+                    IpAddr::V6(Ipv6Addr::from(a | !mask_v6(u128::MAX, p))),
+                ),
+            };
+            assert!(
+                listed.contains(&first),
+                "{}: first address {first} untested",
+                r.block
+            );
+            assert!(
+                listed.contains(&last),
+                "{}: last address {last} untested",
+                r.block
+            );
+            assert!(r.block.contains(first) && r.block.contains(last));
+            if r.embed == Embed::None {
+                assert_eq!(r.kind == "public", r.reach == Reach::Global, "{}", r.block);
+            }
+        }
+    }
+
     #[test]
     fn resolved_addresses_must_be_public_unless_private() {
         let public = policy(&["example.org"], false);
         let private = policy(&["example.org"], true);
-        for (addr, class) in [
-            ("127.0.0.1", AddressClass::Loopback),
-            ("127.255.0.9", AddressClass::Loopback),
-            ("10.0.0.1", AddressClass::Private),
-            ("172.16.5.4", AddressClass::Private),
-            ("192.168.1.1", AddressClass::Private),
-            ("169.254.169.254", AddressClass::LinkLocal),
-            ("224.0.0.1", AddressClass::Multicast),
-            ("0.0.0.0", AddressClass::Unspecified),
-            ("0.1.2.3", AddressClass::Unspecified),
-            ("100.100.100.200", AddressClass::Shared),
-            ("255.255.255.255", AddressClass::Broadcast),
-            ("::1", AddressClass::Loopback),
-            ("::", AddressClass::Unspecified),
-            ("fe80::1", AddressClass::LinkLocal),
-            ("fd12:3456::1", AddressClass::Private),
-            ("fc00::1", AddressClass::Private),
-            ("fec0::1", AddressClass::Private),
-            ("ff02::1", AddressClass::Multicast),
-            ("::ffff:127.0.0.1", AddressClass::Loopback),
-            ("::ffff:192.168.0.1", AddressClass::Private),
-            ("64:ff9b::a00:1", AddressClass::Private),
-            ("::127.0.0.1", AddressClass::Loopback),
-        ] {
-            assert_eq!(classify(ip(addr)), class, "{addr}");
-            let refused = public.permits_resolved(ip(addr)).unwrap_err();
-            assert_eq!(refused.code(), "private_address", "{addr}");
+        for &(addr, kind) in EVERY_ROW.iter().chain(CARRIERS) {
+            if kind == "public" {
+                assert!(public.permits_resolved(ip(addr)).is_ok(), "{addr}");
+            } else {
+                let refused = public.permits_resolved(ip(addr)).unwrap_err();
+                assert_eq!(refused.code(), "private_address", "{addr}");
+            }
             assert!(private.permits_resolved(ip(addr)).is_ok(), "{addr}");
         }
-        for addr in [
-            "93.184.215.14",
-            "172.32.0.1",
-            "100.128.0.1",
-            "2606:4700::1",
-            "::ffff:8.8.8.8",
+    }
+
+    #[test]
+    fn refusals_name_the_class_not_the_resolved_address() {
+        let p = policy(&["metadata.internal"], false);
+        for (addr, says) in [
+            (
+                "192.0.0.192",
+                "a protocol-assignment address (192.0.0.0/24 IETF Protocol Assignments, RFC 6890)",
+            ),
+            (
+                "::ffff:127.0.0.1",
+                "a loopback address (127.0.0.0/8 Loopback, RFC 1122)",
+            ),
+            (
+                "2002:a9fe:a9fe::",
+                "a link-local address (169.254.0.0/16 Link Local, RFC 3927) inside 6to4 2002::/16",
+            ),
         ] {
-            assert_eq!(classify(ip(addr)), AddressClass::Public, "{addr}");
-            assert!(public.permits_resolved(ip(addr)).is_ok(), "{addr}");
+            let msg = p
+                .permits_resolved(ip(addr))
+                .unwrap_err()
+                .message(&host("metadata.internal"), 80);
+            assert_eq!(
+                msg,
+                format!("metadata.internal is listed, but resolves to {says}: only allowed when the job sets \"private\": true, or names that address or block itself")
+            );
+            let v4 = classify(ip(addr)).row;
+            for shown in [addr.to_owned(), ip(addr).to_canonical().to_string()] {
+                assert!(!msg.contains(&shown), "{msg} names {shown}");
+            }
+            assert!(
+                !msg.contains("192.0.0.192") && !msg.contains("169.254.169.254"),
+                "{msg} ({v4:?})"
+            );
         }
-        // The v4 form is reported, whatever form resolved.
-        let e = public.permits_resolved(ip("::ffff:127.0.0.1")).unwrap_err();
-        assert!(e
-            .message(&host("example.org"), 80)
-            .contains("127.0.0.1, a loopback"));
     }
 
     #[test]
@@ -799,6 +1195,30 @@ mod tests {
             Ok(Decision::Connect(ip("127.0.0.1")))
         );
         assert!(p.decide(&host("192.168.3.4"), 443).is_ok());
+        // Special-purpose space too, and only what the entry itself names.
+        let p = policy(
+            &["192.0.0.192", "198.18.0.0/15", "[2002:a9fe:a9fe::]"],
+            false,
+        );
+        for named in ["192.0.0.192", "198.19.255.255", "[2002:a9fe:a9fe::]"] {
+            assert!(p.decide(&host(named), 443).is_ok(), "{named}");
+        }
+        for other in ["192.0.0.193", "[2002:a9fe:a9fe::1]", "169.254.169.254"] {
+            assert_eq!(
+                p.decide(&host(other), 443),
+                Err(Refusal::HostNotAllowed),
+                "{other}"
+            );
+        }
+        // The runner that forbids non-public addresses refuses them all,
+        // named or not, and says what kind of address each is.
+        let mut p = p;
+        p.runner.private = false;
+        let refused = p.decide(&host("192.0.0.192"), 443).unwrap_err();
+        assert_eq!(
+            refused.message(&host("192.0.0.192"), 443),
+            "192.0.0.192 is a protocol-assignment address (192.0.0.0/24 IETF Protocol Assignments, RFC 6890), not globally reachable, and the runner allows no such address"
+        );
     }
 
     #[test]
