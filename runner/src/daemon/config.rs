@@ -224,6 +224,22 @@ settings! {
         default: 64 << 20,
         check: at_least(1024),
     }
+    max_bundle_skills: Option<usize> {
+        /// Skills one bundle upload may hold; past it, 400 bad_bundle [default: 256].
+        flag: "max-bundle-skills" <"N">,
+        env: "SKILL_RUNNER_MAX_BUNDLE_SKILLS",
+        file: "max_bundle_skills",
+        default: crate::package::format::PackageLimits::default().max_bundle_skills,
+        check: within(1, 100_000),
+    }
+    strict_limits: Option<bool> {
+        /// Refuse jobs whose memory or pids limit would be held per process by
+        /// an rlimit, not by a cgroup (503 sandbox_unavailable) [default: false].
+        flag: "strict-limits" <"BOOL">,
+        env: "SKILL_RUNNER_STRICT_LIMITS",
+        file: "strict_limits",
+        default: false,
+    }
     max_output_bytes: Option<u64> {
         /// Largest `limits.output_bytes` a job may ask for, per stream; output
         /// is held in memory [default: 16MiB].
@@ -581,6 +597,10 @@ pub struct Config {
     pub max_uploads: usize,
     pub job_body_limit: u64,
     pub package_body_limit: u64,
+    /// Skills one bundle may hold.
+    pub max_bundle_skills: usize,
+    /// Refuse jobs whose memory or pids limit no cgroup would hold.
+    pub strict_limits: bool,
     pub max_output_bytes: u64,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
@@ -808,6 +828,8 @@ impl Config {
             max_uploads: s.max_uploads()?,
             job_body_limit: s.job_body_limit()?,
             package_body_limit: s.package_body_limit()?,
+            max_bundle_skills: s.max_bundle_skills()?,
+            strict_limits: s.strict_limits()?,
             max_output_bytes: s.max_output_bytes()?,
             header_timeout: s.header_timeout()?,
             body_timeout: s.body_timeout()?,

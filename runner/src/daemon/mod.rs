@@ -88,9 +88,13 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
     }
     let runner = Runner::new(exec::RunnerConfig {
         data_dir: config.data_dir.clone(),
-        package_limits: PackageLimits::default(),
+        package_limits: PackageLimits {
+            max_bundle_skills: config.max_bundle_skills,
+            ..PackageLimits::default()
+        },
         keep: false,
         reuse_cgroups: true,
+        strict_limits: config.strict_limits,
         network: config.network.clone(),
         sessions: Some(Arc::new(crate::skillhost::session::Sessions::new(
             &config.data_dir,

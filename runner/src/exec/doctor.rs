@@ -109,6 +109,7 @@ impl Report {
             package_limits: Default::default(),
             keep: false,
             reuse_cgroups: false,
+            strict_limits: false,
             network: Default::default(),
             sessions: None,
         });

@@ -43,13 +43,17 @@ pub enum Disk {
 }
 
 /// Chooses the mechanism for each limit, or refuses the execution when a
-/// limit cannot be enforced on this host: a limit is never dropped.
+/// limit cannot be enforced on this host: a limit is never dropped. With
+/// `strict` (`--strict-limits`, the daemon's `strict_limits`), memory and
+/// pids limits that no cgroup would hold are refused too, rather than held
+/// per process by an rlimit.
 pub fn limits_plan(
     l: &crate::exec::job::Limits,
     cg: Option<&Cgroup>,
     cg_note: Option<String>,
     identity: &Identity,
     disk: Disk,
+    strict: bool,
 ) -> Result<(Rlimits, AppliedLimits), ErrorInfo> {
     use nix::sys::resource::Resource;
     #[cfg(not(target_os = "linux"))]
@@ -62,6 +66,26 @@ pub fn limits_plan(
         (Resource::RLIMIT_NOFILE, l.open_files, l.open_files),
     ];
     let cg_name = cg.map(|c| c.version().name());
+    #[cfg(target_os = "linux")]
+    for (limit, held) in [
+        ("memory_bytes", cg.is_some_and(Cgroup::limits_memory)),
+        ("pids", cg.is_some_and(Cgroup::limits_pids)),
+    ] {
+        if strict && !held {
+            return Err(ErrorInfo::new(
+                crate::error::ErrorKind::SandboxUnavailable,
+                format!(
+                    "strict limits are set, and {limit} would be held per process by an rlimit, not by a cgroup{}; give the runner a writable cgroup (cgroup v2 with Delegate=yes, or the memory and pids controllers) or run it without strict limits",
+                    cg_note
+                        .as_ref()
+                        .map(|n| format!(" ({n})"))
+                        .unwrap_or_default()
+                ),
+            ));
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = strict; // macOS has no cgroups: its limits say `none`
     let memory = match cg_name.filter(|_| cg.is_some_and(Cgroup::limits_memory)) {
         Some(name) => Applied::by(Some(l.memory_bytes), name),
         // macOS accepts RLIMIT_AS but does not enforce it: say so.

@@ -61,6 +61,9 @@ pub struct RunnerConfig {
     /// Keep execution cgroups for reuse (a long-running runner: the
     /// daemon), see [`crate::supervise::cgroup::Pool`].
     pub reuse_cgroups: bool,
+    /// Refuse a job whose memory or pids limit no cgroup would hold
+    /// (`--strict-limits`), instead of holding it per process by an rlimit.
+    pub strict_limits: bool,
     /// The runner's own network settings: whether jobs may reach private
     /// addresses, and a cap on their allowlists (see [`crate::sandbox::net`]).
     pub network: crate::sandbox::net::RunnerNetwork,
@@ -818,8 +821,14 @@ impl Runner {
         } else {
             Disk::Tmpfs
         };
-        let (rlimits, applied) = match limits_plan(&l, cgroup.as_ref(), cg_note, &p.identity, disk)
-        {
+        let (rlimits, applied) = match limits_plan(
+            &l,
+            cgroup.as_ref(),
+            cg_note,
+            &p.identity,
+            disk,
+            self.config.strict_limits,
+        ) {
             Ok(plan) => plan,
             Err(e) => return rejected(e),
         };
@@ -941,6 +950,8 @@ impl Runner {
         let network = proxy.map(crate::sandbox::net::proxy::Session::finish);
         let finished_at = outcome.started_at + outcome.duration;
 
+        let mut warnings = p.lease.snapshot.warnings.clone();
+        warnings.extend(applied.warnings());
         let mut result = ExecResult {
             execution_id: job.execution_id.clone(),
             status: Status::Exited,
@@ -967,7 +978,7 @@ impl Runner {
             }),
             network,
             error: None,
-            warnings: p.lease.snapshot.warnings.clone(),
+            warnings,
             identity: Some(p.identity.clone()),
         };
         classify(&mut result, &outcome, &l, hits);
