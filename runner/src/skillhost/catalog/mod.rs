@@ -255,7 +255,7 @@ impl Rankable for Entry {
 /// What a load did: how many sources were scanned or taken from the index.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ScanStats {
-    /// Sources read from disk this time.
+    /// Sources read from disk this time (a missing folder is not counted).
     pub scanned: usize,
     /// Sources taken from the index.
     pub from_index: usize,
@@ -448,7 +448,6 @@ impl Catalog {
                     scanned.push((layer, cached.swap_remove(i)));
                 }
                 None => {
-                    stats.scanned += 1;
                     // Skills of the stale entry whose SKILL.md is unchanged
                     // are taken from it, not parsed again.
                     let prior = cached
@@ -465,6 +464,7 @@ impl Catalog {
                         })
                         .unwrap_or_default();
                     if let Some(s) = scan::scan_root(root, &bounds, &prior) {
+                        stats.scanned += 1;
                         dirty = true;
                         stats.parsed += s.parsed;
                         scanned.push((layer, index::CachedRoot::new(root, settings.clone(), s)));
