@@ -976,6 +976,29 @@ mod tests {
     }
 
     #[test]
+    fn bundle_cap_and_strict_limits_are_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Config::build(args(), Some(dir.path().to_owned()), None).unwrap();
+        assert_eq!(c.max_bundle_skills, 256);
+        assert!(!c.strict_limits);
+        let file = dir.path().join("serve.toml");
+        std::fs::write(&file, "max_bundle_skills = 10\nstrict_limits = true\n").unwrap();
+        let mut a = args();
+        a.config = Some(file.clone());
+        let c = Config::build(a, Some(dir.path().to_owned()), None).unwrap();
+        assert_eq!((c.max_bundle_skills, c.strict_limits), (10, true));
+        std::fs::write(&file, "max_bundle_skills = 0\n").unwrap();
+        let mut a = args();
+        a.config = Some(file);
+        let e = Config::build(a, Some(dir.path().to_owned()), None).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("setting max_bundle_skills: 0 is out of range"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn network_settings_cap_jobs() {
         let dir = tempfile::tempdir().unwrap();
         let c = Config::build(args(), Some(dir.path().to_owned()), None).unwrap();
