@@ -371,3 +371,23 @@ fn doctor_in_a_container_says_when_memory_is_bounded_per_process_only() {
         show(&out)
     );
 }
+
+#[test]
+fn a_sandboxed_command_is_the_first_the_oom_killer_takes() {
+    // Under a container's --memory, a memfd hog got the runner killed
+    // instead of itself, and the run had no result.
+    if !require_sandbox() {
+        return;
+    }
+    let world = World::new();
+    let job = json!({"argv": ["sh", "-c", "cat /proc/self/oom_score_adj; echo 0 > /proc/self/oom_score_adj && echo lowered"]});
+    let (out, doc) = run_job(&world, None, &job, &[]);
+    assert_eq!(doc["status"], "exited", "{}", show(&out));
+    let stdout = doc["stdout"].as_str().unwrap_or_default();
+    assert!(stdout.starts_with("1000\n"), "{doc:#}");
+    // A root runner raised it with CAP_SYS_RESOURCE, which makes 1000 the
+    // floor: the command cannot lower it again.
+    if nix_is_root() {
+        assert!(!stdout.contains("lowered"), "{doc:#}");
+    }
+}
