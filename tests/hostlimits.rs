@@ -391,3 +391,136 @@ fn a_sandboxed_command_is_the_first_the_oom_killer_takes() {
         assert!(!stdout.contains("lowered"), "{doc:#}");
     }
 }
+
+// --- the daemon's settings ---------------------------------------------------
+
+/// `skill-runner serve` on a socket below the world, started through
+/// `launcher` (or directly); killed when dropped.
+struct Serve {
+    child: std::process::Child,
+    socket: PathBuf,
+}
+
+impl Serve {
+    fn start(world: &World, launcher: Option<&Path>, args: &[&str]) -> Serve {
+        let socket = world.path().join("sock/skill-runner.sock");
+        let mut c = match launcher {
+            Some(l) => {
+                let mut c = Command::new(l);
+                c.arg(runner_bin());
+                c
+            }
+            None => runner_command(),
+        };
+        let child = c
+            .arg("--data-dir")
+            .arg(world.data_dir())
+            .arg("serve")
+            .arg("--socket")
+            .arg(&socket)
+            .args(args)
+            .env_remove("SKILL_RUNNER_TOKEN")
+            .env_remove("SKILL_RUNNER_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn skill-runner serve");
+        let mut serve = Serve { child, socket };
+        let start = std::time::Instant::now();
+        while !serve.socket.exists() {
+            assert!(
+                serve.child.try_wait().unwrap().is_none(),
+                "serve exited before it listened"
+            );
+            assert!(start.elapsed() < HANG_GUARD, "serve never listened");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        serve
+    }
+
+    fn post(&self, path: &str, body: &[u8]) -> (u16, Value) {
+        use std::io::{Read, Write};
+        let mut conn = std::os::unix::net::UnixStream::connect(&self.socket).unwrap();
+        conn.set_read_timeout(Some(HANG_GUARD)).unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        conn.write_all(head.as_bytes()).unwrap();
+        conn.write_all(body).unwrap();
+        let mut reply = Vec::new();
+        conn.read_to_end(&mut reply).unwrap();
+        let (status, body) = http_reply(&reply);
+        (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A bundle of `n` one-file skills.
+fn bundle_of(n: usize) -> Vec<u8> {
+    use skill_runner::package::{bundle, hash};
+    let skills: Vec<(hash::Binding, bundle::Files)> = (0..n)
+        .map(|i| {
+            let id = format!("capped-{i}");
+            let md = format!("---\nname: {id}\ndescription: d\n---\n").into_bytes();
+            let files = vec![("SKILL.md".to_owned(), md)];
+            let hash = hash::package_hash(files.iter().map(|(p, b)| (&p[..], &b[..]))).unwrap();
+            let binding = hash::Binding {
+                id,
+                revision: 1,
+                version: "1.0.0".into(),
+                hash,
+            };
+            (binding, files)
+        })
+        .collect();
+    bundle::render(&skills).into_bytes()
+}
+
+#[test]
+fn the_daemon_refuses_a_bundle_over_max_bundle_skills() {
+    // 3,000 skills in one 0.9 MB upload took seconds and thousands of
+    // store entries: the count is capped, as the bytes are.
+    let world = World::new();
+    let serve = Serve::start(&world, None, &["--max-bundle-skills", "2"]);
+    let (status, doc) = serve.post("/v1/skill-packages", &bundle_of(3));
+    assert_eq!(status, 400, "{doc:#}");
+    assert_eq!(doc["error"]["kind"], "bad_bundle", "{doc:#}");
+    let message = doc["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("the bundle holds 3 skills, over the limit of 2"),
+        "{doc:#}"
+    );
+    let (status, doc) = serve.post("/v1/skill-packages", &bundle_of(2));
+    assert!((200..300).contains(&status), "{status} {doc:#}");
+}
+
+#[test]
+fn a_strict_daemon_refuses_jobs_whose_memory_no_cgroup_would_hold() {
+    if !require_sandbox() {
+        return;
+    }
+    let world = World::new();
+    let Some(launcher) = without_cgroups(&world) else {
+        return;
+    };
+    let serve = Serve::start(&world, Some(&launcher), &["--strict-limits", "true"]);
+    let (status, doc) = serve.post("/v1/executions", br#"{"argv": ["true"]}"#);
+    assert_eq!(status, 503, "{doc:#}");
+    assert_eq!(doc["status"], "rejected", "{doc:#}");
+    assert_eq!(doc["error"]["kind"], "sandbox_unavailable", "{doc:#}");
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("strict limits are set"),
+        "{doc:#}"
+    );
+}
