@@ -376,6 +376,19 @@ pub fn yaml_depth(yaml: &str) -> usize {
             match b {
                 b' ' | b'\t' | b'\r' => {}
                 b'#' if i == 0 || matches!(bytes[i - 1], b' ' | b'\t') => break,
+                // A node's anchor or tag comes before the node itself:
+                // skipped, and a node may still start after it.
+                b'&' | b'!' if value_start => {
+                    // Its name ends at a space or a flow indicator.
+                    while i + 1 < bytes.len()
+                        && !matches!(
+                            bytes[i + 1],
+                            b' ' | b'\t' | b'\r' | b'[' | b']' | b'{' | b'}' | b','
+                        )
+                    {
+                        i += 1;
+                    }
+                }
                 b'\'' | b'"' if value_start => {
                     node_column.get_or_insert(i);
                     value_start = false;
@@ -585,6 +598,12 @@ mod tests {
         for yaml in [
             // A quote that does not close on its line is text.
             format!("a: [it's, {deep}]"),
+            // An anchor or a tag before the collection.
+            format!("a: &anchor {deep}"),
+            format!("a: !!seq {deep}"),
+            format!("a:\n- &x !tag {deep}"),
+            format!("a: &x{deep}"),
+            format!("a: [&x{deep}]"),
             format!("a: 'open\n  {deep}'"),
             // Closing brackets in a plain scalar cannot cancel real ones.
             format!("a: text ]]]]]]\nb: {deep}"),
