@@ -16,6 +16,7 @@ mod descriptors; // the daemon's descriptor budget: raised limit, refusal at sta
 mod escape; // every isolation promise, by attempting the forbidden thing inside a sandbox
 mod explained_fds; // explain --fds-dir writes byte for byte what a launch loads
 mod host; // the command is never host root; host-global state out of reach; limits hold
+mod hostlimits; // front matter bounded before parsing, skills per bundle, memory no cgroup holds is said or refused
 mod invariants; // the snapshot-root invariants of docs/packages.md, end to end
 mod limits; // memory and pids limits hold for the whole sandbox and name their mechanism
 mod network; // network allowlists through the runner's proxy, and nothing around it

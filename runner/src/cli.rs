@@ -46,6 +46,10 @@ pub enum Command {
         /// outside or a profile file is refused.
         #[arg(long, value_name = "DIR", env = "SKILL_RUNNER_CONFINE")]
         confine: Option<PathBuf>,
+        /// Refuse the job (exit 125, sandbox_unavailable) when its memory or
+        /// pids limit would be held per process by an rlimit, not by a cgroup.
+        #[arg(long, env = "SKILL_RUNNER_STRICT_LIMITS")]
+        strict_limits: bool,
     },
     /// Print what a job would run, without running it.
     Explain {

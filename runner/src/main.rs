@@ -54,12 +54,17 @@ fn main() -> ExitCode {
 }
 
 fn config(cli_data_dir: Option<PathBuf>, keep: bool) -> RunnerConfig {
+    config_strict(cli_data_dir, keep, false)
+}
+
+fn config_strict(cli_data_dir: Option<PathBuf>, keep: bool, strict_limits: bool) -> RunnerConfig {
     let data_dir = cli_data_dir.unwrap_or_else(exec::default_data_dir);
     RunnerConfig {
         data_dir,
         package_limits: PackageLimits::default(),
         keep,
         reuse_cgroups: false,
+        strict_limits,
         network: Default::default(),
     }
 }
@@ -82,7 +87,13 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
             json,
             keep,
             confine,
-        } => run(&job, json, confine.as_deref(), config(data_dir, keep)),
+            strict_limits,
+        } => run(
+            &job,
+            json,
+            confine.as_deref(),
+            config_strict(data_dir, keep, strict_limits),
+        ),
         Command::Explain {
             job,
             json,

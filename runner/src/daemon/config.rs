@@ -235,6 +235,22 @@ settings! {
         default: 64 << 20,
         check: at_least(1024),
     }
+    max_bundle_skills: Option<usize> {
+        /// Skills one bundle upload may hold; past it, 400 bad_bundle [default: 256].
+        flag: "max-bundle-skills" <"N">,
+        env: "SKILL_RUNNER_MAX_BUNDLE_SKILLS",
+        file: "max_bundle_skills",
+        default: crate::package::format::PackageLimits::default().max_bundle_skills,
+        check: within(1, 100_000),
+    }
+    strict_limits: Option<bool> {
+        /// Refuse jobs whose memory or pids limit would be held per process by
+        /// an rlimit, not by a cgroup (503 sandbox_unavailable) [default: false].
+        flag: "strict-limits" <"BOOL">,
+        env: "SKILL_RUNNER_STRICT_LIMITS",
+        file: "strict_limits",
+        default: false,
+    }
     max_output_bytes: Option<u64> {
         /// Largest `limits.output_bytes` a job may ask for, per stream; output
         /// is held in memory [default: 16MiB].
@@ -595,6 +611,10 @@ pub struct Config {
     pub max_uploads: usize,
     pub job_body_limit: u64,
     pub package_body_limit: u64,
+    /// Skills one bundle may hold.
+    pub max_bundle_skills: usize,
+    /// Refuse jobs whose memory or pids limit no cgroup would hold.
+    pub strict_limits: bool,
     pub max_output_bytes: u64,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
@@ -827,6 +847,8 @@ impl Config {
             max_uploads: s.max_uploads()?,
             job_body_limit: s.job_body_limit()?,
             package_body_limit: s.package_body_limit()?,
+            max_bundle_skills: s.max_bundle_skills()?,
+            strict_limits: s.strict_limits()?,
             max_output_bytes: s.max_output_bytes()?,
             header_timeout: s.header_timeout()?,
             body_timeout: s.body_timeout()?,
@@ -970,6 +992,29 @@ mod tests {
         assert_eq!(c.job_body_limit, 8192);
         assert_eq!(c.grace, Duration::from_secs(2));
         assert_eq!(c.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn bundle_cap_and_strict_limits_are_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Config::build(args(), Some(dir.path().to_owned()), None).unwrap();
+        assert_eq!(c.max_bundle_skills, 256);
+        assert!(!c.strict_limits);
+        let file = dir.path().join("serve.toml");
+        std::fs::write(&file, "max_bundle_skills = 10\nstrict_limits = true\n").unwrap();
+        let mut a = args();
+        a.config = Some(file.clone());
+        let c = Config::build(a, Some(dir.path().to_owned()), None).unwrap();
+        assert_eq!((c.max_bundle_skills, c.strict_limits), (10, true));
+        std::fs::write(&file, "max_bundle_skills = 0\n").unwrap();
+        let mut a = args();
+        a.config = Some(file);
+        let e = Config::build(a, Some(dir.path().to_owned()), None).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("setting max_bundle_skills: 0 is out of range"),
+            "{e}"
+        );
     }
 
     #[test]

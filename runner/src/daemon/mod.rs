@@ -89,9 +89,13 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
     }
     let runner = Runner::new(exec::RunnerConfig {
         data_dir: config.data.path().to_owned(),
-        package_limits: PackageLimits::default(),
+        package_limits: PackageLimits {
+            max_bundle_skills: config.max_bundle_skills,
+            ..PackageLimits::default()
+        },
         keep: false,
         reuse_cgroups: true,
+        strict_limits: config.strict_limits,
         network: config.network.clone(),
     })
     .map_err(|e| DaemonError::Runner(e.to_string()))?;

@@ -114,6 +114,7 @@ impl Report {
             package_limits: Default::default(),
             keep: false,
             reuse_cgroups: false,
+            strict_limits: false,
             network: Default::default(),
         });
         checks.push(Check {
@@ -140,16 +141,9 @@ impl Report {
             });
         }
         checks.push(seccomp_check());
-        checks.push(cgroups_check());
-        if let Some(engine) = crate::exec::diagnose::container() {
-            checks.push(Check {
-                name: "container",
-                ok: true,
-                detail: format!("running in a {engine} container; see docs/containers.md for the settings it needs"),
-                meaning: "",
-                required: false,
-            });
-        }
+        let cg = Support::detect();
+        checks.push(cgroups_check(&cg));
+        checks.extend(container_check(&cg));
         Report { checks }
     }
 
@@ -224,12 +218,11 @@ fn seccomp_check() -> Check {
 }
 
 /// Which cgroups the limits can use.
-fn cgroups_check() -> Check {
-    let cg = Support::detect();
+fn cgroups_check(cg: &Support) -> Check {
     Check {
         name: "cgroups",
         ok: !matches!(cg, Support::None { .. }),
-        detail: match &cg {
+        detail: match cg {
             Support::V2 { parent } => format!("cgroup v2 under {}", parent.display()),
             Support::V1 { memory, pids, .. } => format!(
                 "cgroup v1: memory {}, pids {}",
@@ -241,6 +234,28 @@ fn cgroups_check() -> Check {
         meaning: "memory falls back to RLIMIT_AS per process, and the process count is not enforced for root (the result says so)",
         required: false,
     }
+}
+
+/// In a container: whether memory is bounded for the sandboxes together
+/// or per process only.
+fn container_check(cg: &Support) -> Option<Check> {
+    let engine = crate::exec::diagnose::container()?;
+    let per_process = match cg {
+        Support::V2 { .. } => false,
+        Support::V1 { memory, .. } => memory.is_none(),
+        Support::None { .. } => true,
+    };
+    Some(Check {
+        name: "container",
+        ok: !per_process,
+        detail: if per_process {
+            format!("running in a {engine} container with no writable memory cgroup: a job's memory_bytes is bounded per process only (RLIMIT_AS; memfd files and pipes are not counted), so give the container --memory and --pids-limit, which bound all its sandboxes together, or refuse such jobs with --strict-limits; see docs/containers.md")
+        } else {
+            format!("running in a {engine} container; see docs/containers.md for the settings it needs")
+        },
+        meaning: "one job can use more memory than its memory_bytes, up to what the container may use",
+        required: false,
+    })
 }
 
 /// Who sandboxed commands are on the host, in one line.

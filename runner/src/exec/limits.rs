@@ -42,14 +42,44 @@ pub enum Disk {
     Watcher,
 }
 
+/// Under strict limits, memory and pids limits that no cgroup would hold
+/// are refused rather than held per process by an rlimit.
+fn refuse_unheld(
+    cg: Option<&Cgroup>,
+    no_cgroup: &dyn Fn(&str, &str) -> String,
+) -> Result<(), ErrorInfo> {
+    #[cfg(target_os = "linux")]
+    for (limit, held) in [
+        ("memory_bytes", cg.is_some_and(Cgroup::limits_memory)),
+        ("pids", cg.is_some_and(Cgroup::limits_pids)),
+    ] {
+        if !held {
+            return Err(ErrorInfo::new(
+                crate::error::ErrorKind::SandboxUnavailable,
+                format!(
+                    "strict limits are set, and {limit} would be held per process by an rlimit, not by a cgroup{}; give the runner a writable cgroup (cgroup v2 with Delegate=yes, or the memory and pids controllers) or run it without strict limits",
+                    no_cgroup(" (", ")")
+                ),
+            ));
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (cg, no_cgroup); // macOS has no cgroups: its limits say `none`
+    Ok(())
+}
+
 /// Chooses the mechanism for each limit, or refuses the execution when a
-/// limit cannot be enforced on this host: a limit is never dropped.
+/// limit cannot be enforced on this host: a limit is never dropped. With
+/// `strict` (`--strict-limits`, the daemon's `strict_limits`), memory and
+/// pids limits that no cgroup would hold are refused too, rather than held
+/// per process by an rlimit.
 pub fn limits_plan(
     l: &crate::exec::job::Limits,
     cg: Option<&Cgroup>,
     cg_note: Option<String>,
     identity: &Identity,
     disk: Disk,
+    strict: bool,
 ) -> Result<(Rlimits, AppliedLimits), ErrorInfo> {
     use nix::sys::resource::Resource;
     let mut r = vec![
@@ -63,6 +93,9 @@ pub fn limits_plan(
             .map(|n| format!("{before}{n}{after}"))
             .unwrap_or_default()
     };
+    if strict {
+        refuse_unheld(cg, &no_cgroup)?;
+    }
     let memory = memory(l, cg, &mut r, &no_cgroup);
     let (pids, nproc) = pids(l, cg, identity, &no_cgroup)?;
     let cpu = cpu(l, &mut r);

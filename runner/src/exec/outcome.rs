@@ -213,6 +213,9 @@ pub fn result(job: &Job, p: &Prepared, outcome: &supervise::Outcome, f: Finished
         network,
     } = f;
     let finished_at = outcome.started_at + outcome.duration;
+    // The packages' warnings, then those of limits weaker than asked.
+    let mut warnings = p.lease.snapshot.warnings.clone();
+    warnings.extend(applied.warnings());
     ExecResult {
         execution_id: job.execution_id.clone(),
         status: ended.status,
@@ -239,7 +242,7 @@ pub fn result(job: &Job, p: &Prepared, outcome: &supervise::Outcome, f: Finished
         }),
         network,
         error: ended.error.as_ref().map(EndError::info),
-        warnings: p.lease.snapshot.warnings.clone(),
+        warnings,
         identity: Some(p.identity.clone()),
     }
 }

@@ -145,6 +145,22 @@ pub struct AppliedLimits {
     pub disk_bytes: Applied,
 }
 
+impl AppliedLimits {
+    /// Sentences for the result's `warnings` about limits weaker than their
+    /// name: a `memory_bytes` that only `RLIMIT_AS` holds bounds each
+    /// process's address space, not what the sandbox holds in all.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.memory_bytes.enforced_by == Mechanism::Rlimit {
+            out.push(format!(
+                "memory_bytes ({} bytes) is bounded per process only (RLIMIT_AS, no cgroup): memory held in memfd files, pipes or by many processes together is not counted, so the sandbox may use more; give the runner a writable cgroup, or set strict limits to refuse such jobs",
+                self.memory_bytes.value.unwrap_or_default()
+            ));
+        }
+        out
+    }
+}
+
 /// Resources used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Usage {

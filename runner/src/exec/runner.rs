@@ -77,6 +77,9 @@ pub struct RunnerConfig {
     /// Keep execution cgroups for reuse (a long-running runner: the
     /// daemon), see [`crate::supervise::cgroup::Pool`].
     pub reuse_cgroups: bool,
+    /// Refuse a job whose memory or pids limit no cgroup would hold
+    /// (`--strict-limits`), instead of holding it per process by an rlimit.
+    pub strict_limits: bool,
     /// The runner's own network settings: whether jobs may reach private
     /// addresses, and a cap on their allowlists (see [`crate::sandbox::net`]).
     pub network: crate::sandbox::net::RunnerNetwork,
@@ -424,8 +427,10 @@ impl Runner {
             .map_err(|source| ExecError::OpenCgroup { source })?
             .unwrap_or_default();
         let disk = watch::disk_of(&p);
-        let (rlimits, applied) = limits_plan(&l, cgroup.as_ref(), cg_note, &p.identity, disk)
-            .map_err(ExecError::Limits)?;
+        let strict = self.config.strict_limits;
+        let (rlimits, applied) =
+            limits_plan(&l, cgroup.as_ref(), cg_note, &p.identity, disk, strict)
+                .map_err(ExecError::Limits)?;
         let launcher = launch::launcher(job, &p, rlimits.nproc)?;
         let (cancel, disk_watch) = watch::disk(opts.cancel.as_ref(), disk, &p, l.disk_bytes)?;
         let proxy = watch::proxy(job, &mut p, &self.config.network)?;

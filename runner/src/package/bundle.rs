@@ -101,6 +101,8 @@ pub enum BundleError {
     },
     #[error("the bundle holds no skill")]
     Empty,
+    #[error("the bundle holds {count} skills, over the limit of {limit}; upload them in bundles of at most {limit}")]
+    TooManySkills { count: usize, limit: usize },
 }
 
 impl BundleError {
@@ -120,6 +122,12 @@ pub fn parse(json: &[u8], limits: &PackageLimits) -> Result<Vec<BundleSkill>, Bu
     let raw: RawBundle = serde_json::from_slice(json)?;
     if raw.skills.is_empty() {
         return Err(BundleError::Empty);
+    }
+    if raw.skills.len() > limits.max_bundle_skills {
+        return Err(BundleError::TooManySkills {
+            count: raw.skills.len(),
+            limit: limits.max_bundle_skills,
+        });
     }
     let mut out: Vec<BundleSkill> = Vec::with_capacity(raw.skills.len());
     for skill in raw.skills {
@@ -244,4 +252,59 @@ pub fn render(skills: &[(Binding, Files)]) -> String {
     };
     // Plain data always serializes.
     serde_json::to_string(&raw).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bundle of `n` one-file skills `s0`, `s1`, …
+    fn bundle_of(n: usize) -> String {
+        let skills: Vec<(Binding, Files)> = (0..n)
+            .map(|i| {
+                let id = format!("s{i}");
+                let md = format!("---\nname: {id}\ndescription: d\n---\n").into_bytes();
+                let files = vec![(SKILL_MD.to_owned(), md)];
+                let hash = hash::package_hash(files.iter().map(|(p, b)| (&p[..], &b[..]))).unwrap();
+                let binding = Binding {
+                    id,
+                    revision: 1,
+                    version: "1.0.0".into(),
+                    hash,
+                };
+                (binding, files)
+            })
+            .collect();
+        render(&skills)
+    }
+
+    #[test]
+    fn a_bundle_over_the_skill_cap_is_refused_before_any_skill_is_verified() {
+        let limits = PackageLimits {
+            max_bundle_skills: 3,
+            ..PackageLimits::default()
+        };
+        assert_eq!(parse(bundle_of(3).as_bytes(), &limits).unwrap().len(), 3);
+        let e = parse(bundle_of(4).as_bytes(), &limits).unwrap_err();
+        assert!(
+            matches!(e, BundleError::TooManySkills { count: 4, limit: 3 }),
+            "{e}"
+        );
+        assert_eq!(e.kind(), ErrorKind::BadBundle);
+        assert_eq!(
+            e.to_string(),
+            "the bundle holds 4 skills, over the limit of 3; upload them in bundles of at most 3"
+        );
+    }
+
+    #[test]
+    fn the_default_skill_cap_admits_a_bundle_of_its_size_and_no_more() {
+        let limits = PackageLimits::default();
+        let cap = limits.max_bundle_skills;
+        assert!(parse(bundle_of(cap).as_bytes(), &limits).is_ok());
+        assert!(matches!(
+            parse(bundle_of(cap + 1).as_bytes(), &limits),
+            Err(BundleError::TooManySkills { .. })
+        ));
+    }
 }

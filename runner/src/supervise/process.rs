@@ -21,7 +21,11 @@
 //! - the child is reaped only after the supervisor stops signalling it, so a
 //!   kill never reaches a recycled pid;
 //! - descriptors other than 0–2 reach the child only where asked for, at
-//!   fixed numbers (everything else the runner opens is close-on-exec).
+//!   fixed numbers (everything else the runner opens is close-on-exec);
+//! - the child's OOM score is raised to the most (`oom_score_adj` 1000), so
+//!   where one memory cgroup holds the runner and its sandboxes (a
+//!   container's `--memory`), the kernel kills a sandboxed process first and
+//!   the runner lives to report the run.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -236,6 +240,7 @@ pub fn supervise(
         rlimits: spawn.rlimits,
         cgroup_procs: spawn.cgroup_procs.iter().map(|f| f.as_raw_fd()).collect(),
         die_with_parent: true,
+        oom_first: true,
         new_session: spawn.new_session,
         // Its own process group: a Ctrl-C at the terminal reaches the
         // runner, which then stops the sandbox itself. (A new session is
@@ -682,6 +687,15 @@ mod tests {
             run_plain(plain("/bin/true", &[])).unwrap().exec,
             ExecReport::Unknown
         );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_child_is_the_first_the_oom_killer_takes() {
+        // A memfd hog under a container's --memory killed the runner
+        // instead of the hog, and the run had no result.
+        let out = run_plain(plain("/bin/cat", &["/proc/self/oom_score_adj"])).unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout.bytes), "1000\n");
     }
 
     #[test]

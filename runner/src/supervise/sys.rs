@@ -43,6 +43,12 @@ pub struct ChildSetup {
     pub new_session: bool,
     /// Without a new session: put the child in a process group of its own.
     pub process_group: bool,
+    /// Raise `/proc/self/oom_score_adj` to 1000 (raising needs no
+    /// privilege, and is inherited): when one memory cgroup holds the runner
+    /// and its sandboxes together (a container's `--memory`), the kernel's
+    /// OOM killer takes a sandboxed process first, not the runner that would
+    /// report it. Linux only; an error here fails the spawn.
+    pub oom_first: bool,
     /// `(uid, gid)` to become before `exec`, with no supplementary groups:
     /// a runner started as root launches the sandbox as an unprivileged
     /// host user (see [`crate::sandbox::identity`]).
@@ -78,6 +84,24 @@ impl ChildSetup {
         } else if self.process_group {
             // SAFETY: setpgid(0, 0) makes the caller a group leader.
             check(unsafe { libc::setpgid(0, 0) })?;
+        }
+        #[cfg(target_os = "linux")]
+        if self.oom_first {
+            // SAFETY: open with a static NUL-terminated path and plain
+            // flags; write from a static buffer to the fd it returned;
+            // close of that same fd. No memory of ours is touched.
+            unsafe {
+                let fd = libc::open(
+                    c"/proc/self/oom_score_adj".as_ptr(),
+                    libc::O_WRONLY | libc::O_CLOEXEC,
+                );
+                check(fd)?;
+                let n = libc::write(fd, b"1000".as_ptr().cast(), 4);
+                libc::close(fd);
+                if n != 4 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
         }
         for &fd in &self.cgroup_procs {
             // SAFETY: fd is an open cgroup.procs file inherited from the

@@ -1,4 +1,4 @@
-//! The user-level catalog index: one file caching the scan of each user
+//! The catalog index: one file caching the scan of each user and project
 //! root, so that a start does not re-read thousands of `SKILL.md` files.
 //!
 //! Unlike a cache that is rebuilt only when it is missing, a cached root is
@@ -12,6 +12,11 @@
 //! changes nothing the catalog reports (name, description, kind), and the
 //! bytes of a skill are never taken from the catalog: a session reads and
 //! hashes the folder again when it freezes the skill.
+//!
+//! A root that is not current is scanned again, but a skill whose
+//! `SKILL.md` still has the stamp its entry recorded (and was not racy
+//! then) is taken from the entry rather than parsed again
+//! ([`super::scan::Prior`]): editing one skill re-reads that one.
 //!
 //! Racy stamps: a file changed in the same clock tick as the scan read it
 //! keeps an equal stamp. So a stamp whose time is within the racy window

@@ -18,8 +18,10 @@
 //!   ([`CatalogConfig`]); reaching a bound is a warning, never a hang;
 //! - an invalid skill is skipped with a [`Warning`] naming the file and the
 //!   reason, never silently;
-//! - the user layer is cached in an index file that is used only while
-//!   every folder it saw is unchanged ([`index`]);
+//! - the user and project layers are cached in an index file, a source
+//!   used only while every folder it saw is unchanged, and a skill whose
+//!   `SKILL.md` is unchanged not parsed again when its source is rescanned
+//!   ([`index`]);
 //! - the catalog only points at skills: [`Catalog::read_files`] reads a
 //!   skill's bytes when a session freezes it, and the session hashes and
 //!   publishes exactly what was read (see [`crate::skillhost::session`]). Nothing the
@@ -143,7 +145,7 @@ pub struct CatalogConfig {
     pub builtin: bool,
     /// User folders, lowest precedence first. Cached in `index`.
     pub user_dirs: Vec<PathBuf>,
-    /// Project folders, lowest precedence first. Scanned every time.
+    /// Project folders, lowest precedence first. Cached in `index` too.
     pub project_dirs: Vec<PathBuf>,
     /// Skill folders may sit at most this many levels below a source.
     pub max_depth: usize,
@@ -153,7 +155,7 @@ pub struct CatalogConfig {
     pub max_skills: usize,
     /// Package limits each skill must fit (docs/formats.md).
     pub limits: PackageLimits,
-    /// The index file caching the user layer; `None`: no cache.
+    /// The index file caching the user and project layers; `None`: no cache.
     pub index: Option<PathBuf>,
     /// Stamps this close before a scan are not trusted ([`index`]).
     pub racy_window: Duration,
@@ -258,12 +260,15 @@ impl Rankable for Entry {
 /// What a load did: how many sources were scanned or taken from the index.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ScanStats {
-    /// Sources read from disk this time.
+    /// Sources read from disk this time (a missing folder is not counted).
     pub scanned: usize,
-    /// User sources taken from the index.
+    /// Sources taken from the index.
     pub from_index: usize,
     /// Whether the index file was rewritten.
     pub index_written: bool,
+    /// `SKILL.md` files parsed this time (an unchanged skill of a source
+    /// scanned again is taken from the index instead).
+    pub parsed: usize,
 }
 
 /// Why a catalog lookup or read failed.
@@ -430,22 +435,44 @@ impl Catalog {
 
         let mut cached = cfg.index.as_deref().map(index::load).unwrap_or_default();
         let settings = bounds.fingerprint();
-        let mut user: Vec<index::CachedRoot> = Vec::new();
+        let roots = cfg
+            .user_dirs
+            .iter()
+            .map(|r| (Layer::User, r))
+            .chain(cfg.project_dirs.iter().map(|r| (Layer::Project, r)));
+        let mut scanned: Vec<(Layer, index::CachedRoot)> = Vec::new();
         let mut dirty = false;
-        for root in &cfg.user_dirs {
-            let hit = cached.iter().position(|c| {
-                c.root == *root && c.settings == settings && c.is_current(cfg.racy_window)
-            });
+        for (layer, root) in roots {
+            let mine = |c: &index::CachedRoot| c.root == *root && c.settings == settings;
+            let hit = cached
+                .iter()
+                .position(|c| mine(c) && c.is_current(cfg.racy_window));
             match hit {
                 Some(i) => {
                     stats.from_index += 1;
-                    user.push(cached.swap_remove(i));
+                    scanned.push((layer, cached.swap_remove(i)));
                 }
                 None => {
-                    stats.scanned += 1;
-                    if let Some(s) = scan::scan_root(root, &bounds) {
+                    // Skills of the stale entry whose SKILL.md is unchanged
+                    // are taken from it, not parsed again.
+                    let prior = cached
+                        .iter()
+                        .find(|c| mine(c))
+                        .map(|c| {
+                            scan::Prior::new(
+                                root,
+                                &c.stamps,
+                                &c.found,
+                                c.scanned_at,
+                                cfg.racy_window,
+                            )
+                        })
+                        .unwrap_or_default();
+                    if let Some(s) = scan::scan_root(root, &bounds, &prior) {
+                        stats.scanned += 1;
                         dirty = true;
-                        user.push(index::CachedRoot::new(root, settings.clone(), s));
+                        stats.parsed += s.parsed;
+                        scanned.push((layer, index::CachedRoot::new(root, settings.clone(), s)));
                     }
                 }
             }
@@ -453,7 +480,8 @@ impl Catalog {
         // Left over: stale entries, roots gone or no longer configured.
         dirty |= !cached.is_empty();
         if let (Some(path), true) = (&cfg.index, dirty) {
-            match index::save(path, &user) {
+            let keep: Vec<index::CachedRoot> = scanned.iter().map(|(_, c)| c.clone()).collect();
+            match index::save(path, &keep) {
                 Ok(()) => stats.index_written = true,
                 Err(e) => warnings.push(Warning {
                     path: path.clone(),
@@ -463,26 +491,23 @@ impl Catalog {
                 }),
             }
         }
-        let mut add = |layer: Layer, list: Vec<Found>, found: &mut Vec<Candidate>| {
+        for (layer, c) in scanned {
+            warnings.extend(c.warnings);
             source_no += 1;
-            found.extend(list.into_iter().map(|f| Candidate {
+            found.extend(c.found.into_iter().map(|f| Candidate {
                 source_no,
                 layer,
                 builtin: None,
                 found: f,
             }));
-        };
-        for c in user {
-            warnings.extend(c.warnings);
-            add(Layer::User, c.found, &mut found);
         }
-        for root in &cfg.project_dirs {
-            stats.scanned += 1;
-            if let Some(s) = scan::scan_root(root, &bounds) {
-                warnings.extend(s.warnings);
-                add(Layer::Project, s.found, &mut found);
-            }
-        }
+        tracing::debug!(
+            scanned = stats.scanned,
+            from_index = stats.from_index,
+            parsed = stats.parsed,
+            index_written = stats.index_written,
+            "catalog loaded"
+        );
         let entries = merge(found, &mut warnings);
         Catalog {
             entries,
@@ -653,5 +678,90 @@ mod tests {
         let e = c.lookup("sandbox-basic").unwrap_err().to_string();
         assert!(e.contains("sandbox-basics"), "{e}");
         assert_eq!(c.lookup("sandbox-basics").unwrap().source, Layer::Builtin);
+    }
+
+    fn write_skill(root: &Path, name: &str, description: &str) {
+        let dir = root.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join(format::SKILL_MD),
+            format!("---\nname: {name}\ndescription: {description}\n---\n# {name}\n"),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn an_unchanged_project_source_is_not_parsed_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let project = tmp.path().join("skills");
+        write_skill(&project, "alpha", "First.");
+        write_skill(&project, "beta", "Second.");
+        let cfg = CatalogConfig {
+            builtin: false,
+            project_dirs: vec![project.clone()],
+            index: Some(tmp.path().join("cache/catalog-index.json")),
+            // The files were written just now: trust their stamps at once.
+            racy_window: Duration::ZERO,
+            ..CatalogConfig::default()
+        };
+        let first = Catalog::load(&cfg);
+        assert_eq!(
+            (first.stats().scanned, first.stats().parsed),
+            (1, 2),
+            "{:?}",
+            first.stats()
+        );
+        let again = Catalog::load(&cfg);
+        assert_eq!(
+            again.stats(),
+            &ScanStats {
+                scanned: 0,
+                from_index: 1,
+                index_written: false,
+                parsed: 0
+            }
+        );
+        assert_eq!(again.entries().len(), 2);
+        assert_eq!(again.get("alpha").unwrap().source, Layer::Project);
+
+        // One skill edited: the source is scanned again, and only that
+        // skill's SKILL.md is parsed.
+        write_skill(&project, "alpha", "First, and now longer.");
+        let edited = Catalog::load(&cfg);
+        assert_eq!(
+            (edited.stats().scanned, edited.stats().parsed),
+            (1, 1),
+            "{:?}",
+            edited.stats()
+        );
+        assert_eq!(
+            edited.get("alpha").unwrap().description,
+            "First, and now longer."
+        );
+        assert_eq!(edited.get("beta").unwrap().description, "Second.");
+        // A new skill is parsed, the others are not.
+        write_skill(&project, "gamma", "Third.");
+        let added = Catalog::load(&cfg);
+        assert_eq!(added.stats().parsed, 1, "{:?}", added.stats());
+        assert_eq!(added.entries().len(), 3);
+    }
+
+    #[test]
+    fn a_skill_changed_in_the_racy_window_is_parsed_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let project = tmp.path().join("skills");
+        write_skill(&project, "alpha", "First.");
+        let cfg = CatalogConfig {
+            builtin: false,
+            project_dirs: vec![project.clone()],
+            index: Some(tmp.path().join("index.json")),
+            racy_window: Duration::from_secs(3600),
+            ..CatalogConfig::default()
+        };
+        assert_eq!(Catalog::load(&cfg).stats().parsed, 1);
+        // Written within the window before the scan: its stamp could hide
+        // a change made in the same clock tick, so it is read again.
+        let again = Catalog::load(&cfg);
+        assert_eq!((again.stats().scanned, again.stats().parsed), (1, 1));
     }
 }

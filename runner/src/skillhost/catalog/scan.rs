@@ -14,9 +14,10 @@
 //! bound reached. Every folder walked and every `SKILL.md` read is stamped
 //! for the index ([`super::index`]).
 
+use std::collections::HashMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 
@@ -76,24 +77,73 @@ pub struct RootScan {
     pub found: Vec<Found>,
     pub warnings: Vec<Warning>,
     pub stamps: Vec<Stamp>,
+    /// `SKILL.md` files parsed (the others were taken from [`Prior`]).
+    pub parsed: usize,
+}
+
+/// The skills of an earlier scan of the same root with the same bounds,
+/// by the stamp of their `SKILL.md`: a skill whose `SKILL.md` still has
+/// that stamp (and had it well before that scan, so not racy) is taken
+/// from there instead of being parsed again.
+#[derive(Debug, Default)]
+pub struct Prior {
+    by_md: HashMap<String, (Stamp, Found)>,
+}
+
+impl Prior {
+    /// From an earlier scan of `root`: its stamps and skills, and when it
+    /// started (nanoseconds since the epoch, as the index keeps it).
+    pub fn new(
+        root: &Path,
+        stamps: &[Stamp],
+        found: &[Found],
+        scanned_at: i128,
+        racy: Duration,
+    ) -> Prior {
+        let trusted_before = scanned_at - racy.as_nanos() as i128;
+        let stamps: HashMap<&str, &Stamp> = stamps
+            .iter()
+            .filter(|s| s.nanos() < trusted_before)
+            .map(|s| (s.0.as_str(), s))
+            .collect();
+        let by_md = found
+            .iter()
+            .filter_map(|f| {
+                let stamp = *stamps.get(rel_to(root, &f.dir.join(SKILL_MD)).as_str())?;
+                Some((stamp.0.clone(), (stamp.clone(), f.clone())))
+            })
+            .collect();
+        Prior { by_md }
+    }
+}
+
+/// How a stamp names `path`: relative to the root, or absolute outside it.
+fn rel_to(root: &Path, path: &Path) -> String {
+    match path.strip_prefix(root) {
+        Ok(r) => r.to_string_lossy().into_owned(),
+        Err(_) => path.to_string_lossy().into_owned(),
+    }
 }
 
 struct Walk<'a> {
     bounds: &'a Bounds,
     root: &'a Path,
+    prior: &'a Prior,
     folders: usize,
     stopped: bool,
     out: RootScan,
 }
 
 /// Scans `root`; `None` when it does not exist (the usual case for most
-/// of the default roots).
-pub fn scan_root(root: &Path, bounds: &Bounds) -> Option<RootScan> {
+/// of the default roots). Skills `prior` holds unchanged are not parsed
+/// again.
+pub fn scan_root(root: &Path, bounds: &Bounds, prior: &Prior) -> Option<RootScan> {
     let started = SystemTime::now();
     let meta = fs::metadata(root).ok()?;
     let mut walk = Walk {
         bounds,
         root,
+        prior,
         folders: 0,
         stopped: false,
         out: RootScan {
@@ -101,6 +151,7 @@ pub fn scan_root(root: &Path, bounds: &Bounds) -> Option<RootScan> {
             found: Vec::new(),
             warnings: Vec::new(),
             stamps: Vec::new(),
+            parsed: 0,
         },
     };
     if meta.is_dir() {
@@ -122,14 +173,11 @@ impl Walk<'_> {
         });
     }
 
-    fn stamp(&mut self, path: &Path) {
-        let rel = match path.strip_prefix(self.root) {
-            Ok(r) => r.to_string_lossy().into_owned(),
-            Err(_) => path.to_string_lossy().into_owned(),
-        };
-        if let Some(s) = Stamp::take(path, rel) {
-            self.out.stamps.push(s);
-        }
+    /// Records the stamp of `path`; returns it (`None`: unreadable).
+    fn stamp(&mut self, path: &Path) -> Option<Stamp> {
+        let s = Stamp::take(path, rel_to(self.root, path))?;
+        self.out.stamps.push(s.clone());
+        Some(s)
     }
 
     /// Counts a folder; false once the bound is reached (warned once).
@@ -241,7 +289,7 @@ impl Walk<'_> {
             dir
         };
         let md_path = dir.join(SKILL_MD);
-        self.stamp(&md_path);
+        let md_stamp = self.stamp(&md_path);
         let (files, folders) = match source::list_dir_with_folders(dir, &self.bounds.limits) {
             Ok(x) => x,
             Err(e) => {
@@ -256,6 +304,19 @@ impl Walk<'_> {
             }
             self.stamp(&dir.join(f));
         }
+        let unchanged = md_stamp.as_ref().and_then(|now| {
+            let (then, found) = self.prior.by_md.get(&now.0)?;
+            (then == now && found.dir == dir).then(|| found.clone())
+        });
+        if let Some(mut found) = unchanged {
+            // Parsed before, with this very `SKILL.md`: what it said is
+            // kept; the package's files were listed again above.
+            found.files = files.len();
+            self.name_differs(dir, &md_path, &found.name);
+            self.out.found.push(found);
+            return;
+        }
+        self.out.parsed += 1;
         let doc = match fs::read(&md_path)
             .map_err(|e| e.to_string())
             .and_then(|b| format::parse_skill_md(&b).map_err(|e| e.to_string()))
@@ -274,13 +335,7 @@ impl Walk<'_> {
             );
             return;
         }
-        let folder = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if folder != name {
-            self.warn(
-                &md_path,
-                format!("name {name:?} differs from its folder name {folder:?}; it is listed as {name:?}"),
-            );
-        }
+        self.name_differs(dir, &md_path, &name);
         let category = metadata_str(&doc.front.metadata, "category").or_else(|| {
             rel.rsplit_once('/')
                 .map(|(parent, _)| parent.to_owned())
@@ -295,6 +350,17 @@ impl Walk<'_> {
             dir: dir.to_owned(),
             headings: super::rank::headings(&doc.body),
         });
+    }
+
+    /// Warns when a skill's name is not its folder's.
+    fn name_differs(&mut self, dir: &Path, md_path: &Path, name: &str) {
+        let folder = dir.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if folder != name {
+            self.warn(
+                md_path,
+                format!("name {name:?} differs from its folder name {folder:?}; it is listed as {name:?}"),
+            );
+        }
     }
 
     /// Stamps the folders of a package that failed to list, so that
