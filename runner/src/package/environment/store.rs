@@ -765,6 +765,13 @@ fn hash_tree(root: &Path, entries: &[Entry]) -> Result<Manifest, EnvError> {
     hash_entries(root, entries, None)
 }
 
+/// Lists and hashes the tree at `root` without copying it: what `env add`
+/// would publish it as.
+pub fn hash_dir(root: &Path, limits: &EnvLimits) -> Result<Manifest, EnvError> {
+    let entries = list_tree(root, limits)?;
+    hash_tree(root, &entries)
+}
+
 /// The folders the entries imply, deepest first.
 fn folders(entries: &[Entry]) -> Vec<String> {
     let mut set = BTreeSet::new();
