@@ -16,8 +16,7 @@ use skill_runner::package::environment::tree::{self, Content, Entry, EntryKind};
 fn vectors() -> Value {
     let path =
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/environment-hash.json");
-    let text =
-        fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let text = fs::read(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     serde_json::from_slice(&text).expect("vectors are JSON")
 }
 
@@ -40,11 +39,7 @@ fn entries(case: &Value) -> Vec<Raw> {
             kind: e["kind"].as_str().unwrap().to_owned(),
             bytes: e["content_base64"]
                 .as_str()
-                .map(|b| {
-                    base64::engine::general_purpose::STANDARD
-                        .decode(b)
-                        .unwrap()
-                })
+                .map(|b| base64::engine::general_purpose::STANDARD.decode(b).unwrap())
                 .unwrap_or_default(),
             target: e["target"].as_str().unwrap_or_default().to_owned(),
             exec: e["exec"].as_bool().unwrap_or(false),

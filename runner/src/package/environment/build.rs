@@ -34,7 +34,9 @@ pub const DEFAULT_PYTHON: &str = "/usr/bin/python3";
 /// Why a build step or a base check failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error("interpreter {path} must be an absolute path under /usr (the sandbox's read-only system)")]
+    #[error(
+        "interpreter {path} must be an absolute path under /usr (the sandbox's read-only system)"
+    )]
     InterpreterPath { path: String },
     #[error("cannot read interpreter {path}: {source}")]
     ReadInterpreter { path: PathBuf, source: io::Error },
@@ -298,10 +300,11 @@ mod tests {
             wheels: "/w".into(),
             tree: "/t".into(),
         };
-        let argv: Vec<String> = install_command("/usr/bin/python3", Path::new("/w/lock.txt"), &folders)
-            .into_iter()
-            .map(|a| a.into_string().unwrap())
-            .collect();
+        let argv: Vec<String> =
+            install_command("/usr/bin/python3", Path::new("/w/lock.txt"), &folders)
+                .into_iter()
+                .map(|a| a.into_string().unwrap())
+                .collect();
         assert_eq!(
             argv.join(" "),
             "/usr/bin/python3 -I -m pip install --disable-pip-version-check --no-input \
@@ -321,8 +324,13 @@ mod tests {
             tree: t.path().join("t"),
         };
         let mut rec = Recorder(Vec::new());
-        let err = install(&mut rec, "/usr/bin/python3", &t.path().join("lock"), &folders)
-            .unwrap_err();
+        let err = install(
+            &mut rec,
+            "/usr/bin/python3",
+            &t.path().join("lock"),
+            &folders,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("exit status 1"), "{err}");
         assert_eq!(rec.0.len(), 1);
         assert!(t.path().join("t/python").is_dir());

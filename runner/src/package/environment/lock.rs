@@ -63,7 +63,9 @@ pub enum LockError {
         text: String,
         reason: &'static str,
     },
-    #[error("line {line}: {name:?} is already required on line {first}; list each requirement once")]
+    #[error(
+        "line {line}: {name:?} is already required on line {first}; list each requirement once"
+    )]
     Duplicate {
         line: usize,
         name: String,
@@ -86,10 +88,7 @@ pub fn parse_python(bytes: &[u8]) -> Result<PythonLock, LockError> {
         }
         let req = parse_line(line, stripped)?;
         let Some(req) = req else { continue };
-        if let Some(first) = requirements
-            .iter()
-            .find(|r| r.normalized == req.normalized)
-        {
+        if let Some(first) = requirements.iter().find(|r| r.normalized == req.normalized) {
             return Err(LockError::Duplicate {
                 line,
                 name: req.name,
@@ -180,7 +179,8 @@ fn parse_line(line: usize, text: &str) -> Result<Option<Requirement>, LockError>
             "environment markers are not accepted; compile the lock for this host and drop the markers",
         ));
     }
-    if first.contains("://") || first.contains('/') || first.starts_with('.') || text.contains('@') {
+    if first.contains("://") || first.contains('/') || first.starts_with('.') || text.contains('@')
+    {
         return Err(loose(
             "a URL or a path is not a pinned requirement; pin a released version with == and --hash",
         ));
@@ -218,10 +218,14 @@ fn parse_line(line: usize, text: &str) -> Result<Option<Requirement>, LockError>
             ));
         };
         let Some(hex) = value.strip_prefix("sha256:") else {
-            return Err(loose("every --hash must be sha256:<64 lowercase hex digits>"));
+            return Err(loose(
+                "every --hash must be sha256:<64 lowercase hex digits>",
+            ));
         };
         if !crate::package::hash::is_hex_digest(hex) {
-            return Err(loose("every --hash must be sha256:<64 lowercase hex digits>"));
+            return Err(loose(
+                "every --hash must be sha256:<64 lowercase hex digits>",
+            ));
         }
         hashes.push(value.to_owned());
     }
@@ -248,8 +252,7 @@ fn valid_name(name: &str) -> bool {
     !b.is_empty()
         && b.first().is_some_and(u8::is_ascii_alphanumeric)
         && b.last().is_some_and(u8::is_ascii_alphanumeric)
-        && b
-            .iter()
+        && b.iter()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
@@ -299,7 +302,14 @@ mod tests {
         let got: Vec<_> = lock
             .requirements
             .iter()
-            .map(|r| (r.normalized.as_str(), r.version.as_str(), r.hashes.len(), r.line))
+            .map(|r| {
+                (
+                    r.normalized.as_str(),
+                    r.version.as_str(),
+                    r.hashes.len(),
+                    r.line,
+                )
+            })
             .collect();
         assert_eq!(
             got,
@@ -309,7 +319,10 @@ mod tests {
                 ("defusedxml", "0.7.1", 1, 9)
             ]
         );
-        assert_eq!(lock.sha256, crate::package::hash::file_hash(text.as_bytes()));
+        assert_eq!(
+            lock.sha256,
+            crate::package::hash::file_hash(text.as_bytes())
+        );
     }
 
     /// Every loose line is refused, and the sentence names its line.

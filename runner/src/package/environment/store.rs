@@ -75,16 +75,24 @@ pub enum EnvError {
     ReadSource { path: PathBuf, source: io::Error },
     #[error("{path} is not a folder; give the folder that holds the environment's tree")]
     NotFolder { path: PathBuf },
-    #[error("{path} is a {kind}; an environment may hold only regular files, folders and symlinks")]
+    #[error(
+        "{path} is a {kind}; an environment may hold only regular files, folders and symlinks"
+    )]
     NotAdmissible { path: PathBuf, kind: &'static str },
     #[error("{path} has a name that is not UTF-8; rename it")]
     NotUtf8 { path: PathBuf },
     #[error("{path}: {source}")]
     Tree { path: PathBuf, source: TreeError },
-    #[error("the tree has more than {limit} files and symlinks; raise --max-entries or make it smaller")]
+    #[error(
+        "the tree has more than {limit} files and symlinks; raise --max-entries or make it smaller"
+    )]
     TooManyEntries { limit: u64 },
     #[error("{path} is {size} bytes, over the limit of {limit} for one file; raise --max-file-bytes or leave it out")]
-    FileTooLarge { path: PathBuf, size: u64, limit: u64 },
+    FileTooLarge {
+        path: PathBuf,
+        size: u64,
+        limit: u64,
+    },
     #[error("the tree holds more than {limit} bytes; raise --max-bytes or make it smaller")]
     TooLarge { limit: u64 },
     #[error("{path} holds no file; an environment needs at least one")]
@@ -93,11 +101,13 @@ pub enum EnvError {
     Changed { path: PathBuf },
     #[error("environment id {id:?} is not admissible: ids match ^[a-z0-9]+(-[a-z0-9]+)*$")]
     BadId { id: String },
-    #[error("no environment {what} is in the store; add it first (skill-runner env add or env build)")]
+    #[error(
+        "no environment {what} is in the store; add it first (skill-runner env add or env build)"
+    )]
     NotFound { what: String },
     #[error("environment store record {path} is corrupt: {reason}")]
     Corrupt { path: PathBuf, reason: String },
-    #[error("environment {hash} does not match its hash: {change}; remove it (skill-runner env remove, then env gc) and publish it again")]
+    #[error("environment {hash} changed on disk: {change}; remove it (skill-runner env remove, then env gc) and publish it again")]
     Tampered { hash: String, change: String },
 }
 
@@ -709,9 +719,7 @@ fn hash_entries(src: &Path, entries: &[Entry], dest: Option<&Path>) -> Result<Ma
                     if done > *size {
                         return Err(EnvError::Changed { path });
                     }
-                    hasher
-                        .update(&buf[..n])
-                        .map_err(tree_err(&entry.path))?;
+                    hasher.update(&buf[..n]).map_err(tree_err(&entry.path))?;
                     sha.update(&buf[..n]);
                     if let (Some(c), Some(t)) = (copy.as_mut(), &target) {
                         c.write_all(&buf[..n]).map_err(io_err(t))?;
@@ -950,9 +958,7 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert!(left.is_empty(), "left in tmp: {left:?}");
-        let trees: Vec<_> = fs::read_dir(store.root().join("trees"))
-            .unwrap()
-            .collect();
+        let trees: Vec<_> = fs::read_dir(store.root().join("trees")).unwrap().collect();
         assert!(trees.is_empty(), "a tree was published");
         let records: Vec<_> = fs::read_dir(store.root().join("records"))
             .unwrap()
@@ -1026,7 +1032,8 @@ mod tests {
 
     #[test]
     fn bad_trees_are_refused_and_leave_nothing() {
-        let cases: &[(&str, &dyn Fn(&Path), &str)] = &[
+        type Make<'a> = &'a dyn Fn(&Path);
+        let cases: &[(&str, Make, &str)] = &[
             (
                 "escaping symlink",
                 &|d| symlink("../../etc/passwd", d.join("python/link")).unwrap(),

@@ -112,9 +112,9 @@ pub fn check_target(path: &str, target: &str) -> Result<(), TreeError> {
         if rest.split('/').any(|s| matches!(s, "" | "." | "..")) {
             return bad("an absolute target with an empty, '.' or '..' segment");
         }
-        let inside_system = SYSTEM_PREFIXES.iter().any(|p| {
-            target == *p || target.strip_prefix(p).is_some_and(|r| r.starts_with('/'))
-        });
+        let inside_system = SYSTEM_PREFIXES
+            .iter()
+            .any(|p| target == *p || target.strip_prefix(p).is_some_and(|r| r.starts_with('/')));
         if !inside_system {
             return bad("an absolute path outside the read-only system");
         }
@@ -177,7 +177,7 @@ impl TreeHasher {
                     path: path.to_owned(),
                 });
             }
-            }
+        }
         self.previous = Some(path.to_owned());
         Ok(())
     }
@@ -212,9 +212,8 @@ impl TreeHasher {
     /// Hashes a symlink.
     pub fn symlink(&mut self, path: &str, target: &str) -> Result<(), TreeError> {
         self.begin(path)?;
-        self.sha.update(
-            format!("l:{}:{path}:{}:{target}", path.len(), target.len()).as_bytes(),
-        );
+        self.sha
+            .update(format!("l:{}:{path}:{}:{target}", path.len(), target.len()).as_bytes());
         Ok(())
     }
 
@@ -315,12 +314,36 @@ mod tests {
             ("link", "a//b", "a target with an empty segment"),
             ("link", "a/", "a target with an empty segment"),
             ("link", "", "an empty target"),
-            ("link", "/etc/passwd", "an absolute path outside the read-only system"),
-            ("link", "/opt/skill-env/x", "an absolute path outside the read-only system"),
-            ("link", "/usrx/bin", "an absolute path outside the read-only system"),
-            ("link", "/", "an absolute target with an empty, '.' or '..' segment"),
-            ("link", "/usr/../etc", "an absolute target with an empty, '.' or '..' segment"),
-            ("link", "/usr/", "an absolute target with an empty, '.' or '..' segment"),
+            (
+                "link",
+                "/etc/passwd",
+                "an absolute path outside the read-only system",
+            ),
+            (
+                "link",
+                "/opt/skill-env/x",
+                "an absolute path outside the read-only system",
+            ),
+            (
+                "link",
+                "/usrx/bin",
+                "an absolute path outside the read-only system",
+            ),
+            (
+                "link",
+                "/",
+                "an absolute target with an empty, '.' or '..' segment",
+            ),
+            (
+                "link",
+                "/usr/../etc",
+                "an absolute target with an empty, '.' or '..' segment",
+            ),
+            (
+                "link",
+                "/usr/",
+                "an absolute target with an empty, '.' or '..' segment",
+            ),
         ] {
             match check_target(path, target) {
                 Err(TreeError::Target { reason: r, .. }) => {
