@@ -167,3 +167,50 @@ fn refused_vectors_are_refused_in_memory_and_on_disk() {
         }
     }
 }
+
+/// The worked example of `docs/formats.md` ("Environments") is the
+/// vectors' own: the page shows the exact stream that is hashed, and its
+/// SHA-256 is the vector's hash.
+#[test]
+fn the_worked_example_of_the_formats_page_holds() {
+    let page_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/formats.md");
+    let page = fs::read_to_string(&page_path).unwrap();
+    let v = vectors();
+    let case = v["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "worked-example")
+        .expect("the worked-example vector");
+    let mut raw = entries(case);
+    raw.sort_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+    let mut stream = Vec::new();
+    for r in &raw {
+        match r.kind.as_str() {
+            "file" => {
+                let kind = if r.exec { 'x' } else { 'f' };
+                stream.extend(
+                    format!("{kind}:{}:{}:{}:", r.path.len(), r.path, r.bytes.len()).bytes(),
+                );
+                stream.extend(&r.bytes);
+            }
+            _ => stream.extend(
+                format!(
+                    "l:{}:{}:{}:{}",
+                    r.path.len(),
+                    r.path,
+                    r.target.len(),
+                    r.target
+                )
+                .bytes(),
+            ),
+        }
+    }
+    let shown = String::from_utf8(stream.clone())
+        .unwrap()
+        .replace('\n', "\\n");
+    assert!(page.contains(&shown), "the page lacks the stream {shown:?}");
+    let want = case["hash"].as_str().unwrap();
+    assert_eq!(skill_runner::package::hash::file_hash(&stream), want);
+    assert!(page.contains(want), "the page lacks the hash {want}");
+}

@@ -144,6 +144,11 @@ CASES = [
         f("python/pkg/__init__.py", b""),
     ]),
     ("one-file", [f("x", "x")]),
+    # The worked example of docs/formats.md.
+    ("worked-example", [
+        f("bin/tool", "#!/bin/sh\n", exec=True),
+        link("bin/python3", "/usr/bin/python3"),
+    ]),
 ]
 
 REFUSED = [
