@@ -227,6 +227,12 @@ impl EnvStore {
             .join(format!("{hash}.json"))
     }
 
+    /// A private folder under `tmp/` for a build's inputs and tree: removed
+    /// when dropped, swept if its owner dies.
+    pub fn staging(&self) -> io::Result<PrivateDir> {
+        PrivateDir::create_named(&self.root.join("tmp"), "build-")
+    }
+
     /// Publishes the tree at `src` as `id`, recording `base` and `locks`.
     /// Publishing the same tree under the same id again returns the record
     /// made the first time.
