@@ -869,7 +869,12 @@ fn first_change(want: &Manifest, got: &Manifest) -> String {
                     std::cmp::Ordering::Equal => {}
                 }
                 if a.kind != b.kind {
-                    return format!("{:?} was a {} and is now a {}", a.path, a.kind, b.kind);
+                    return format!(
+                        "{:?} was {} and is now {}",
+                        a.path,
+                        describe(&a.kind),
+                        describe(&b.kind)
+                    );
                 }
                 if a != b {
                     return match a.kind.as_str() {
@@ -881,6 +886,15 @@ fn first_change(want: &Manifest, got: &Manifest) -> String {
                 g.next();
             }
         }
+    }
+}
+
+/// A person's words for a manifest kind.
+fn describe(kind: &str) -> &'static str {
+    match kind {
+        "exec" => "an executable file",
+        "symlink" => "a symlink",
+        _ => "a file",
     }
 }
 
@@ -1164,5 +1178,71 @@ mod tests {
             store.verify(&rec.hash),
             Err(EnvError::NotFound { .. })
         ));
+    }
+
+    /// A file swapped for a symlink between the listing and the copy is
+    /// not followed: the copy opens every component with `O_NOFOLLOW`.
+    #[test]
+    fn a_file_swapped_for_a_symlink_after_listing_is_not_followed() {
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join("src");
+        small_tree(&src);
+        let secret = t.path().join("secret");
+        fs::write(&secret, "X = 1\n").unwrap(); // the same size as the listed file
+        let entries = list_tree(&src, &EnvLimits::default()).unwrap();
+        let victim = src.join("python/pkg/__init__.py");
+        fs::remove_file(&victim).unwrap();
+        symlink(&secret, &victim).unwrap();
+        let dest = t.path().join("dest");
+        fs::create_dir(&dest).unwrap();
+        let err = copy_hashing(&src, &entries, &dest).unwrap_err();
+        assert!(matches!(err, EnvError::ReadSource { .. }), "{err}");
+        // A folder swapped for a symlink on the way is not followed either.
+        let pkg = src.join("python/pkg");
+        fsx::remove_tree(&pkg).unwrap();
+        fs::create_dir_all(t.path().join("elsewhere")).unwrap();
+        fs::write(t.path().join("elsewhere/__init__.py"), "X = 1\n").unwrap();
+        symlink(t.path().join("elsewhere"), &pkg).unwrap();
+        let dest = t.path().join("dest2");
+        fs::create_dir(&dest).unwrap();
+        let err = copy_hashing(&src, &entries, &dest).unwrap_err();
+        assert!(matches!(err, EnvError::ReadSource { .. }), "{err}");
+    }
+
+    /// Two publishes of the same tree at once both succeed and leave one copy.
+    #[test]
+    fn concurrent_publishes_of_one_tree_leave_one_copy() {
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join("src");
+        small_tree(&src);
+        let store = EnvStore::open(&t.path().join("data")).unwrap();
+        let records: Vec<Record> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..4)
+                .map(|i| {
+                    let (store, src) = (&store, &src);
+                    s.spawn(move || {
+                        store
+                            .add(
+                                src,
+                                &format!("id{}", i % 2),
+                                vec![],
+                                vec![],
+                                &EnvLimits::default(),
+                            )
+                            .unwrap()
+                            .record
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        assert!(records.iter().all(|r| r.hash == records[0].hash));
+        assert_eq!(fs::read_dir(store.root().join("trees")).unwrap().count(), 1);
+        assert_eq!(store.list().unwrap().len(), 2);
+        assert!(fs::read_dir(store.root().join("tmp"))
+            .unwrap()
+            .next()
+            .is_none());
+        store.verify(&records[0].hash).unwrap();
     }
 }
