@@ -160,7 +160,7 @@ pub enum EnvCommand {
 /// Bounds on a tree being published.
 #[derive(Args)]
 pub struct EnvLimitArgs {
-    /// Most files and symlinks the tree may hold.
+    /// Most entries (files, folders and symlinks) the tree may hold.
     #[arg(long, default_value_t = 200_000)]
     pub max_entries: u64,
     /// Most bytes one file may hold.

@@ -46,7 +46,7 @@ use crate::package::store::{sweep_locked_dirs, PrivateDir, DATA_DIR_HINT};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct EnvLimits {
-    /// Files and symlinks.
+    /// Files, folders and symlinks.
     pub max_entries: u64,
     /// Bytes of one file.
     pub max_file_bytes: u64,
@@ -84,7 +84,7 @@ pub enum EnvError {
     #[error("{path}: {source}")]
     Tree { path: PathBuf, source: TreeError },
     #[error(
-        "the tree has more than {limit} files and symlinks; raise --max-entries or make it smaller"
+        "the tree has more than {limit} entries (files, folders and symlinks); raise --max-entries or make it smaller"
     )]
     TooManyEntries { limit: u64 },
     #[error("{path} is {size} bytes, over the limit of {limit} for one file; raise --max-file-bytes or leave it out")]
@@ -392,15 +392,19 @@ impl EnvStore {
             change,
         };
         let tree = dir.join("tree");
+        // Bounded by what was published, whatever limits it was added under.
+        let folders = folders_of(want.entries.iter().map(|e| e.path.as_str())).len();
         let limits = EnvLimits {
-            max_entries: want.entries.len() as u64,
-            ..EnvLimits::default()
+            max_entries: (want.entries.len() + folders) as u64,
+            max_file_bytes: u64::MAX,
+            max_bytes: want.entries.iter().filter_map(|e| e.size).sum(),
         };
         let entries = match list_tree(&tree, &limits) {
             Ok(e) => e,
             Err(EnvError::TooManyEntries { .. }) => {
                 return Err(tampered("entries were added".into()))
             }
+            Err(EnvError::TooLarge { .. }) => return Err(tampered("bytes were added".into())),
             Err(e) => return Err(tampered(e.to_string())),
         };
         check_seal(&tree, &entries).map_err(tampered)?;
@@ -504,7 +508,36 @@ impl EnvStore {
             fs::remove_file(&path).map_err(io_err(&path))?;
             report.removed.push(hash);
         }
+        self.sweep_leases()?;
         Ok(report)
+    }
+
+    /// Removes lease files of trees that are not held (a lease asked for a
+    /// missing hash leaves one), unless someone holds them.
+    fn sweep_leases(&self) -> Result<(), EnvError> {
+        let dir = self.root.join("leases");
+        for entry in fs::read_dir(&dir).map_err(io_err(&dir))? {
+            let path = entry.map_err(io_err(&dir))?.path();
+            let Some(hash) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".lock"))
+                .filter(|h| is_hex_digest(h))
+            else {
+                continue;
+            };
+            if self.tree_dir(hash).exists() {
+                continue;
+            }
+            let file = open_lock(&path)?;
+            if fsx::try_flock(&file).is_ok()
+                && same_file(&file, &path)
+                && !self.tree_dir(hash).exists()
+            {
+                fs::remove_file(&path).map_err(io_err(&path))?;
+            }
+        }
+        Ok(())
     }
 
     fn is_referenced(&self, hash: &str) -> Result<bool, EnvError> {
@@ -576,8 +609,8 @@ pub fn list_tree(root: &Path, limits: &EnvLimits) -> Result<Vec<Entry>, EnvError
         });
     }
     let mut out = Vec::new();
-    let mut bytes = 0u64;
-    walk(root, "", limits, &mut bytes, &mut out)?;
+    let (mut bytes, mut folders) = (0u64, 0u64);
+    walk(root, "", limits, &mut bytes, &mut folders, &mut out)?;
     tree::sort_entries(&mut out);
     Ok(out)
 }
@@ -587,6 +620,7 @@ fn walk(
     prefix: &str,
     limits: &EnvLimits,
     bytes: &mut u64,
+    folders: &mut u64,
     out: &mut Vec<Entry>,
 ) -> Result<(), EnvError> {
     let read_err = |source| EnvError::ReadSource {
@@ -616,7 +650,15 @@ fn walk(
         })?;
         let ty = meta.file_type();
         let kind = if ty.is_dir() {
-            walk(&path, &rel, limits, bytes, out)?;
+            // Folders count against the bound too: a tree of empty
+            // folders is no cheaper to walk.
+            *folders += 1;
+            if out.len() as u64 + *folders > limits.max_entries {
+                return Err(EnvError::TooManyEntries {
+                    limit: limits.max_entries,
+                });
+            }
+            walk(&path, &rel, limits, bytes, folders, out)?;
             continue;
         } else if ty.is_file() {
             let size = meta.len();
@@ -658,7 +700,7 @@ fn walk(
             });
         };
         out.push(Entry { path: rel, kind });
-        if out.len() as u64 > limits.max_entries {
+        if out.len() as u64 + *folders > limits.max_entries {
             return Err(EnvError::TooManyEntries {
                 limit: limits.max_entries,
             });
@@ -788,9 +830,12 @@ pub fn hash_dir(root: &Path, limits: &EnvLimits) -> Result<Manifest, EnvError> {
 
 /// The folders the entries imply, deepest first.
 fn folders(entries: &[Entry]) -> Vec<String> {
+    folders_of(entries.iter().map(|e| e.path.as_str()))
+}
+
+fn folders_of<'a>(paths: impl Iterator<Item = &'a str>) -> Vec<String> {
     let mut set = BTreeSet::new();
-    for e in entries {
-        let mut path = e.path.as_str();
+    for mut path in paths {
         while let Some((parent, _)) = path.rsplit_once('/') {
             set.insert(parent.to_owned());
             path = parent;
@@ -1109,7 +1154,7 @@ mod tests {
                     max_entries: 4,
                     ..EnvLimits::default()
                 },
-                "more than 4 files and symlinks",
+                "more than 4 entries",
             ),
             (
                 EnvLimits {
@@ -1174,6 +1219,9 @@ mod tests {
             store.lease(&rec.hash),
             Err(EnvError::NotFound { .. })
         ));
+        store.gc().unwrap();
+        let leases = fs::read_dir(store.root().join("leases")).unwrap().count();
+        assert_eq!(leases, 0, "lease files of missing trees are swept");
         assert!(matches!(
             store.verify(&rec.hash),
             Err(EnvError::NotFound { .. })
