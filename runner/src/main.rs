@@ -717,7 +717,7 @@ fn pretty<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<String> {
 /// `skill-runner env …`: the environment store (docs/environments.md).
 fn env_cmd(cmd: EnvCommand, data_dir: &Path) -> anyhow::Result<i32> {
     use skill_runner::package::environment::store::{EnvLimits, EnvStore};
-    use skill_runner::package::environment::{build, lock, EnvRef, LockRef};
+    use skill_runner::package::environment::{base, lock, EnvRef, LockRef};
     let store = EnvStore::open(data_dir)?;
     match cmd {
         EnvCommand::Add {
@@ -739,9 +739,9 @@ fn env_cmd(cmd: EnvCommand, data_dir: &Path) -> anyhow::Result<i32> {
                 });
             }
             let interpreter =
-                interpreter.or_else(|| python.as_ref().map(|_| build::DEFAULT_PYTHON.into()));
+                interpreter.or_else(|| python.as_ref().map(|_| base::DEFAULT_PYTHON.into()));
             let base = match interpreter {
-                Some(path) => vec![build::probe_python(&path)?],
+                Some(path) => vec![base::probe_python(&path)?],
                 None => Vec::new(),
             };
             let limits = EnvLimits {

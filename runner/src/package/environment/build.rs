@@ -15,9 +15,7 @@
 //!    [`SandboxRun`] callback (the exec room provides it), and builds only
 //!    the argv and the folders it needs.
 //!
-//! The base ([`probe_python`], [`check_base`]) is the interpreter the
-//! environment is built for, named by its path, its version and the
-//! SHA-256 of its binary; a use checks the binary's bytes again.
+//! The base the build records is named by [`crate::package::environment::base`].
 
 use std::ffi::OsString;
 use std::fs;
@@ -25,31 +23,16 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::package::environment::base::{probe_python, BaseError};
 use crate::package::environment::lock::{self, PythonLock};
 use crate::package::environment::store::{EnvError, EnvLimits, EnvStore, Published};
-use crate::package::environment::{Base, Family, LockRef, BIN_DIR, PYTHON_DIR};
+use crate::package::environment::{LockRef, BIN_DIR, PYTHON_DIR};
 
-/// The interpreter environments are built for by default: Debian's, with
-/// pip, inside the sandbox's read-only `/usr`.
-pub const DEFAULT_PYTHON: &str = "/usr/bin/python3";
-
-/// Why a build step or a base check failed.
+/// Why a build step failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
-    #[error(
-        "interpreter {path} must be an absolute path under /usr (the sandbox's read-only system)"
-    )]
-    InterpreterPath { path: String },
-    #[error("cannot read interpreter {path}: {source}")]
-    ReadInterpreter { path: PathBuf, source: io::Error },
-    #[error("cannot run {path} to ask its version: {reason}")]
-    ProbeInterpreter { path: String, reason: String },
-    #[error("the environment was built for {path} with SHA-256 {want}, but that binary is now {got}; rebuild the environment for this host's interpreter")]
-    BaseChanged {
-        path: String,
-        want: String,
-        got: String,
-    },
+    #[error(transparent)]
+    Base(#[from] BaseError),
     #[error("cannot run pip ({argv}): {source}")]
     SpawnPip { argv: String, source: io::Error },
     #[error("pip {step} failed ({status}): {stderr}")]
@@ -73,79 +56,6 @@ pub enum BuildError {
     Wheel { name: String, reason: String },
     #[error(transparent)]
     Publish(#[from] EnvError),
-}
-
-/// The binary a path resolves to, and its SHA-256.
-fn binary_sha256(path: &str) -> Result<String, BuildError> {
-    let read_err = |source| BuildError::ReadInterpreter {
-        path: PathBuf::from(path),
-        source,
-    };
-    let real = fs::canonicalize(path).map_err(read_err)?;
-    let bytes = fs::read(&real).map_err(read_err)?;
-    Ok(crate::package::hash::file_hash(&bytes))
-}
-
-fn check_interpreter_path(path: &str) -> Result<(), BuildError> {
-    let ok = path.starts_with("/usr/")
-        && !path
-            .split('/')
-            .skip(1)
-            .any(|s| matches!(s, "" | "." | ".."));
-    if ok {
-        Ok(())
-    } else {
-        Err(BuildError::InterpreterPath {
-            path: path.to_owned(),
-        })
-    }
-}
-
-/// Names the Python interpreter at `path`: its version (asked of it) and
-/// the SHA-256 of its binary.
-pub fn probe_python(path: &str) -> Result<Base, BuildError> {
-    check_interpreter_path(path)?;
-    let sha256 = binary_sha256(path)?;
-    let probe_err = |reason: String| BuildError::ProbeInterpreter {
-        path: path.to_owned(),
-        reason,
-    };
-    let out = Command::new(path)
-        .args([
-            "-I",
-            "-c",
-            "import sys; print('.'.join(map(str, sys.version_info[:3])))",
-        ])
-        .env_clear()
-        .output()
-        .map_err(|e| probe_err(e.to_string()))?;
-    if !out.status.success() {
-        return Err(probe_err(format!("it exited with {}", out.status)));
-    }
-    let version = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-    if version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
-        return Err(probe_err(format!("it printed {version:?}")));
-    }
-    Ok(Base {
-        family: Family::Python,
-        path: path.to_owned(),
-        version,
-        sha256,
-    })
-}
-
-/// Checks that the base's binary is still the one the environment was
-/// built for.
-pub fn check_base(base: &Base) -> Result<(), BuildError> {
-    let got = binary_sha256(&base.path)?;
-    if got != base.sha256 {
-        return Err(BuildError::BaseChanged {
-            path: base.path.clone(),
-            want: base.sha256.clone(),
-            got,
-        });
-    }
-    Ok(())
 }
 
 /// The fetch step's argv: the pinned wheels of `lock` into `wheels`, with
@@ -378,41 +288,7 @@ pub fn build_python(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn interpreters_must_lie_in_the_read_only_system() {
-        for bad in [
-            "python3",
-            "/root/.pyenv/shims/python3",
-            "/usr/../root/python",
-            "/usr//bin/python3",
-        ] {
-            assert!(matches!(
-                check_interpreter_path(bad),
-                Err(BuildError::InterpreterPath { .. })
-            ));
-        }
-        assert!(check_interpreter_path("/usr/bin/python3").is_ok());
-    }
-
-    #[test]
-    fn the_base_names_the_binary_and_notices_a_change() {
-        if !Path::new(DEFAULT_PYTHON).exists() {
-            eprintln!("skipped: no {DEFAULT_PYTHON}");
-            return;
-        }
-        let base = probe_python(DEFAULT_PYTHON).unwrap();
-        assert!(base.version.starts_with("3."), "{base:?}");
-        check_base(&base).unwrap();
-        let other = Base {
-            sha256: "0".repeat(64),
-            ..base
-        };
-        assert!(matches!(
-            check_base(&other),
-            Err(BuildError::BaseChanged { .. })
-        ));
-    }
+    use crate::package::environment::base::DEFAULT_PYTHON;
 
     /// The install step asks for no index and writes only into the tree.
     #[test]

@@ -22,8 +22,10 @@
 //! `node/node_modules/` beside them, with its own base and lock entries in
 //! the same record.
 
+pub mod base;
 pub mod build;
 pub mod lock;
+pub mod resolve;
 pub mod store;
 pub mod tree;
 
