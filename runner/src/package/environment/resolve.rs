@@ -66,7 +66,7 @@ pub enum ResolveError {
     Store {
         id: String,
         hash: String,
-        source: EnvError,
+        source: Box<EnvError>,
     },
     #[error("environment {{id {id:?}, hash {hash}}}: {source}")]
     Base {
@@ -90,7 +90,7 @@ pub fn prepare(store: &EnvStore, env: &EnvRef) -> Result<Ready, ResolveError> {
     let store_err = |source| ResolveError::Store {
         id: env.id.clone(),
         hash: env.hash.clone(),
-        source,
+        source: Box::new(source),
     };
     let record = store.record(env).map_err(store_err)?;
     let lease = store.lease(&env.hash).map_err(store_err)?;
