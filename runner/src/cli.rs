@@ -161,13 +161,13 @@ pub enum EnvCommand {
 #[derive(Args)]
 pub struct EnvLimitArgs {
     /// Most entries (files, folders and symlinks) the tree may hold.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, value_name = "N", default_value_t = 200_000)]
     pub max_entries: u64,
     /// Most bytes one file may hold.
-    #[arg(long, default_value_t = 1 << 30)]
+    #[arg(long, value_name = "N", default_value_t = 1 << 30)]
     pub max_file_bytes: u64,
     /// Most bytes all files may hold together.
-    #[arg(long, default_value_t = 4 << 30)]
+    #[arg(long, value_name = "N", default_value_t = 4 << 30)]
     pub max_bytes: u64,
 }
 
