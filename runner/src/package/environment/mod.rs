@@ -16,6 +16,10 @@
 //!   symlinks;
 //! - [`tree`] and [`lock`] are pure.
 //!
+//! [`base`] names and re-checks the interpreter; [`build`] makes a tree
+//! from a lock (its install step through a sandbox the caller provides);
+//! [`resolve`] readies a stored environment for one use.
+//!
 //! The tree's layout leaves room for more than one interpreter family:
 //! Python's packages live under `python/` (the `pip install --target`
 //! folder), programs under `bin/`; a later Node family takes
