@@ -354,10 +354,13 @@ fn a_pooled_cgroup_carries_no_memory_charge_to_the_next_execution() {
     let daemon = Daemon::start(&world, &["--root", root, "--max-running", "1"]);
     let limits = json!({"memory_bytes": 256 << 20, "tmp_bytes": 128 << 20,
                         "disk_bytes": 1 << 30, "timeout_ms": 60000});
-    let leave = run_through(&daemon, &json!({
-        "argv": ["sh", "-c", "head -c 209715200 /dev/zero > /workspace/left-behind"],
-        "workspace": workspace, "limits": limits,
-    }));
+    let leave = run_through(
+        &daemon,
+        &json!({
+            "argv": ["sh", "-c", "head -c 209715200 /dev/zero > /workspace/left-behind"],
+            "workspace": workspace, "limits": limits,
+        }),
+    );
     assert_eq!(leave["status"], "exited", "{leave:#}");
     let by = leave["limits"]["memory_bytes"]["enforced_by"]
         .as_str()
@@ -368,10 +371,13 @@ fn a_pooled_cgroup_carries_no_memory_charge_to_the_next_execution() {
         return;
     }
     for _ in 0..2 {
-        let next = run_through(&daemon, &json!({
-            "argv": ["sh", "-c", "head -c 104857600 /dev/zero > /tmp/x && echo ok"],
-            "limits": limits,
-        }));
+        let next = run_through(
+            &daemon,
+            &json!({
+                "argv": ["sh", "-c", "head -c 104857600 /dev/zero > /tmp/x && echo ok"],
+                "limits": limits,
+            }),
+        );
         assert_eq!(next["status"], "exited", "{next:#}");
         assert_eq!(next["stdout"], "ok\n", "{next:#}");
     }

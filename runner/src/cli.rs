@@ -96,6 +96,84 @@ pub enum Command {
     /// its routes (JSON out); see docs/skill-host.md.
     #[command(subcommand)]
     Session(SessionCommand),
+    /// Environments: frozen, verified trees of the libraries skills
+    /// import; see docs/environments.md.
+    #[command(subcommand)]
+    Env(EnvCommand),
+}
+
+#[derive(Subcommand)]
+pub enum EnvCommand {
+    /// Publish a tree built elsewhere as environment ID; prints its record
+    /// (JSON).
+    Add {
+        /// The tree: files, folders and symlinks that point inside it or
+        /// into /usr, /bin, /sbin, /lib or /lib64 (Python packages under
+        /// python/, programs under bin/).
+        dir: PathBuf,
+        /// Environment id: lowercase letters and digits in dash-separated
+        /// words (e.g. pdf-tools).
+        #[arg(long)]
+        id: String,
+        /// The hash-pinned requirements lock the tree was built from
+        /// (name==version --hash=sha256:… on every requirement); recorded
+        /// by its SHA-256 after it is checked.
+        #[arg(long, value_name = "REQUIREMENTS")]
+        python: Option<PathBuf>,
+        /// The interpreter the tree was built for, recorded with its
+        /// version and the SHA-256 of its binary (default with --python:
+        /// /usr/bin/python3).
+        #[arg(long, value_name = "PATH")]
+        interpreter: Option<String>,
+        #[command(flatten)]
+        limits: EnvLimitArgs,
+    },
+    /// List the environments in the store.
+    List {
+        /// Print JSON (an array of records) instead of one line each.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the records of one environment id.
+    Show {
+        /// The environment id.
+        id: String,
+        /// Print JSON (an array of records) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Re-hash stored environments byte by byte: every hash of an id, or
+    /// one hash; exit 125 naming what changed.
+    Verify {
+        /// An environment id or a 64-hex environment hash.
+        #[arg(value_name = "ID|HASH")]
+        target: String,
+    },
+    /// Remove the record {ID, HASH}; `env gc` then removes its tree if no
+    /// other record names it.
+    Remove {
+        /// The environment id.
+        id: String,
+        /// The environment hash.
+        hash: String,
+    },
+    /// Remove every stored tree no record names and nothing is using;
+    /// prints {"removed": [...], "in_use": [...]}.
+    Gc,
+}
+
+/// Bounds on a tree being published.
+#[derive(Args)]
+pub struct EnvLimitArgs {
+    /// Most entries (files, folders and symlinks) the tree may hold.
+    #[arg(long, value_name = "N", default_value_t = 200_000)]
+    pub max_entries: u64,
+    /// Most bytes one file may hold.
+    #[arg(long, value_name = "N", default_value_t = 1 << 30)]
+    pub max_file_bytes: u64,
+    /// Most bytes all files may hold together.
+    #[arg(long, value_name = "N", default_value_t = 4 << 30)]
+    pub max_bytes: u64,
 }
 
 #[derive(Subcommand)]

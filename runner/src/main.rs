@@ -34,7 +34,7 @@ use skill_runner::skillhost::session::{
 };
 use skill_runner::supervise::{Cancel, ForwardSink, NoSink};
 
-use cli::{CatalogCommand, Cli, Command, SessionCommand, StoreCommand};
+use cli::{CatalogCommand, Cli, Command, EnvCommand, SessionCommand, StoreCommand};
 
 fn main() -> ExitCode {
     // Inside a sandbox, as bubblewrap's exec shim: becomes the command.
@@ -125,6 +125,7 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Catalog(cmd) => catalog_cmd(cmd, &open_data_dir(data_dir)?),
         Command::Session(cmd) => session_cmd(cmd, &open_data_dir(data_dir)?),
+        Command::Env(cmd) => env_cmd(cmd, &open_data_dir(data_dir)?),
     }
 }
 
@@ -450,6 +451,104 @@ fn pretty<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<String> {
 
 /// Writes `text` to stdout; a reader that went away (`| head`) is not an
 /// error.
+/// `skill-runner env …`: the environment store (docs/environments.md).
+fn env_cmd(cmd: EnvCommand, data_dir: &DataDir) -> anyhow::Result<i32> {
+    use skill_runner::package::environment::store::{EnvLimits, EnvStore};
+    use skill_runner::package::environment::{base, lock, EnvRef, LockRef};
+    let store = EnvStore::open(data_dir)?;
+    match cmd {
+        EnvCommand::Add {
+            dir,
+            id,
+            python,
+            interpreter,
+            limits,
+        } => {
+            let mut locks = Vec::new();
+            if let Some(path) = &python {
+                let bytes = std::fs::read(path)
+                    .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+                let parsed = lock::parse_python(&bytes)
+                    .map_err(|e| anyhow::anyhow!("lock {}: {e}", path.display()))?;
+                locks.push(LockRef {
+                    kind: lock::PYTHON_REQUIREMENTS.into(),
+                    sha256: parsed.sha256,
+                });
+            }
+            let interpreter =
+                interpreter.or_else(|| python.as_ref().map(|_| base::DEFAULT_PYTHON.into()));
+            let base = match interpreter {
+                Some(path) => vec![base::probe_python(&path)?],
+                None => Vec::new(),
+            };
+            let limits = EnvLimits {
+                max_entries: limits.max_entries,
+                max_file_bytes: limits.max_file_bytes,
+                max_bytes: limits.max_bytes,
+            };
+            let published = store.add(&dir, &id, base, locks, &limits)?;
+            emit(&format!("{}\n", serde_json::to_string(&published.record)?))?;
+        }
+        EnvCommand::List { json } => {
+            let records = store.list()?;
+            if json {
+                emit(&format!("{}\n", serde_json::to_string_pretty(&records)?))?;
+            } else {
+                for r in records {
+                    emit(&format!(
+                        "{}\t{}\t{} files\t{} bytes\t{}\n",
+                        r.id, r.hash, r.files, r.bytes, r.created
+                    ))?;
+                }
+            }
+        }
+        EnvCommand::Show { id, json } => {
+            let records = store.show(&id)?;
+            if json {
+                emit(&format!("{}\n", serde_json::to_string_pretty(&records)?))?;
+            } else {
+                for r in records {
+                    let mut text = format!(
+                        "{} {}\n  files {}, symlinks {}, bytes {}\n  created {}\n",
+                        r.id, r.hash, r.files, r.symlinks, r.bytes, r.created
+                    );
+                    for b in &r.base {
+                        text.push_str(&format!(
+                            "  base {} {} (sha256 {})\n",
+                            b.path, b.version, b.sha256
+                        ));
+                    }
+                    for l in &r.locks {
+                        text.push_str(&format!("  lock {} sha256 {}\n", l.kind, l.sha256));
+                    }
+                    text.push_str(&format!("  tree {}\n", store.tree_path(&r.hash).display()));
+                    emit(&text)?;
+                }
+            }
+        }
+        EnvCommand::Verify { target } => {
+            let hashes: Vec<String> = if hash::is_hex_digest(&target) {
+                vec![target]
+            } else {
+                store.show(&target)?.into_iter().map(|r| r.hash).collect()
+            };
+            for h in hashes {
+                let manifest = store.verify(&h)?;
+                emit(&format!("ok {h} ({} entries)\n", manifest.entries.len()))?;
+            }
+        }
+        EnvCommand::Remove { id, hash } => {
+            let record = store.remove(&EnvRef { id, hash })?;
+            emit(&format!("{}\n", serde_json::to_string(&record)?))?;
+        }
+        EnvCommand::Gc => {
+            let report = store.gc()?;
+            emit(&format!("{}\n", serde_json::to_string(&report)?))?;
+        }
+    }
+    Ok(0)
+}
+
 fn emit(text: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     match stdout

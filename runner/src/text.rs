@@ -44,3 +44,36 @@ mod tests {
         assert_eq!(single_line("été \"x\" \\ 日本"), "été \"x\" \\ 日本");
     }
 }
+
+/// Marks the running unit test skipped: prints `SKIPPED: <test>: <reason>`
+/// (which `scripts/test` counts as skipped, never as passed, through
+/// `SKILL_RUNNER_SKIP_LOG`), or fails it where `SKILL_RUNNER_MUST_WORK`
+/// says nothing may be skipped. The caller returns right after.
+#[cfg(test)]
+pub(crate) fn skip_test(reason: impl std::fmt::Display) {
+    let thread = std::thread::current();
+    let line = format!(
+        "SKIPPED: {}: {}",
+        thread.name().unwrap_or("this test"),
+        reason
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    assert!(
+        std::env::var_os("SKILL_RUNNER_MUST_WORK").is_none(),
+        "{line}\n(SKILL_RUNNER_MUST_WORK is set: nothing may be skipped)"
+    );
+    println!("{line}");
+    if let Some(log) = std::env::var_os("SKILL_RUNNER_SKIP_LOG").filter(|l| !l.is_empty()) {
+        use std::io::Write;
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap_or_else(|e| panic!("cannot open SKILL_RUNNER_SKIP_LOG {log:?}: {e}"));
+        file.write_all(format!("{line}\n").as_bytes())
+            .unwrap_or_else(|e| panic!("cannot append to SKILL_RUNNER_SKIP_LOG {log:?}: {e}"));
+    }
+}

@@ -7,6 +7,7 @@
 
 mod architecture; // the rooms form a one-way ladder; unsafe only in supervise::sys
 mod cgroups; // sweeping what runners of deleted data dirs left in the real cgroup tree
+mod environment_vectors; // environment tree hashes match the independent vectors; refused trees are refused
 mod find_eval; // find's ranking is at least as good as plain BM25 on the evaluation set
 mod macos; // each built-in profile's macOS profile and argv, against golden files
 mod packages; // bad packages are refused leaving nothing; staging keeps its invariants

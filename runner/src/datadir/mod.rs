@@ -11,6 +11,7 @@
 //! | `published/` | verified snapshot roots bound at `/skills` | 0710 | 0700 |
 //! | `executions/` | per-execution folders (workspace, tmp, network) | 0710 | 0700 |
 //! | `system-views/` | the prepared copies of the sandbox's `/etc` | 0710 | 0700 |
+//! | `environments/` | sealed environment trees and their records | 0710 | 0700 |
 //! | `roots/` | the daemon's default job root | 0710 | 0700 |
 //! | `cgroups/` | the locked folders naming pooled cgroups | 0700 | 0700 |
 //! | `sessions/` | session records and event logs | 0700 | 0700 |
@@ -75,6 +76,7 @@ const LAYOUT: &[(&str, Access)] = &[
     ("published", Access::Sandbox),
     ("executions", Access::Sandbox),
     ("system-views", Access::Sandbox),
+    ("environments", Access::Sandbox),
     (JOB_ROOT, Access::Sandbox),
     ("cgroups", Access::Private),
     ("sessions", Access::Private),
@@ -216,6 +218,12 @@ impl DataDir {
     /// `system-views/`: prepared copies of the sandbox's `/etc`.
     pub fn system_views(&self) -> PathBuf {
         self.path.join("system-views")
+    }
+
+    /// `environments/`: sealed environment trees, their records and leases
+    /// ([`crate::package::environment`]).
+    pub fn environments(&self) -> PathBuf {
+        self.path.join("environments")
     }
 
     /// `roots/`: the daemon's default job root, the one folder of the data

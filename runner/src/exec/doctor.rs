@@ -251,9 +251,12 @@ fn container_check(cg: &Support) -> Option<Check> {
         detail: if per_process {
             format!("running in a {engine} container with no writable memory cgroup: a job's memory_bytes is bounded per process only (RLIMIT_AS; memfd files and pipes are not counted), so give the container --memory and --pids-limit, which bound all its sandboxes together, or refuse such jobs with --strict-limits; see docs/containers.md")
         } else {
-            format!("running in a {engine} container; see docs/containers.md for the settings it needs")
+            format!(
+                "running in a {engine} container; see docs/containers.md for the settings it needs"
+            )
         },
-        meaning: "one job can use more memory than its memory_bytes, up to what the container may use",
+        meaning:
+            "one job can use more memory than its memory_bytes, up to what the container may use",
         required: false,
     })
 }

@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::exec::error::ExecError;
 use crate::datadir::DataDir;
+use crate::exec::error::ExecError;
 use crate::exec::folders::etc_extra;
 use crate::exec::job::Job;
 use crate::exec::plan::{self, Content, Folders, Plan, Sandbox};
@@ -216,13 +216,10 @@ fn shown_folders(job: &Job, data_dir: &Path, mounts: &[profile::Mount]) -> Folde
         skills: shown.published().join(identity).join("skills"),
         workspace: job.workspace.clone(),
         extensions,
-        net: job
-            .network
-            .allowlist()
-            .map(|_| {
-                let exec = format!("{}.<random>", job.execution_id);
-                shown.executions().join(exec).join("net")
-            }),
+        net: job.network.allowlist().map(|_| {
+            let exec = format!("{}.<random>", job.execution_id);
+            shown.executions().join(exec).join("net")
+        }),
         etc: etc.map(|rel| shown.system_views().join(rel)),
     }
 }

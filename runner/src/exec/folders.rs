@@ -21,7 +21,6 @@ use crate::datadir::DataDir;
 use crate::exec::error::{ExecError, Place, Unresolved};
 use crate::sandbox::paths::DEFAULT_EXTENSIONS;
 
-
 /// What the runner adds to a prepared `/etc`: the account files.
 pub fn etc_extra() -> [crate::sandbox::etcview::Extra<'static>; 2] {
     use crate::sandbox::bwrap::{GROUP, PASSWD};

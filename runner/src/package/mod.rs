@@ -17,6 +17,7 @@
 //! root to [`crate::sandbox`].
 
 pub mod bundle;
+pub mod environment;
 pub mod format;
 pub mod hash;
 pub mod published;

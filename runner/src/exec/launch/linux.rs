@@ -12,8 +12,8 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
-use crate::exec::error::ExecError;
 use crate::datadir::DataDir;
+use crate::exec::error::ExecError;
 use crate::exec::folders::{etc_extra, reachable_by};
 use crate::exec::job::Job;
 use crate::exec::launch::{Launcher, Prepared};
@@ -62,11 +62,7 @@ pub fn fresh_workspace(_dir: Option<&PrivateDir>) -> Result<Option<PathBuf>, Exe
 /// or `None`, and the pieces are bound one by one as before, when the
 /// profile's `/etc` cannot be one folder or the copy cannot be made
 /// (said in the log: it costs time, not isolation).
-pub fn etc_view(
-    data: &DataDir,
-    mounts: &[profile::Mount],
-    identity: &Identity,
-) -> Option<PathBuf> {
+pub fn etc_view(data: &DataDir, mounts: &[profile::Mount], identity: &Identity) -> Option<PathBuf> {
     let pieces = crate::sandbox::etcview::pieces(mounts)?;
     let root = data.system_views();
     let etc = match crate::sandbox::etcview::prepare(&root, &pieces, &etc_extra()) {

@@ -1,0 +1,479 @@
+//! Building an environment from a lock, and the base it is built for
+//! (docs/environments.md, "Building from a lock").
+//!
+//! A build has two steps, each in a private staging folder of the store:
+//!
+//! 1. **fetch** ([`fetch_command`]): `pip download --require-hashes
+//!    --no-deps --only-binary=:all: -r LOCK -d WHEELS`, with pip's own
+//!    index configuration (its environment and `pip.conf`); no registry
+//!    host is written anywhere by the runner. Binary wheels only: nothing
+//!    of a package runs while it is fetched.
+//! 2. **install** ([`install`]): `pip install --no-index --find-links
+//!    WHEELS --require-hashes --no-deps --target TREE/python -r LOCK`,
+//!    which must run in the runner's sandbox with no network at all. This
+//!    module does not know sandboxes: [`install`] takes the sandbox as a
+//!    [`SandboxRun`] callback (the exec room provides it), and builds only
+//!    the argv and the folders it needs.
+//!
+//! The base the build records is named by [`crate::package::environment::base`].
+
+use std::ffi::OsString;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::package::environment::base::{probe_python, BaseError};
+use crate::package::environment::lock::{self, PythonLock};
+use crate::package::environment::store::{EnvError, EnvLimits, EnvStore, Published};
+use crate::package::environment::{LockRef, BIN_DIR, PYTHON_DIR};
+
+/// Why a build step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Base(#[from] BaseError),
+    #[error("cannot run pip ({argv}): {source}")]
+    SpawnPip { argv: String, source: io::Error },
+    #[error("pip {step} failed ({status}): {stderr}")]
+    Pip {
+        step: &'static str,
+        status: String,
+        stderr: String,
+    },
+    #[error("the install step failed in the sandbox: {reason}")]
+    Install { reason: String },
+    #[error("cannot prepare {path}: {source}")]
+    Prepare { path: PathBuf, source: io::Error },
+    #[error("cannot read the lock {path}: {source}")]
+    ReadLock { path: PathBuf, source: io::Error },
+    #[error("lock {path}: {source}")]
+    Lock {
+        path: PathBuf,
+        source: lock::LockError,
+    },
+    #[error("fetched file {name:?}: {reason}; the index served other bytes than the lock pins")]
+    Wheel { name: String, reason: String },
+    #[error(transparent)]
+    Publish(#[from] EnvError),
+}
+
+/// The fetch step's argv: the pinned wheels of `lock` into `wheels`, with
+/// pip's own index configuration.
+pub fn fetch_command(python: &str, lock: &Path, wheels: &Path) -> Vec<OsString> {
+    let mut argv: Vec<OsString> = [
+        python,
+        "-m",
+        "pip",
+        "download",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--require-hashes",
+        "--no-deps",
+        "--only-binary=:all:",
+        "-r",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    argv.push(lock.into());
+    argv.push("-d".into());
+    argv.push(wheels.into());
+    argv
+}
+
+/// Runs the fetch step on the host (pip needs the network and its own
+/// configuration; it runs no package code with binary wheels only).
+pub fn fetch(python: &str, lock: &Path, wheels: &Path) -> Result<(), BuildError> {
+    let argv = fetch_command(python, lock, wheels);
+    let shown = argv
+        .iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .output()
+        .map_err(|source| BuildError::SpawnPip {
+            argv: shown,
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(BuildError::Pip {
+            step: "download",
+            status: out.status.to_string(),
+            stderr: last_lines(&out.stderr, 5),
+        });
+    }
+    Ok(())
+}
+
+fn last_lines(bytes: &[u8], n: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(n)..].join(" / ")
+}
+
+/// The folders the install step needs. The argv names them by their host
+/// paths: the sandbox binds each at the same path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstallFolders {
+    /// The fetched wheels ([`WHEELS`]) and the lock ([`LOCK_FILE`]):
+    /// bound read-only.
+    pub input: PathBuf,
+    /// The tree the packages are installed into: the only writable folder.
+    pub tree: PathBuf,
+}
+
+/// The folder of [`InstallFolders::input`] holding the fetched wheels.
+pub const WHEELS: &str = "wheels";
+/// The lock's name in [`InstallFolders::input`].
+pub const LOCK_FILE: &str = "requirements.txt";
+
+/// One sandboxed run the install step asks for: `argv` with the given
+/// folders bound, no network at all. Returns Ok when it exited 0, else a
+/// sentence saying what happened.
+pub trait SandboxRun {
+    fn run_offline(&mut self, argv: &[OsString], folders: &InstallFolders) -> Result<(), String>;
+}
+
+/// The install step's argv: the fetched wheels, offline, into the tree's
+/// `python/` folder.
+pub fn install_command(python: &str, folders: &InstallFolders) -> Vec<OsString> {
+    let mut argv: Vec<OsString> = [
+        python,
+        "-I",
+        "-m",
+        "pip",
+        "install",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--no-cache-dir",
+        "--no-compile",
+        "--no-index",
+        "--find-links",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
+    argv.push(folders.input.join(WHEELS).into());
+    for a in ["--require-hashes", "--no-deps", "--target"] {
+        argv.push(a.into());
+    }
+    argv.push(folders.tree.join(PYTHON_DIR).into());
+    argv.push("-r".into());
+    argv.push(folders.input.join(LOCK_FILE).into());
+    argv
+}
+
+/// Runs the install step through `sandbox`, which must give it no network.
+pub fn install(
+    sandbox: &mut dyn SandboxRun,
+    python: &str,
+    folders: &InstallFolders,
+) -> Result<(), BuildError> {
+    let target = folders.tree.join(PYTHON_DIR);
+    fs::create_dir_all(&target).map_err(|source| BuildError::Prepare {
+        path: target.clone(),
+        source,
+    })?;
+    let argv = install_command(python, folders);
+    sandbox
+        .run_offline(&argv, folders)
+        .map_err(|reason| BuildError::Install { reason })?;
+    // pip --target puts console scripts in python/bin; programs go in bin/.
+    let scripts = target.join(BIN_DIR);
+    if fs::symlink_metadata(&scripts).is_ok_and(|m| m.is_dir()) {
+        let bin = folders.tree.join(BIN_DIR);
+        fs::rename(&scripts, &bin).map_err(|source| BuildError::Prepare { path: bin, source })?;
+    }
+    Ok(())
+}
+
+/// Checks what the fetch step left: exactly one wheel per requirement,
+/// named for it, whose SHA-256 the lock lists (pip checked too; this is
+/// the runner's own word before anything is installed).
+pub fn check_wheels(lock: &PythonLock, wheels: &Path) -> Result<(), BuildError> {
+    let read_err = |source| BuildError::Prepare {
+        path: wheels.to_owned(),
+        source,
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for entry in fs::read_dir(wheels).map_err(read_err)? {
+        let entry = entry.map_err(read_err)?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let bad = |reason: &str| BuildError::Wheel {
+            name: name.clone(),
+            reason: reason.to_owned(),
+        };
+        if !entry.file_type().map_err(read_err)?.is_file() || !name.ends_with(".whl") {
+            return Err(bad("it is not a wheel file"));
+        }
+        let project = lock::normalize(name.split('-').next().unwrap_or_default());
+        let Some(req) = lock.requirements.iter().find(|r| r.normalized == project) else {
+            return Err(bad("no requirement of the lock names it"));
+        };
+        let bytes = fs::read(entry.path()).map_err(read_err)?;
+        let sha = format!("sha256:{}", crate::package::hash::file_hash(&bytes));
+        if !req.hashes.contains(&sha) {
+            return Err(bad("its SHA-256 is not among the lock's hashes for it"));
+        }
+        if !seen.insert(project) {
+            return Err(bad("a second wheel for the same requirement"));
+        }
+    }
+    if let Some(missing) = lock
+        .requirements
+        .iter()
+        .find(|r| !seen.contains(&r.normalized))
+    {
+        return Err(BuildError::Wheel {
+            name: missing.name.clone(),
+            reason: "no wheel was fetched for it".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Builds environment `id` from the Python lock at `lock_path`: checks the
+/// lock, names the base, fetches the wheels into a private staging folder
+/// of the store, installs them through `sandbox` (no network), and
+/// publishes the tree with its base and the lock's digest.
+pub fn build_python(
+    store: &EnvStore,
+    lock_path: &Path,
+    id: &str,
+    python: &str,
+    sandbox: &mut dyn SandboxRun,
+    limits: &EnvLimits,
+) -> Result<Published, BuildError> {
+    let bytes = fs::read(lock_path).map_err(|source| BuildError::ReadLock {
+        path: lock_path.to_owned(),
+        source,
+    })?;
+    let lock = lock::parse_python(&bytes).map_err(|source| BuildError::Lock {
+        path: lock_path.to_owned(),
+        source,
+    })?;
+    let base = probe_python(python)?;
+    let staging = store.staging().map_err(|source| BuildError::Prepare {
+        path: store.root().to_owned(),
+        source,
+    })?;
+    let folders = InstallFolders {
+        input: staging.path.join("input"),
+        tree: staging.path.join("tree"),
+    };
+    let prepare = |path: &Path| {
+        let path = path.to_owned();
+        move |source| BuildError::Prepare { path, source }
+    };
+    let wheels = folders.input.join(WHEELS);
+    fs::create_dir_all(&wheels).map_err(prepare(&wheels))?;
+    fs::create_dir_all(&folders.tree).map_err(prepare(&folders.tree))?;
+    let lock_copy = folders.input.join(LOCK_FILE);
+    fs::write(&lock_copy, &bytes).map_err(prepare(&lock_copy))?;
+    fetch(python, &lock_copy, &wheels)?;
+    check_wheels(&lock, &wheels)?;
+    install(sandbox, python, &folders)?;
+    let locks = vec![LockRef {
+        kind: lock::PYTHON_REQUIREMENTS.into(),
+        sha256: lock.sha256.clone(),
+    }];
+    let published = store.add(&folders.tree, id, vec![base], locks, limits)?;
+    drop(staging);
+    Ok(published)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::package::environment::base::DEFAULT_PYTHON;
+
+    /// The install step asks for no index and writes only into the tree.
+    #[test]
+    fn install_argv_is_offline_and_targets_the_tree() {
+        let folders = InstallFolders {
+            input: "/in".into(),
+            tree: "/t".into(),
+        };
+        let argv: Vec<String> = install_command("/usr/bin/python3", &folders)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        assert_eq!(
+            argv.join(" "),
+            "/usr/bin/python3 -I -m pip install --disable-pip-version-check --no-input \
+             --no-cache-dir --no-compile --no-index --find-links /in/wheels --require-hashes --no-deps \
+             --target /t/python -r /in/requirements.txt"
+        );
+        struct Recorder(Vec<Vec<OsString>>);
+        impl SandboxRun for Recorder {
+            fn run_offline(&mut self, argv: &[OsString], _: &InstallFolders) -> Result<(), String> {
+                self.0.push(argv.to_vec());
+                Err("exit status 1".into())
+            }
+        }
+        let t = tempfile::tempdir().unwrap();
+        let folders = InstallFolders {
+            input: t.path().join("in"),
+            tree: t.path().join("t"),
+        };
+        let mut rec = Recorder(Vec::new());
+        let err = install(&mut rec, "/usr/bin/python3", &folders).unwrap_err();
+        assert!(err.to_string().contains("exit status 1"), "{err}");
+        assert_eq!(rec.0.len(), 1);
+        assert!(t.path().join("t/python").is_dir());
+    }
+
+    const SIX_HASH: &str =
+        "sha256:4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274";
+
+    #[test]
+    fn fetched_wheels_must_be_exactly_the_pinned_ones() {
+        let t = tempfile::tempdir().unwrap();
+        let wheel_sha = |bytes: &[u8]| format!("sha256:{}", crate::package::hash::file_hash(bytes));
+        let lock_for = |hash: &str| {
+            lock::parse_python(format!("Foo.Bar==1.0 --hash={hash}\n").as_bytes()).unwrap()
+        };
+        let good = wheel_sha(b"wheel bytes");
+        type Files<'a> = &'a [(&'a str, &'a [u8])];
+        let cases: &[(Files, &str, Option<&str>)] = &[
+            (
+                &[("foo_bar-1.0-py3-none-any.whl", b"wheel bytes")],
+                &good,
+                None,
+            ),
+            (
+                &[("foo_bar-1.0-py3-none-any.whl", b"other bytes")],
+                &good,
+                Some("not among the lock's hashes"),
+            ),
+            (
+                &[("baz-1.0-py3-none-any.whl", b"wheel bytes")],
+                &good,
+                Some("no requirement of the lock names it"),
+            ),
+            (
+                &[("foo_bar-1.0.tar.gz", b"wheel bytes")],
+                &good,
+                Some("not a wheel file"),
+            ),
+            (&[], &good, Some("no wheel was fetched for it")),
+            (
+                &[
+                    ("foo_bar-1.0-py3-none-any.whl", b"wheel bytes"),
+                    ("Foo.Bar-1.0-py2-none-any.whl", b"wheel bytes"),
+                ],
+                &good,
+                Some("a second wheel"),
+            ),
+        ];
+        for (i, (files, hash, want)) in cases.iter().enumerate() {
+            let dir = t.path().join(format!("case{i}"));
+            fs::create_dir(&dir).unwrap();
+            for (name, bytes) in *files {
+                fs::write(dir.join(name), bytes).unwrap();
+            }
+            match (check_wheels(&lock_for(hash), &dir), want) {
+                (Ok(()), None) => {}
+                (Err(e), Some(want)) => assert!(e.to_string().contains(want), "case {i}: {e}"),
+                (got, _) => panic!("case {i}: {got:?}"),
+            }
+        }
+    }
+
+    /// Stands in for the runner's sandbox: runs the install on the host.
+    /// Only the pipeline is under test here; the real callback must give
+    /// the step no network.
+    struct HostRun;
+    impl SandboxRun for HostRun {
+        fn run_offline(&mut self, argv: &[OsString], _: &InstallFolders) -> Result<(), String> {
+            let out = Command::new(&argv[0])
+                .args(&argv[1..])
+                .output()
+                .map_err(|e| e.to_string())?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(last_lines(&out.stderr, 3))
+            }
+        }
+    }
+
+    /// A lock of one small pure-Python wheel goes through fetch, check,
+    /// install and publish, twice to the same hash; a lock pinning other
+    /// bytes publishes nothing. Needs pip's index (its own configuration):
+    /// skipped without it unless SKILL_RUNNER_MUST_WORK is set.
+    #[test]
+    fn a_hash_pinned_lock_builds_the_same_environment_twice() {
+        if !Path::new(DEFAULT_PYTHON).exists() {
+            crate::text::skip_test(format!("no {DEFAULT_PYTHON}"));
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let lock = t.path().join("requirements.txt");
+        fs::write(&lock, format!("six==1.17.0 \\\n    --hash={SIX_HASH}\n")).unwrap();
+        let mut hashes = Vec::new();
+        for round in 0..2 {
+            let store = EnvStore::open(&crate::datadir::DataDir::unchecked(
+                &t.path().join(format!("data{round}")),
+            ))
+            .unwrap();
+            let built = build_python(
+                &store,
+                &lock,
+                "six",
+                DEFAULT_PYTHON,
+                &mut HostRun,
+                &EnvLimits::default(),
+            );
+            let published = match built {
+                Ok(p) => p,
+                Err(e @ BuildError::Pip { .. }) => {
+                    crate::text::skip_test(format!("pip cannot fetch from its index here: {e}"));
+                    return;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            let tree = store.tree_path(&published.record.hash);
+            assert!(tree.join("python/six.py").is_file());
+            assert_eq!(published.record.base[0].path, DEFAULT_PYTHON);
+            assert_eq!(
+                published.record.locks[0].sha256,
+                crate::package::hash::file_hash(&fs::read(&lock).unwrap())
+            );
+            store.verify(&published.record.hash).unwrap();
+            let left: Vec<_> = fs::read_dir(store.root().join("tmp")).unwrap().collect();
+            assert!(left.is_empty(), "staging left behind");
+            hashes.push(published.record.hash);
+        }
+        assert_eq!(hashes[0], hashes[1], "the same lock builds the same tree");
+
+        let store = EnvStore::open(&crate::datadir::DataDir::unchecked(
+            &t.path().join("data-bad"),
+        ))
+        .unwrap();
+        let wrong = format!("six==1.17.0 --hash=sha256:{}\n", "0".repeat(64));
+        fs::write(&lock, wrong).unwrap();
+        let err = build_python(
+            &store,
+            &lock,
+            "six",
+            DEFAULT_PYTHON,
+            &mut HostRun,
+            &EnvLimits::default(),
+        )
+        .unwrap_err();
+        assert!(matches!(err, BuildError::Pip { .. }), "{err}");
+        assert!(store.list().unwrap().is_empty());
+        assert!(fs::read_dir(store.root().join("trees"))
+            .unwrap()
+            .next()
+            .is_none());
+        assert!(fs::read_dir(store.root().join("tmp"))
+            .unwrap()
+            .next()
+            .is_none());
+    }
+}
