@@ -34,17 +34,6 @@ pub fn to_hex(bytes: &[u8]) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn single_line_escapes_control_characters_only() {
-        assert_eq!(single_line("a\nb\r\tc\u{7f}"), "a\\nb\\r\\tc\\u{7f}");
-        assert_eq!(single_line("été \"x\" \\ 日本"), "été \"x\" \\ 日本");
-    }
-}
-
 /// Marks the running unit test skipped: prints `SKIPPED: <test>: <reason>`
 /// (which `scripts/test` counts as skipped, never as passed, through
 /// `SKILL_RUNNER_SKIP_LOG`), or fails it where `SKILL_RUNNER_MUST_WORK`
@@ -75,5 +64,16 @@ pub(crate) fn skip_test(reason: impl std::fmt::Display) {
             .unwrap_or_else(|e| panic!("cannot open SKILL_RUNNER_SKIP_LOG {log:?}: {e}"));
         file.write_all(format!("{line}\n").as_bytes())
             .unwrap_or_else(|e| panic!("cannot append to SKILL_RUNNER_SKIP_LOG {log:?}: {e}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_line_escapes_control_characters_only() {
+        assert_eq!(single_line("a\nb\r\tc\u{7f}"), "a\\nb\\r\\tc\\u{7f}");
+        assert_eq!(single_line("été \"x\" \\ 日本"), "été \"x\" \\ 日本");
     }
 }
