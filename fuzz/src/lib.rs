@@ -213,6 +213,7 @@ impl Fixture {
             package_limits: PackageLimits::default(),
             keep: false,
             reuse_cgroups: false,
+            strict_limits: false,
             network: Default::default(),
         })
         .expect("open the runner");
