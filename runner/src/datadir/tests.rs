@@ -43,6 +43,7 @@ fn the_folder_methods_name_the_layout() {
         dd.published(),
         dd.executions(),
         dd.system_views(),
+        dd.environments(),
         dd.job_root(),
         dd.cgroups(),
         dd.sessions(),

@@ -150,10 +150,9 @@ pub enum ExecError {
     CreateCgroup { source: io::Error },
     #[error("cannot open the execution's cgroup: {source}")]
     OpenCgroup { source: io::Error },
-    /// A limit that cannot be enforced here ([`crate::exec::limits`]
-    /// words it).
-    #[error("{}", .0.message)]
-    Limits(ErrorInfo),
+    /// A limit that cannot be enforced here.
+    #[error(transparent)]
+    Limits(#[from] crate::exec::limits::LimitError),
     #[error("cannot make the execution's cancel switch: {source}")]
     CancelSwitch { source: io::Error },
     #[error("cannot start the network proxy: {source}")]
@@ -176,7 +175,7 @@ impl ExecError {
         match self {
             Store(e) => e.kind(),
             Stage(e) => e.kind(),
-            Limits(e) => e.kind,
+            Limits(_) => ErrorKind::SandboxUnavailable,
             ResolveFolder { .. }
             | NotAFolder { .. }
             | Changed { .. }

@@ -4,7 +4,7 @@
 //! refusal when one cannot be enforced: a limit is never dropped. The
 //! choice is reported in the result (`limits`, docs/formats.md).
 
-use crate::exec::result::{Applied, AppliedLimits, ErrorInfo, Mechanism};
+use crate::exec::result::{Applied, AppliedLimits, Mechanism};
 use crate::sandbox::identity::Identity;
 use crate::supervise::cgroup::Cgroup;
 
@@ -42,25 +42,36 @@ pub enum Disk {
     Watcher,
 }
 
+/// A limit this host cannot hold as asked: the job is refused, never run
+/// with the limit dropped. `no_cgroup` is why there is no cgroup, in
+/// parentheses, or empty.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitError {
+    #[error("strict limits are set, and {limit} would be held per process by an rlimit, not by a cgroup{no_cgroup}; give the runner a writable cgroup (cgroup v2 with Delegate=yes, or the memory and pids controllers) or run it without strict limits")]
+    NotHeldStrictly {
+        limit: &'static str,
+        no_cgroup: String,
+    },
+    #[error("the pids limit cannot be enforced here: there is no pids cgroup{no_cgroup}, and RLIMIT_NPROC does not bind the sandbox's uid, which maps to host root; give the runner a writable cgroup (cgroup v2 with Delegate=yes, or the pids controller) or run it as root with user namespaces that map the sandbox user")]
+    PidsUnenforceable { no_cgroup: String },
+}
+
 /// Under strict limits, memory and pids limits that no cgroup would hold
 /// are refused rather than held per process by an rlimit.
 fn refuse_unheld(
     cg: Option<&Cgroup>,
     no_cgroup: &dyn Fn(&str, &str) -> String,
-) -> Result<(), ErrorInfo> {
+) -> Result<(), LimitError> {
     #[cfg(target_os = "linux")]
     for (limit, held) in [
         ("memory_bytes", cg.is_some_and(Cgroup::limits_memory)),
         ("pids", cg.is_some_and(Cgroup::limits_pids)),
     ] {
         if !held {
-            return Err(ErrorInfo::new(
-                crate::error::ErrorKind::SandboxUnavailable,
-                format!(
-                    "strict limits are set, and {limit} would be held per process by an rlimit, not by a cgroup{}; give the runner a writable cgroup (cgroup v2 with Delegate=yes, or the memory and pids controllers) or run it without strict limits",
-                    no_cgroup(" (", ")")
-                ),
-            ));
+            return Err(LimitError::NotHeldStrictly {
+                limit,
+                no_cgroup: no_cgroup(" (", ")"),
+            });
         }
     }
     #[cfg(not(target_os = "linux"))]
@@ -80,7 +91,7 @@ pub fn limits_plan(
     identity: &Identity,
     disk: Disk,
     strict: bool,
-) -> Result<(Rlimits, AppliedLimits), ErrorInfo> {
+) -> Result<(Rlimits, AppliedLimits), LimitError> {
     use nix::sys::resource::Resource;
     let mut r = vec![
         (Resource::RLIMIT_CORE, 0, 0),
@@ -159,7 +170,7 @@ fn pids(
     cg: Option<&Cgroup>,
     identity: &Identity,
     no_cgroup: &dyn Fn(&str, &str) -> String,
-) -> Result<(Applied, Option<u64>), ErrorInfo> {
+) -> Result<(Applied, Option<u64>), LimitError> {
     if let Some(cg) = cg.filter(|c| c.limits_pids()) {
         return Ok((
             Applied::by(Some(l.pids), Mechanism::cgroup(cg.version())),
@@ -186,13 +197,9 @@ fn pids(
         // The kernel exempts host root from RLIMIT_NPROC; any other uid
         // is bound by it.
         if identity.root_mapped {
-            return Err(ErrorInfo::new(
-                crate::error::ErrorKind::SandboxUnavailable,
-                format!(
-                    "the pids limit cannot be enforced here: there is no pids cgroup{}, and RLIMIT_NPROC does not bind the sandbox's uid, which maps to host root; give the runner a writable cgroup (cgroup v2 with Delegate=yes, or the pids controller) or run it as root with user namespaces that map the sandbox user",
-                    no_cgroup(" (", ")")
-                ),
-            ));
+            return Err(LimitError::PidsUnenforceable {
+                no_cgroup: no_cgroup(" (", ")"),
+            });
         }
         let counted = if nproc_per_namespace() {
             "this execution's processes and threads (the shim sets it inside the execution's own user namespace)".to_owned()
