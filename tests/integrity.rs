@@ -77,7 +77,10 @@ fn assert_verified(d: &Daemon, binding: &Value) {
     assert_eq!(doc["stdout"], std::str::from_utf8(DATA).unwrap(), "{doc:#}");
 }
 
+/// How many ERROR lines mention `what`, once at least one has been read
+/// from the daemon's log (it is read on another thread).
 fn error_lines(d: &Daemon, what: &str) -> usize {
+    d.wait_for_line(what, |l| l.contains("ERROR") && l.contains(what));
     d.log()
         .lines()
         .filter(|l| l.contains("ERROR") && l.contains(what))
@@ -186,13 +189,9 @@ fn a_byte_flipped_in_the_store_is_store_corrupted_and_republishing_repairs_it() 
     assert_eq!(doc["error"]["kind"], "store_corrupted", "{doc:#}");
     let message = doc["error"]["message"].as_str().unwrap();
     assert!(message.contains("re-publish"), "{message}");
-    assert!(
-        d.log()
-            .lines()
-            .any(|l| l.contains("ERROR") && l.contains("store_corrupted") && l.contains("id=")),
-        "{}",
-        d.log()
-    );
+    d.wait_for_line("store_corrupted at ERROR with the execution id", |l| {
+        l.contains("ERROR") && l.contains("store_corrupted") && l.contains("id=")
+    });
     // Re-publishing the correct bundle verifies the held copy and
     // replaces it.
     let r = d.post("/v1/skill-packages", &bundle);
