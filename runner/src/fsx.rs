@@ -328,77 +328,6 @@ pub fn create_private_dir(path: &Path) -> io::Result<()> {
     chmod(path, 0o700)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A folder swapped for a symlink (`renameat2` with
-    /// `RENAME_EXCHANGE`) again and again while the tree is removed never
-    /// redirects the removal into the symlink's target.
-    #[cfg(target_os = "linux")]
-    #[test]
-    fn removal_is_not_redirected_by_a_swapped_symlink() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        let t = tempfile::tempdir().unwrap();
-        let victim = t.path().join("victim");
-        fs::create_dir(&victim).unwrap();
-        for i in 0..200 {
-            fs::write(victim.join(format!("f{i}")), "precious").unwrap();
-        }
-        for round in 0..20 {
-            let tree = t.path().join(format!("tree{round}"));
-            let a = tree.join("a");
-            fs::create_dir_all(&a).unwrap();
-            for i in 0..200 {
-                fs::write(a.join(format!("f{i}")), "x").unwrap();
-            }
-            std::os::unix::fs::symlink(&victim, tree.join("link")).unwrap();
-            let stop = std::sync::Arc::new(AtomicBool::new(false));
-            let racer = {
-                let (stop, tree) = (stop.clone(), tree.clone());
-                std::thread::spawn(move || {
-                    let (a, l) = (tree.join("a"), tree.join("link"));
-                    while !stop.load(Ordering::Relaxed) {
-                        let swapped = nix::fcntl::renameat2(
-                            nix::fcntl::AT_FDCWD,
-                            &a,
-                            nix::fcntl::AT_FDCWD,
-                            &l,
-                            nix::fcntl::RenameFlags::RENAME_EXCHANGE,
-                        );
-                        if swapped.is_err() {
-                            break; // one side is gone
-                        }
-                    }
-                })
-            };
-            // It may fail (an entry changed type under it); it must never
-            // delete through the link.
-            let _ = remove_tree(&tree);
-            stop.store(true, Ordering::Relaxed);
-            racer.join().unwrap();
-            assert_eq!(fs::read_dir(&victim).unwrap().count(), 200, "round {round}");
-        }
-    }
-
-    #[test]
-    fn removes_sealed_trees_and_symlinks_as_links() {
-        let t = tempfile::tempdir().unwrap();
-        let keep = t.path().join("keep");
-        fs::create_dir(&keep).unwrap();
-        fs::write(keep.join("f"), "x").unwrap();
-        let tree = t.path().join("tree");
-        fs::create_dir_all(tree.join("a/b")).unwrap();
-        fs::write(tree.join("a/b/f"), "x").unwrap();
-        std::os::unix::fs::symlink(&keep, tree.join("a/link")).unwrap();
-        seal_tree(&tree).unwrap();
-        remove_tree(&tree).unwrap();
-        assert!(!tree.exists());
-        assert!(keep.join("f").exists());
-        remove_tree(&tree).unwrap(); // missing is fine
-    }
-}
-
 /// A fingerprint of the metadata of every folder and file below (and
 /// including) `root`: the digest of one line per entry (its relative path,
 /// kind, device, inode, size, mode, modification and change time), in
@@ -472,4 +401,97 @@ pub fn tree_stamp(root: &Path) -> io::Result<String> {
         "{entries} {}",
         crate::text::to_hex(&sha.finalize())
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A folder swapped for a symlink (`renameat2` with
+    /// `RENAME_EXCHANGE`) again and again while the tree is removed never
+    /// redirects the removal into the symlink's target.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn removal_is_not_redirected_by_a_swapped_symlink() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let t = tempfile::tempdir().unwrap();
+        let victim = t.path().join("victim");
+        fs::create_dir(&victim).unwrap();
+        for i in 0..200 {
+            fs::write(victim.join(format!("f{i}")), "precious").unwrap();
+        }
+        for round in 0..20 {
+            let tree = t.path().join(format!("tree{round}"));
+            let a = tree.join("a");
+            fs::create_dir_all(&a).unwrap();
+            for i in 0..200 {
+                fs::write(a.join(format!("f{i}")), "x").unwrap();
+            }
+            std::os::unix::fs::symlink(&victim, tree.join("link")).unwrap();
+            let stop = std::sync::Arc::new(AtomicBool::new(false));
+            let racer = {
+                let (stop, tree) = (stop.clone(), tree.clone());
+                std::thread::spawn(move || {
+                    let (a, l) = (tree.join("a"), tree.join("link"));
+                    while !stop.load(Ordering::Relaxed) {
+                        let swapped = nix::fcntl::renameat2(
+                            nix::fcntl::AT_FDCWD,
+                            &a,
+                            nix::fcntl::AT_FDCWD,
+                            &l,
+                            nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+                        );
+                        if swapped.is_err() {
+                            break; // one side is gone
+                        }
+                    }
+                })
+            };
+            // It may fail (an entry changed type under it); it must never
+            // delete through the link.
+            let _ = remove_tree(&tree);
+            stop.store(true, Ordering::Relaxed);
+            racer.join().unwrap();
+            assert_eq!(fs::read_dir(&victim).unwrap().count(), 200, "round {round}");
+        }
+    }
+
+    #[test]
+    fn removes_sealed_trees_and_symlinks_as_links() {
+        let t = tempfile::tempdir().unwrap();
+        let keep = t.path().join("keep");
+        fs::create_dir(&keep).unwrap();
+        fs::write(keep.join("f"), "x").unwrap();
+        let tree = t.path().join("tree");
+        fs::create_dir_all(tree.join("a/b")).unwrap();
+        fs::write(tree.join("a/b/f"), "x").unwrap();
+        std::os::unix::fs::symlink(&keep, tree.join("a/link")).unwrap();
+        seal_tree(&tree).unwrap();
+        remove_tree(&tree).unwrap();
+        assert!(!tree.exists());
+        assert!(keep.join("f").exists());
+        remove_tree(&tree).unwrap(); // missing is fine
+    }
+
+    /// The stamp of a tree is the same taken twice, and changes when a
+    /// file is replaced by another of the same size or removed (its inode
+    /// or the entry count differ whatever the clock says).
+    #[test]
+    fn a_tree_stamp_sees_a_replaced_or_removed_file() {
+        let t = tempfile::tempdir().unwrap();
+        let tree = t.path().join("tree");
+        fs::create_dir_all(tree.join("a")).unwrap();
+        fs::write(tree.join("a/f"), "same").unwrap();
+        fs::write(tree.join("g"), "kept").unwrap();
+        let before = tree_stamp(&tree).unwrap();
+        assert!(before.starts_with("3 "), "{before}");
+        assert_eq!(tree_stamp(&tree).unwrap(), before);
+        fs::write(t.path().join("other"), "SAME").unwrap();
+        fs::rename(t.path().join("other"), tree.join("a/f")).unwrap();
+        let replaced = tree_stamp(&tree).unwrap();
+        assert_ne!(replaced, before);
+        fs::remove_file(tree.join("g")).unwrap();
+        let removed = tree_stamp(&tree).unwrap();
+        assert!(removed.starts_with("2 "), "{removed}");
+    }
 }
