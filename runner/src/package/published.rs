@@ -184,7 +184,16 @@ impl Roots {
         }
         let meta = match self.check(&dir, path, identity) {
             Ok(meta) => meta,
-            Err(why) => {
+            Err(Unchecked::Unstamped) => {
+                tracing::warn!(
+                    root = %path.display(),
+                    "the published root has no stamps (published by an older runner); \
+                     staging it again from its sources"
+                );
+                self.discard(dir, path, &locked);
+                return Ok(None);
+            }
+            Err(Unchecked::Changed(why)) => {
                 tracing::error!(
                     root = %path.display(),
                     "the published root is no longer what was verified ({why}); \
@@ -210,17 +219,24 @@ impl Roots {
     /// Whether the root at `path` (open as `dir`) is still exactly what was
     /// published: its record parses and names `identity`, and the stamps
     /// of its tree and record are those taken when it was published.
-    fn check(&self, dir: &File, path: &Path, identity: &str) -> Result<Meta, String> {
-        let text = read_record(dir, META).map_err(|e| format!("its record: {e}"))?;
-        let meta: Meta =
-            serde_json::from_slice(&text).map_err(|e| format!("its record does not parse: {e}"))?;
+    fn check(&self, dir: &File, path: &Path, identity: &str) -> Result<Meta, Unchecked> {
+        let changed = Unchecked::Changed;
+        let text = read_record(dir, META).map_err(|e| changed(format!("its record: {e}")))?;
+        let meta: Meta = serde_json::from_slice(&text)
+            .map_err(|e| changed(format!("its record does not parse: {e}")))?;
         if meta.identity != identity {
-            return Err("its record names another identity".into());
+            return Err(changed("its record names another identity".into()));
         }
-        let want = read_record(dir, STAMP).map_err(|e| format!("its stamps: {e}"))?;
-        let now = stamps(path).map_err(|e| format!("cannot take its stamps: {e}"))?;
+        let want = match read_record(dir, STAMP) {
+            Ok(w) => w,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Unchecked::Unstamped),
+            Err(e) => return Err(changed(format!("its stamps: {e}"))),
+        };
+        let now = stamps(path).map_err(|e| changed(format!("cannot take its stamps: {e}")))?;
         if want != now.as_bytes() {
-            return Err("a file or folder changed since it was published".into());
+            return Err(changed(
+                "a file or folder changed since it was published".into(),
+            ));
         }
         Ok(meta)
     }
@@ -384,4 +400,12 @@ pub fn stage_private(
 enum Published {
     Ours,
     Theirs,
+}
+
+/// Why a published root cannot be used as it is.
+enum Unchecked {
+    /// Published before roots carried stamps.
+    Unstamped,
+    /// Changed since it was published, or its record is broken.
+    Changed(String),
 }
