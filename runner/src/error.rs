@@ -91,6 +91,7 @@ impl ErrorKind {
             self,
             K::StagingFailed
                 | K::StoreFailed
+                | K::StoreCorrupted
                 | K::SandboxUnavailable
                 | K::RunnerFailed
                 | K::SandboxFailed
