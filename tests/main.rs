@@ -18,6 +18,7 @@ mod escape; // every isolation promise, by attempting the forbidden thing inside
 mod explained_fds; // explain --fds-dir writes byte for byte what a launch loads
 mod host; // the command is never host root; host-global state out of reach; limits hold
 mod hostlimits; // front matter bounded before parsing, skills per bundle, memory no cgroup holds is said or refused
+mod integrity; // published roots and the store are re-checked before they are trusted; one bad record never breaks a listing
 mod invariants; // the snapshot-root invariants of docs/packages.md, end to end
 mod limits; // memory and pids limits hold for the whole sandbox and name their mechanism
 mod network; // network allowlists through the runner's proxy, and nothing around it

@@ -6,7 +6,9 @@
 //!    `cp -r` alone (the floor);
 //! 2. verify-only of an already staged 50 MiB selection vs `cat` of the
 //!    files into `openssl dgst -sha256`;
-//! 3. stage + verify 500 files of 1 KiB vs `cp -r` alone.
+//! 3. stage + verify 500 files of 1 KiB vs `cp -r` alone;
+//! 4. the stamp check a published root gets before every use
+//!    (`fsx::tree_stamp`), for the example skill and for 500 files, in µs.
 //!
 //! Run: `cargo bench -p skill-runner --bench stage` (ITER=N to change the
 //! number of rounds). Prints medians and ratios; asserts nothing.
@@ -108,6 +110,29 @@ fn case(
             hash,
         },
     }
+}
+
+/// Stages the package folder `src` into `<base>/kept-<name>` and returns
+/// the staged tree.
+fn stage_kept(base: &Path, name: &str, src: &Path, limits: &PackageLimits) -> PathBuf {
+    let binding = Binding {
+        id: "bench".into(),
+        revision: 1,
+        version: "1.0.0".into(),
+        hash: verify::hash_dir(src, limits).unwrap(),
+    };
+    let root = base.join(format!("kept-{name}"));
+    stage::stage(
+        &Selection::check(&[Selected {
+            binding,
+            source: SkillSource::Dir(src.to_owned()),
+        }])
+        .unwrap(),
+        &root,
+        limits,
+    )
+    .unwrap();
+    root
 }
 
 fn main() {
@@ -240,6 +265,26 @@ fn main() {
         ms(ours_small)
     );
     println!("{:<44} {:>10.2}", "cp -r alone (500 x 1 KiB)", ms(cp_small));
+
+    // 4. The stamp check of a published root before each use.
+    let example = stage_kept(
+        &base,
+        "example",
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/skills/hello"),
+        &big_limits,
+    );
+    let many = stage_kept(&base, "many", &small.src, &big_limits);
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    for (what, root) in [("example skill", &example), ("500 files", &many)] {
+        let check = time(iter.max(200), |_| {
+            skill_runner::fsx::tree_stamp(root).unwrap();
+        });
+        println!(
+            "{:<44} {:>10.1}",
+            format!("stamp check, {what} (us)"),
+            us(check)
+        );
+    }
 
     println!();
     println!("ratios (target in brackets)");

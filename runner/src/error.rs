@@ -48,6 +48,7 @@ error_kinds! {
     // The host failed before anything ran.
     StagingFailed => "staging_failed",
     StoreFailed => "store_failed",
+    StoreCorrupted => "store_corrupted",
     SandboxUnavailable => "sandbox_unavailable",
     RunnerFailed => "runner_failed",
     // The execution.
@@ -90,6 +91,7 @@ impl ErrorKind {
             self,
             K::StagingFailed
                 | K::StoreFailed
+                | K::StoreCorrupted
                 | K::SandboxUnavailable
                 | K::RunnerFailed
                 | K::SandboxFailed

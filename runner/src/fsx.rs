@@ -9,7 +9,9 @@
 //! - [`LockFile`] is an advisory `flock` held for the life of a private
 //!   folder, which is how a sweeper tells a live folder from a crashed one;
 //! - [`write_replace`] and [`write_new`] write whole files atomically: a
-//!   reader sees the old file or the new one, never a torn one.
+//!   reader sees the old file or the new one, never a torn one;
+//! - [`tree_stamp`] fingerprints a sealed tree's metadata, so a tree that
+//!   was verified once can be checked cheaply before it is trusted again.
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
@@ -326,6 +328,81 @@ pub fn create_private_dir(path: &Path) -> io::Result<()> {
     chmod(path, 0o700)
 }
 
+/// A fingerprint of the metadata of every folder and file below (and
+/// including) `root`: the digest of one line per entry (its relative path,
+/// kind, device, inode, size, mode, modification and change time), in
+/// name order, and how many entries there are. A byte written, a `chmod`,
+/// an entry added, removed, renamed or replaced changes it: a write moves
+/// the file's times, anything else its folder's or its own change time,
+/// which nobody but the kernel sets. It proves nothing against someone who
+/// can set the clock back and write within one timestamp tick; only
+/// re-hashing the bytes does. Symlinks are never followed.
+pub fn tree_stamp(root: &Path) -> io::Result<String> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::MetadataExt;
+    let line = |sha: &mut Sha256, rel: &str, m: &fs::Metadata| {
+        let kind = if m.is_dir() {
+            'd'
+        } else if m.is_file() {
+            'f'
+        } else {
+            'o'
+        };
+        sha.update(rel.as_bytes());
+        sha.update(
+            format!(
+                "\0{kind} {} {} {} {:o} {}.{:09} {}.{:09}\n",
+                m.dev(),
+                m.ino(),
+                m.size(),
+                m.mode(),
+                m.mtime(),
+                m.mtime_nsec(),
+                m.ctime(),
+                m.ctime_nsec()
+            )
+            .as_bytes(),
+        );
+    };
+    let mut sha = Sha256::new();
+    let mut entries = 0u64;
+    let top = fs::symlink_metadata(root)?;
+    line(&mut sha, "", &top);
+    let mut stack = Vec::new();
+    if top.is_dir() {
+        stack.push((root.to_owned(), String::new()));
+    }
+    while let Some((dir, rel)) = stack.pop() {
+        let mut children: Vec<(std::ffi::OsString, fs::Metadata)> = Vec::new();
+        for entry in fs::read_dir(&dir)? {
+            let entry = entry?;
+            // lstat: a symlink is stamped as itself, never followed.
+            children.push((entry.file_name(), entry.metadata()?));
+        }
+        children.sort_by(|a, b| a.0.cmp(&b.0));
+        // Folders go on the stack in reverse, so they come off in order.
+        let mut below = Vec::new();
+        for (name, m) in children {
+            let text = name.to_string_lossy();
+            let child = if rel.is_empty() {
+                text.into_owned()
+            } else {
+                format!("{rel}/{text}")
+            };
+            entries += 1;
+            line(&mut sha, &child, &m);
+            if m.is_dir() {
+                below.push((dir.join(&name), child));
+            }
+        }
+        stack.extend(below.into_iter().rev());
+    }
+    Ok(format!(
+        "{entries} {}",
+        crate::text::to_hex(&sha.finalize())
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,5 +471,27 @@ mod tests {
         assert!(!tree.exists());
         assert!(keep.join("f").exists());
         remove_tree(&tree).unwrap(); // missing is fine
+    }
+
+    /// The stamp of a tree is the same taken twice, and changes when a
+    /// file is replaced by another of the same size or removed (its inode
+    /// or the entry count differ whatever the clock says).
+    #[test]
+    fn a_tree_stamp_sees_a_replaced_or_removed_file() {
+        let t = tempfile::tempdir().unwrap();
+        let tree = t.path().join("tree");
+        fs::create_dir_all(tree.join("a")).unwrap();
+        fs::write(tree.join("a/f"), "same").unwrap();
+        fs::write(tree.join("g"), "kept").unwrap();
+        let before = tree_stamp(&tree).unwrap();
+        assert!(before.starts_with("3 "), "{before}");
+        assert_eq!(tree_stamp(&tree).unwrap(), before);
+        fs::write(t.path().join("other"), "SAME").unwrap();
+        fs::rename(t.path().join("other"), tree.join("a/f")).unwrap();
+        let replaced = tree_stamp(&tree).unwrap();
+        assert_ne!(replaced, before);
+        fs::remove_file(tree.join("g")).unwrap();
+        let removed = tree_stamp(&tree).unwrap();
+        assert!(removed.starts_with("2 "), "{removed}");
     }
 }

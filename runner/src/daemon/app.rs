@@ -171,7 +171,7 @@ pub fn status(kind: ErrorKind) -> StatusCode {
         K::HashMismatch | K::CompositionRejected => S::UNPROCESSABLE_ENTITY,
         K::Busy => S::TOO_MANY_REQUESTS,
         K::SandboxUnavailable | K::ShuttingDown => S::SERVICE_UNAVAILABLE,
-        K::StagingFailed | K::StoreFailed | K::RunnerFailed | K::Internal => {
+        K::StagingFailed | K::StoreFailed | K::StoreCorrupted | K::RunnerFailed | K::Internal => {
             S::INTERNAL_SERVER_ERROR
         }
         // Outcomes of an execution that ran: its result answers 200, so
@@ -179,6 +179,31 @@ pub fn status(kind: ErrorKind) -> StatusCode {
         K::SandboxFailed | K::NotExecutable | K::TimedOut | K::LimitExceeded | K::Cancelled => {
             S::INTERNAL_SERVER_ERROR
         }
+    }
+}
+
+/// Logs a rejected execution whose answer is a 5xx at ERROR, once, with
+/// its execution id and sentence: a host fault (a corrupt store, a sandbox
+/// that cannot start) must leave a trace an operator finds. A drain's 503
+/// is expected and logged at WARN.
+pub fn log_rejection(result: &crate::exec::result::ExecResult) {
+    let Some(error) = result.error.as_ref() else {
+        return;
+    };
+    if result.status != crate::exec::result::Status::Rejected
+        || !status(error.kind).is_server_error()
+    {
+        return;
+    }
+    let (id, kind, message) = (
+        &result.execution_id,
+        error.kind.as_str(),
+        error.message.escape_debug(),
+    );
+    if error.kind == ErrorKind::ShuttingDown {
+        tracing::warn!(id = %id, kind, "{message}");
+    } else {
+        tracing::error!(id = %id, kind, "{message}");
     }
 }
 

@@ -302,6 +302,12 @@ const FAMILIES: &[Family] = &[
         read: Read::Counter(|m| load(&m.published)),
     },
     Family {
+        name: "skill_runner_store_records_skipped_total",
+        labels: &[],
+        help: "Unreadable binding records skipped by store listings (each logged at ERROR).",
+        read: Read::Counter(|_| crate::package::store::skipped_records()),
+    },
+    Family {
         name: "skill_runner_http_responses_total",
         labels: &["code"],
         help: "HTTP responses by status code.",

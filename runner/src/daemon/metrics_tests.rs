@@ -217,6 +217,9 @@ skill_runner_admissions_refused_total{reason="draining"} 2
 # HELP skill_runner_packages_published_total Skills published through POST /v1/skill-packages.
 # TYPE skill_runner_packages_published_total counter
 skill_runner_packages_published_total 3
+# HELP skill_runner_store_records_skipped_total Unreadable binding records skipped by store listings (each logged at ERROR).
+# TYPE skill_runner_store_records_skipped_total counter
+skill_runner_store_records_skipped_total 0
 # HELP skill_runner_http_responses_total HTTP responses by status code.
 # TYPE skill_runner_http_responses_total counter
 skill_runner_http_responses_total{code="200"} 2

@@ -525,6 +525,7 @@ async fn execute(
                 cancel: Some(live.switch()),
             },
         );
+        super::app::log_rejection(&result);
         worker
             .metrics
             .execution(result.status, Duration::from_millis(result.duration_ms));

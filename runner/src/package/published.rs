@@ -10,6 +10,7 @@
 //! ```text
 //! <data>/published/<identity>/skills/…      the snapshot root and manifest, sealed
 //! <data>/published/<identity>/meta.json     bytes and staging warnings
+//! <data>/published/<identity>/stamp         the stamps of skills/ and meta.json
 //! <data>/published/.staging/<random>[.lock] roots being staged (private)
 //! ```
 //!
@@ -40,6 +41,17 @@
 //!   removed, and a lookup that races with an eviction notices (the name no
 //!   longer leads to the folder it locked) and stages afresh.
 //! - At most [`KEEP_ROOTS`] idle roots are kept; the oldest go first.
+//! - A root is checked before every use: when it is published, the stamps
+//!   of every folder and file of `skills/` and of `meta.json` (device,
+//!   inode, size, mode, modification and change time: [`fsx::tree_stamp`])
+//!   are written beside them, and every lookup takes them again. A byte
+//!   flipped, a file removed, added or replaced, a `chmod`, or a record
+//!   that no longer parses means the root is no longer what was verified:
+//!   it is logged at ERROR, moved out of the published namespace, and
+//!   staged afresh from its sources (the store), every byte verified
+//!   again; a store copy that is bad too refuses the execution as
+//!   `store_corrupted`. A running sandbox that has the old root bound
+//!   keeps its inodes; the moved folder is deleted once nobody holds it.
 //!
 //! Sharing needs a read-only view the command cannot get around. Linux
 //! gives one (a read-only bind in a mount namespace); Seatbelt only denies
@@ -67,6 +79,7 @@ const STAGING: &str = ".staging";
 /// The largest record a root may have.
 const META_LIMIT: u64 = 64 << 10;
 const META: &str = "meta.json";
+const STAMP: &str = "stamp";
 const SKILLS: &str = "skills";
 
 /// The published roots of one data dir.
@@ -169,15 +182,27 @@ impl Roots {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(root_err(e)),
         }
-        let text = read_record(&dir).map_err(root_err)?;
-        let meta: Meta = serde_json::from_slice(&text)
-            .map_err(|e| root_err(io::Error::new(io::ErrorKind::InvalidData, e)))?;
-        if meta.identity != identity {
-            return Err(root_err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "its record names another identity; remove the folder",
-            )));
-        }
+        let meta = match self.check(&dir, path, identity) {
+            Ok(meta) => meta,
+            Err(Unchecked::Unstamped) => {
+                tracing::warn!(
+                    root = %path.display(),
+                    "the published root has no stamps (published by an older runner); \
+                     staging it again from its sources"
+                );
+                self.discard(dir, path, &locked);
+                return Ok(None);
+            }
+            Err(Unchecked::Changed(why)) => {
+                tracing::error!(
+                    root = %path.display(),
+                    "the published root is no longer what was verified ({why}); \
+                     moving it away and staging it again from its sources"
+                );
+                self.discard(dir, path, &locked);
+                return Ok(None);
+            }
+        };
         Ok(Some(Lease {
             _lock: Some(dir),
             snapshot: Snapshot {
@@ -189,6 +214,50 @@ impl Roots {
             },
             staged: false,
         }))
+    }
+
+    /// Whether the root at `path` (open as `dir`) is still exactly what was
+    /// published: its record parses and names `identity`, and the stamps
+    /// of its tree and record are those taken when it was published.
+    fn check(&self, dir: &File, path: &Path, identity: &str) -> Result<Meta, Unchecked> {
+        let changed = Unchecked::Changed;
+        let text = read_record(dir, META).map_err(|e| changed(format!("its record: {e}")))?;
+        let meta: Meta = serde_json::from_slice(&text)
+            .map_err(|e| changed(format!("its record does not parse: {e}")))?;
+        if meta.identity != identity {
+            return Err(changed("its record names another identity".into()));
+        }
+        let want = match read_record(dir, STAMP) {
+            Ok(w) => w,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(Unchecked::Unstamped),
+            Err(e) => return Err(changed(format!("its stamps: {e}"))),
+        };
+        let now = stamps(path).map_err(|e| changed(format!("cannot take its stamps: {e}")))?;
+        if want != now.as_bytes() {
+            return Err(changed(
+                "a file or folder changed since it was published".into(),
+            ));
+        }
+        Ok(meta)
+    }
+
+    /// Moves a root that failed its check out of the published namespace
+    /// (unless another lookup already did) and deletes it once nobody
+    /// else holds it; otherwise the next sweep does.
+    fn discard(&self, dir: File, path: &Path, locked: &fs::Metadata) {
+        let away = self.dir.join(STAGING).join(fsx::random_hex());
+        let same = fs::symlink_metadata(path)
+            .is_ok_and(|now| now.dev() == locked.dev() && now.ino() == locked.ino());
+        // Moving a folder to another parent needs write access to it.
+        if !same || fsx::chmod(path, 0o755).is_err() || fs::rename(path, &away).is_err() {
+            return;
+        }
+        drop(dir);
+        if let Ok(moved) = fsx::open_dir_nofollow(&away) {
+            if fsx::try_flock(&moved).is_ok() {
+                let _ = fsx::remove_tree(&away);
+            }
+        }
     }
 
     /// Stages `selection` privately, then renames it to `path`.
@@ -216,6 +285,9 @@ impl Roots {
         let text = serde_json::to_vec_pretty(&meta).map_err(io::Error::other);
         fs::write(private.path.join(META), text.map_err(root_err)?).map_err(root_err)?;
         fsx::chmod(&private.path.join(META), 0o444).map_err(root_err)?;
+        let stamp = stamps(&private.path).map_err(root_err)?;
+        fs::write(private.path.join(STAMP), stamp).map_err(root_err)?;
+        fsx::chmod(&private.path.join(STAMP), 0o444).map_err(root_err)?;
         match fs::rename(&private.path, path) {
             Ok(()) => {}
             // Another execution published the same selection first: use
@@ -284,16 +356,27 @@ fn is_identity(name: &str) -> bool {
     name.len() == 64 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-/// Reads a root's record below its open folder: no symlink followed, no
+/// The stamps of a root's tree and record (see the module docs): what
+/// its `stamp` file holds. Neither changes when the root is renamed into
+/// place or its own folder sealed.
+fn stamps(root: &Path) -> io::Result<String> {
+    Ok(format!(
+        "{}\n{}\n",
+        fsx::tree_stamp(&root.join(SKILLS))?,
+        fsx::tree_stamp(&root.join(META))?
+    ))
+}
+
+/// Reads a root's record `name` below its open folder: no symlink followed, no
 /// FIFO or device opened (which could block), at most [`META_LIMIT`] bytes.
-fn read_record(root: &File) -> io::Result<Vec<u8>> {
+fn read_record(root: &File, name: &str) -> io::Result<Vec<u8>> {
     use std::io::Read;
-    let file = fsx::open_beneath(root, META)?;
+    let file = fsx::open_beneath(root, name)?;
     let meta = file.metadata()?;
     if !meta.is_file() || meta.len() > META_LIMIT {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            "its record is not a small regular file; remove the folder",
+            "not a small regular file",
         ));
     }
     let mut text = Vec::new();
@@ -317,4 +400,12 @@ pub fn stage_private(
 enum Published {
     Ours,
     Theirs,
+}
+
+/// Why a published root cannot be used as it is.
+enum Unchecked {
+    /// Published before roots carried stamps.
+    Unstamped,
+    /// Changed since it was published, or its record is broken.
+    Changed(String),
 }

@@ -216,10 +216,11 @@ fn stage_inner(
                 )?;
                 verify_tree(&dst, &s.binding, limits, Some(&b.file_hashes()))?
             }
-            SkillSource::Store(p) => {
-                copy_tree(id, &p.tree, &dst, &p.files)?;
-                verify_tree(&dst, &s.binding, limits, Some(&p.file_hashes()))?
-            }
+            // The store verified these bytes when it took them: a copy
+            // that no longer matches is the host's fault, not the pin's.
+            SkillSource::Store(p) => copy_tree(id, &p.tree, &dst, &p.files)
+                .and_then(|()| verify_tree(&dst, &s.binding, limits, Some(&p.file_hashes())))
+                .map_err(|e| store_corrupted(e, &p.hash))?,
         };
         bytes += staged.bytes;
         let md = fs::read(dst.join(SKILL_MD)).map_err(|source| StageError::Io {
@@ -248,6 +249,37 @@ fn stage_inner(
         warnings,
         bytes,
     })
+}
+
+/// A failure to stage a stored package, as the store's fault where it is:
+/// bytes or files that no longer match what the store verified, or a file
+/// of its index missing from its tree.
+fn store_corrupted(e: StageError, hash: &str) -> StageError {
+    match e {
+        StageError::HashMismatch { id, file, .. } => StageError::StoreCorrupted {
+            id,
+            hash: hash.to_owned(),
+            reason: match file {
+                Some(f) => format!("file {f:?} changed"),
+                None => "its bytes changed".into(),
+            },
+        },
+        StageError::FileSet { id, reason } | StageError::Changed { id, path: reason } => {
+            StageError::StoreCorrupted {
+                id,
+                hash: hash.to_owned(),
+                reason,
+            }
+        }
+        StageError::Io { id, path, source } if source.kind() == io::ErrorKind::NotFound => {
+            StageError::StoreCorrupted {
+                id,
+                hash: hash.to_owned(),
+                reason: format!("file {path:?} is missing"),
+            }
+        }
+        other => other,
+    }
 }
 
 /// Progress events from the copying thread to the hashing thread.

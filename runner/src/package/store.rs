@@ -197,10 +197,17 @@ impl Store {
         let doc = format::parse_skill_md(&md.1).map_err(pkg)?;
         let warnings = doc.warnings(Some(&binding.id));
 
-        let new_package = if self.package(&binding.hash)?.is_some() {
-            false
-        } else {
-            self.write_package(binding, files, limits)?
+        let new_package = match self.held_intact(binding, limits) {
+            Held::Intact => false,
+            Held::Missing => self.write_package(binding, files, limits)?,
+            Held::Corrupt(why) => {
+                tracing::error!(
+                    hash = %binding.hash,
+                    "the store's copy of a package no longer matches its hash ({why}); \
+                     replacing it with the bytes being published"
+                );
+                self.write_package(binding, files, limits)?
+            }
         };
         self.put_binding(binding)?;
         Ok(Published {
@@ -280,6 +287,10 @@ impl Store {
             fs::write(&index_path, text).map_err(io_err(&index_path))?;
             fsx::seal_tree(&private.path).map_err(io_err(&private.path))?;
             let dest = self.package_dir(&binding.hash);
+            if dest.exists() {
+                // A held copy failed its check: swap the verified one in.
+                return self.replace_package(&private.path, &dest).map(|()| true);
+            }
             match fs::rename(&private.path, &dest) {
                 Ok(()) => Ok(true),
                 Err(e) if dest.join("index.json").exists() => {
@@ -292,6 +303,56 @@ impl Store {
         })();
         drop(private);
         result
+    }
+
+    /// Whether the store holds `binding`'s package and its tree still
+    /// hashes to it (every byte re-read: this runs only on a publish).
+    fn held_intact(&self, binding: &Binding, limits: &PackageLimits) -> Held {
+        let package = match self.package(&binding.hash) {
+            Ok(Some(p)) => p,
+            Ok(None) if !self.package_dir(&binding.hash).exists() => return Held::Missing,
+            Ok(None) => return Held::Corrupt("its index is missing".into()),
+            Err(e) => return Held::Corrupt(e.to_string()),
+        };
+        match verify::verify_tree(&package.tree, binding, limits, Some(&package.file_hashes())) {
+            Ok(_) => Held::Intact,
+            Err(e) => Held::Corrupt(e.to_string()),
+        }
+    }
+
+    /// Replaces the package folder `dest` by the verified folder `fresh`
+    /// in one step where the system can (`renameat2` exchange on Linux),
+    /// so a reader finds the old tree or the new one, never none; the old
+    /// one is then deleted.
+    fn replace_package(&self, fresh: &Path, dest: &Path) -> Result<(), StoreError> {
+        #[cfg(target_os = "linux")]
+        {
+            use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
+            // Moving a folder to another parent needs write access to it.
+            fsx::chmod(fresh, 0o755).map_err(io_err(fresh))?;
+            fsx::chmod(dest, 0o755).map_err(io_err(dest))?;
+            renameat2(
+                AT_FDCWD,
+                fresh,
+                AT_FDCWD,
+                dest,
+                RenameFlags::RENAME_EXCHANGE,
+            )
+            .map_err(|e| io_err(dest)(e.into()))?;
+            fsx::chmod(dest, 0o555).map_err(io_err(dest))?;
+            // `fresh` now names the bad copy, inside the private folder
+            // the caller removes.
+            Ok(())
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let away = self.root.join("tmp").join(fsx::random_hex());
+            fsx::chmod(dest, 0o755).map_err(io_err(dest))?;
+            fs::rename(dest, &away).map_err(io_err(dest))?;
+            let renamed = fs::rename(fresh, dest).map_err(io_err(dest));
+            let _ = fsx::remove_tree(&away);
+            renamed
+        }
     }
 
     fn package_dir(&self, hash: &str) -> PathBuf {
@@ -385,18 +446,26 @@ impl Store {
         self.package(&binding.hash)?.ok_or_else(not_found)
     }
 
-    /// Every published binding, sorted by id then revision.
+    /// Every published binding, sorted by id then revision. A record that
+    /// cannot be read or does not parse (a truncated file, a stray folder)
+    /// is skipped with an ERROR log line naming it and counted
+    /// ([`skipped_records`]): one bad record never breaks a listing.
     pub fn bindings(&self) -> Result<Vec<Binding>, StoreError> {
         let dir = self.root.join("bindings");
         let mut out = Vec::new();
         for entry in fs::read_dir(&dir).map_err(io_err(&dir))? {
             let entry = entry.map_err(io_err(&dir))?;
             let sub = entry.path();
-            for record in fs::read_dir(&sub).map_err(io_err(&sub))? {
-                let record = record.map_err(io_err(&sub))?;
-                if record.path().extension().is_some_and(|e| e == "json") {
-                    out.push(self.read_binding(&record.path())?);
+            let records = match fs::read_dir(&sub) {
+                Ok(r) => r,
+                Err(e) => {
+                    skip_record(&sub, &e.to_string());
+                    continue;
                 }
+            };
+            for record in records {
+                let record = record.map_err(io_err(&sub))?;
+                out.extend(self.listed_binding(&record.path()));
             }
         }
         out.sort_by(|a, b| (&a.id, a.revision).cmp(&(&b.id, b.revision)));
@@ -404,7 +473,8 @@ impl Store {
     }
 
     /// The published revisions of one skill, sorted by revision; empty
-    /// when none is (or `id` is not an admissible id).
+    /// when none is (or `id` is not an admissible id). Bad records are
+    /// skipped as [`bindings`](Self::bindings) skips them.
     pub fn bindings_of(&self, id: &str) -> Result<Vec<Binding>, StoreError> {
         if format::check_id(id).is_err() {
             return Ok(Vec::new());
@@ -418,12 +488,25 @@ impl Store {
         let mut out = Vec::new();
         for record in entries {
             let record = record.map_err(io_err(&dir))?;
-            if record.path().extension().is_some_and(|e| e == "json") {
-                out.push(self.read_binding(&record.path())?);
-            }
+            out.extend(self.listed_binding(&record.path()));
         }
         out.sort_by_key(|b| b.revision);
         Ok(out)
+    }
+
+    /// The binding a listed `<revision>.json` holds; `None` (logged and
+    /// counted) when it cannot be read or does not parse.
+    fn listed_binding(&self, path: &Path) -> Option<Binding> {
+        if !path.extension().is_some_and(|e| e == "json") {
+            return None;
+        }
+        match self.read_binding(path) {
+            Ok(b) => Some(b),
+            Err(e) => {
+                skip_record(path, &e.to_string());
+                None
+            }
+        }
     }
 
     /// Records a published selection under its set identity.
@@ -455,6 +538,33 @@ impl Store {
             Err(e) => Err(io_err(&path)(e)),
         }
     }
+}
+
+/// How many unreadable binding records listings skipped since start:
+/// process-wide, as `/metrics` reports it (no unit test skips a record, so
+/// the metrics test can expect zero; the integration tests count them).
+static SKIPPED_RECORDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many unreadable binding records listings skipped since this
+/// process started (each logged at ERROR when skipped).
+pub fn skipped_records() -> u64 {
+    SKIPPED_RECORDS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn skip_record(path: &Path, why: &str) {
+    SKIPPED_RECORDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tracing::error!(
+        record = %path.display(),
+        "skipped a binding record that cannot be read ({}); restore it or re-publish the skill",
+        why.escape_debug()
+    );
+}
+
+/// What [`Store::held_intact`] found.
+enum Held {
+    Intact,
+    Missing,
+    Corrupt(String),
 }
 
 /// Creates `path` with `text` unless it exists (an existing record is left

@@ -41,6 +41,12 @@ pub enum StageError {
     FileSet { id: String, reason: String },
     #[error("skill {id:?}: {source}")]
     Hash { id: String, source: HashError },
+    #[error("skill {id:?}: the store's copy of package {hash} no longer matches its hash ({reason}); re-publish the package to repair it (skill-runner store add, or POST /v1/skill-packages)")]
+    StoreCorrupted {
+        id: String,
+        hash: String,
+        reason: String,
+    },
     #[error("cannot create the snapshot root {path}: {source}")]
     Root { path: PathBuf, source: io::Error },
 }
@@ -58,6 +64,7 @@ impl StageError {
         match self {
             StageError::HashMismatch { .. } | StageError::Changed { .. } => ErrorKind::HashMismatch,
             StageError::Io { .. } | StageError::Root { .. } => ErrorKind::StagingFailed,
+            StageError::StoreCorrupted { .. } => ErrorKind::StoreCorrupted,
             _ => ErrorKind::BadPackage,
         }
     }
