@@ -72,6 +72,7 @@ error_kinds! {
     NotRunning => "not_running",
     ResultDropped => "result_dropped",
     MethodNotAllowed => "method_not_allowed",
+    UnsupportedMediaType => "unsupported_media_type",
     Internal => "internal",
 }
 

@@ -9,6 +9,7 @@ mod lifecycle; // start, stop, crash and restart; bad settings; a private socket
 mod memory; // memory and retention stay bounded whatever a job or client does
 mod metrics; // Prometheus metrics, JSON logs, and job text that cannot forge log lines
 mod openapi; // docs/openapi.json matches the router and every real response
+mod overload; // a full or crowded daemon answers every client: 429 read by http.client, idle sockets evicted
 mod packages; // published bundles run by binding; lying hashes are refused naming the skill
 mod requests; // malformed, slow, oversized or excess requests get a JSON error
 mod retries; // a retry of the same job is the same execution, never a second run

@@ -27,6 +27,8 @@ pub struct Health<'a> {
     pub executions: Executions,
     /// Whether a job can be sandboxed here.
     pub sandbox: Sandbox<'a>,
+    /// The data dir's file system.
+    pub data_dir: DataDirSpace,
     /// The verdict; anything but `ok` answers 503.
     pub status: HealthStatus,
     /// The daemon's version.
@@ -59,6 +61,19 @@ pub struct Sandbox<'a> {
     pub reason: Option<&'a str>,
 }
 
+/// `health.data_dir`: the space left where executions, the store and
+/// sessions write.
+#[derive(Debug, Serialize)]
+pub struct DataDirSpace {
+    /// Bytes free for the daemon (`statvfs` of the data dir); absent
+    /// when it cannot be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub free_bytes: Option<u64>,
+    /// Why health is `disk_full`, or why the space cannot be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// `health.status`, from the most to the least pressing cause.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -71,6 +86,9 @@ pub enum HealthStatus {
     SandboxFailed,
     /// The daemon is draining: no new executions (503).
     ShuttingDown,
+    /// The data dir's file system has less than the documented bound
+    /// free: executions, publishing and sessions would fail (503).
+    DiskFull,
 }
 
 /// `GET /v1/version` (schema `Version`): what this daemon is and can do.
