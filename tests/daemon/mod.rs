@@ -4,6 +4,7 @@
 
 mod auth; // TCP needs a valid bearer token; idle clients without it starve no one
 mod cancellation; // a client that leaves, or DELETE, cancels and leaves no process
+mod disk; // a full data-dir disk makes health 503 disk_full; /metrics shows its free bytes
 mod executions; // many at once stay isolated; detached runs; listing and paging
 mod lifecycle; // start, stop, crash and restart; bad settings; a private socket and data dir
 mod memory; // memory and retention stay bounded whatever a job or client does
@@ -15,6 +16,7 @@ mod requests; // malformed, slow, oversized or excess requests get a JSON error
 mod retries; // a retry of the same job is the same execution, never a second run
 mod roots; // a job reaches only folders under the roots, never the runner's state
 mod sessions; // the skill host's sessions and tools over HTTP
+mod signals; // SIGHUP is logged and ignored; SIGUSR1 drains like SIGTERM, with a log line
 mod streams; // NDJSON events in order, re-attached readers, heartbeats, stalled readers
 
 use std::os::unix::fs::PermissionsExt;
