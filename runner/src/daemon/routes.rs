@@ -572,6 +572,8 @@ async fn execute(
     app.metrics.queue_wait.observe(admitted.elapsed());
 
     let progress = stream.then(|| Arc::new(Progress::default()));
+    // Taken before it can finish: its own stream's record stays whole.
+    let pin = stream.then(|| live.log.pin());
     let rt = tokio::runtime::Handle::current();
     let worker = app.clone();
     let sink_live = live.clone();
@@ -608,7 +610,7 @@ async fn execute(
         result
     });
 
-    let Some(progress) = progress else {
+    let (Some(progress), Some(pin)) = (progress, pin) else {
         let result = task
             .await
             .map_err(|e| ApiError::Internal(format!("the execution thread failed: {e}")))?;
@@ -637,6 +639,7 @@ async fn execute(
         live.log.clone(),
         guard,
         progress,
+        pin,
         app.config.heartbeat,
     ))))
 }
