@@ -7,6 +7,7 @@ mod cancellation; // a client that leaves, or DELETE, cancels and leaves no proc
 mod disk; // a full data-dir disk makes health 503 disk_full; /metrics shows its free bytes
 mod executions; // many at once stay isolated; detached runs; listing and paging
 mod lifecycle; // start, stop, crash and restart; bad settings; a private socket and data dir
+mod logged; // a job rejected at launch and a refused request are each logged once with their sentence
 mod memory; // memory and retention stay bounded whatever a job or client does
 mod metrics; // Prometheus metrics, JSON logs, and job text that cannot forge log lines
 mod openapi; // docs/openapi.json matches the router and every real response

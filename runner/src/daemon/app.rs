@@ -193,6 +193,16 @@ impl IntoResponse for ApiError {
             tracing::error!(kind = kind.as_str(), "{}", self.to_string().escape_debug());
         }
         let message = self.to_string();
+        // Every refusal is logged once with its sentence (5xx host faults
+        // just above, at ERROR).
+        if !status.is_server_error() || status == StatusCode::SERVICE_UNAVAILABLE {
+            tracing::info!(
+                kind = kind.as_str(),
+                status = status.as_u16(),
+                "refused: {}",
+                message.escape_debug()
+            );
+        }
         let body = super::wire::ErrorDocument {
             error: super::wire::ErrorBody {
                 kind,

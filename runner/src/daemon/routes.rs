@@ -98,7 +98,6 @@ async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
                         .map(HeaderValue::as_bytes),
                 ) =>
         {
-            tracing::info!(path = %req.uri().path(), "refused a request without a valid token");
             ApiError::Unauthorized.into_response()
         }
         _ => next.run(req).await,

@@ -302,12 +302,16 @@ mod tests {
                 checked_at: "2026-01-01T00:00:00Z".into(),
                 reason: None,
             },
+            data_dir: DataDirSpace {
+                free_bytes: Some(1 << 30),
+                reason: None,
+            },
             status: HealthStatus::Ok,
             version: "0.1.0",
         };
         assert_eq!(
             sorted(&health),
-            r#"{"executions":{"queued":2,"running":1},"sandbox":{"available":true,"bwrap":"0.9.0","checked_at":"2026-01-01T00:00:00Z"},"status":"ok","version":"0.1.0"}"#
+            r#"{"executions":{"queued":2,"running":1},"sandbox":{"available":true,"bwrap":"0.9.0","checked_at":"2026-01-01T00:00:00Z"},"data_dir":{"free_bytes":1073741824},"status":"ok","version":"0.1.0"}"#
         );
         health.sandbox = Sandbox {
             available: false,
@@ -318,11 +322,12 @@ mod tests {
         health.status = HealthStatus::SandboxUnavailable;
         assert_eq!(
             sorted(&health),
-            r#"{"executions":{"queued":2,"running":1},"sandbox":{"available":false,"checked_at":"2026-01-01T00:00:00Z","reason":"no bwrap"},"status":"sandbox_unavailable","version":"0.1.0"}"#
+            r#"{"executions":{"queued":2,"running":1},"sandbox":{"available":false,"checked_at":"2026-01-01T00:00:00Z","reason":"no bwrap"},"data_dir":{"free_bytes":1073741824},"status":"sandbox_unavailable","version":"0.1.0"}"#
         );
         for (status, text) in [
             (HealthStatus::SandboxFailed, r#""sandbox_failed""#),
             (HealthStatus::ShuttingDown, r#""shutting_down""#),
+            (HealthStatus::DiskFull, r#""disk_full""#),
         ] {
             assert_eq!(serde_json::to_string(&status).unwrap(), text);
         }
