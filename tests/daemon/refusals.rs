@@ -5,7 +5,6 @@
 
 use serde_json::json;
 use skill_runner_tests::daemon::*;
-use skill_runner_tests::*;
 
 use super::{publish_two, workspace_in, world_with_roots};
 
