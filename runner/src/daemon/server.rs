@@ -400,6 +400,33 @@ impl Drop for InFlight {
     }
 }
 
+/// A response body that keeps its connection busy until it is sent (or
+/// dropped); its size (so its `Content-Length`) is the inner body's.
+struct Tracked {
+    inner: axum::body::Body,
+    _held: InFlight,
+}
+
+impl http_body::Body for Tracked {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// Held by a connection's task: frees its place and counts it closed
 /// however the task ends (aborted included).
 struct Held {
@@ -442,12 +469,7 @@ impl Connections {
                 async move {
                     let resp = next.run(req).await;
                     // Busy until its response body has been sent.
-                    resp.map(|b| {
-                        axum::body::Body::new(http_body_util::BodyExt::map_frame(b, move |f| {
-                            let _ = &held;
-                            f
-                        }))
-                    })
+                    resp.map(|inner| axum::body::Body::new(Tracked { inner, _held: held }))
                 }
             },
         ));
