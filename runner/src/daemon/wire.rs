@@ -23,12 +23,12 @@ use crate::skillhost::session::Delivery;
 /// `GET /v1/health` (schema `Health`).
 #[derive(Debug, Serialize)]
 pub struct Health<'a> {
+    /// The data dir's file system.
+    pub data_dir: DataDirSpace,
     /// Executions admitted and not finished.
     pub executions: Executions,
     /// Whether a job can be sandboxed here.
     pub sandbox: Sandbox<'a>,
-    /// The data dir's file system.
-    pub data_dir: DataDirSpace,
     /// The verdict; anything but `ok` answers 503.
     pub status: HealthStatus,
     /// The daemon's version.
@@ -311,7 +311,7 @@ mod tests {
         };
         assert_eq!(
             sorted(&health),
-            r#"{"executions":{"queued":2,"running":1},"sandbox":{"available":true,"bwrap":"0.9.0","checked_at":"2026-01-01T00:00:00Z"},"data_dir":{"free_bytes":1073741824},"status":"ok","version":"0.1.0"}"#
+            r#"{"data_dir":{"free_bytes":1073741824},"executions":{"queued":2,"running":1},"sandbox":{"available":true,"bwrap":"0.9.0","checked_at":"2026-01-01T00:00:00Z"},"status":"ok","version":"0.1.0"}"#
         );
         health.sandbox = Sandbox {
             available: false,
@@ -322,7 +322,7 @@ mod tests {
         health.status = HealthStatus::SandboxUnavailable;
         assert_eq!(
             sorted(&health),
-            r#"{"executions":{"queued":2,"running":1},"sandbox":{"available":false,"checked_at":"2026-01-01T00:00:00Z","reason":"no bwrap"},"data_dir":{"free_bytes":1073741824},"status":"sandbox_unavailable","version":"0.1.0"}"#
+            r#"{"data_dir":{"free_bytes":1073741824},"executions":{"queued":2,"running":1},"sandbox":{"available":false,"checked_at":"2026-01-01T00:00:00Z","reason":"no bwrap"},"status":"sandbox_unavailable","version":"0.1.0"}"#
         );
         for (status, text) in [
             (HealthStatus::SandboxFailed, r#""sandbox_failed""#),
