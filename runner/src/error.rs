@@ -73,6 +73,7 @@ error_kinds! {
     NotRunning => "not_running",
     ResultDropped => "result_dropped",
     MethodNotAllowed => "method_not_allowed",
+    UnsupportedMediaType => "unsupported_media_type",
     Internal => "internal",
 }
 

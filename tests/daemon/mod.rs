@@ -4,16 +4,22 @@
 
 mod auth; // TCP needs a valid bearer token; idle clients without it starve no one
 mod cancellation; // a client that leaves, or DELETE, cancels and leaves no process
+mod disk; // a full data-dir disk makes health 503 disk_full; /metrics shows its free bytes
 mod executions; // many at once stay isolated; detached runs; listing and paging
 mod lifecycle; // start, stop, crash and restart; bad settings; a private socket and data dir
+mod logged; // a job rejected at launch and a refused request are each logged once with their sentence
 mod memory; // memory and retention stay bounded whatever a job or client does
 mod metrics; // Prometheus metrics, JSON logs, and job text that cannot forge log lines
 mod openapi; // docs/openapi.json matches the router and every real response
+mod overload; // a full or crowded daemon answers every client: 429 read by http.client, idle sockets evicted
 mod packages; // published bundles run by binding; lying hashes are refused naming the skill
+mod pinned; // a live stream always ends with its exit and its output, whatever retention sheds meanwhile
+mod refusals; // a body not sent as JSON is 415; a bad session query says it is the query
 mod requests; // malformed, slow, oversized or excess requests get a JSON error
 mod retries; // a retry of the same job is the same execution, never a second run
 mod roots; // a job reaches only folders under the roots, never the runner's state
 mod sessions; // the skill host's sessions and tools over HTTP
+mod signals; // SIGHUP is logged and ignored; SIGUSR1 drains like SIGTERM, with a log line
 mod streams; // NDJSON events in order, re-attached readers, heartbeats, stalled readers
 
 use std::os::unix::fs::PermissionsExt;

@@ -112,6 +112,8 @@ pub enum ApiError {
     Internal(String),
     #[error("{0}")]
     BadQuery(String),
+    #[error("the body's Content-Type {0:?} is not JSON; send it as application/json")]
+    MediaType(String),
     #[error("{0}")]
     UnknownTool(String),
     #[error(transparent)]
@@ -147,6 +149,7 @@ impl ApiError {
             ApiError::NotRunning(_) => K::NotRunning,
             ApiError::Dropped { .. } => K::ResultDropped,
             ApiError::Method { .. } => K::MethodNotAllowed,
+            ApiError::MediaType(_) => K::UnsupportedMediaType,
         }
     }
 }
@@ -167,7 +170,7 @@ pub fn status(kind: ErrorKind) -> StatusCode {
         K::Conflict | K::ExecutionIdInUse | K::NotRunning => S::CONFLICT,
         K::ResultDropped => S::GONE,
         K::BodyTooLarge => S::PAYLOAD_TOO_LARGE,
-        K::BinaryFile => S::UNSUPPORTED_MEDIA_TYPE,
+        K::BinaryFile | K::UnsupportedMediaType => S::UNSUPPORTED_MEDIA_TYPE,
         K::HashMismatch | K::CompositionRejected => S::UNPROCESSABLE_ENTITY,
         K::Busy => S::TOO_MANY_REQUESTS,
         K::SandboxUnavailable | K::ShuttingDown => S::SERVICE_UNAVAILABLE,
@@ -215,6 +218,16 @@ impl IntoResponse for ApiError {
             tracing::error!(kind = kind.as_str(), "{}", self.to_string().escape_debug());
         }
         let message = self.to_string();
+        // Every refusal is logged once with its sentence (5xx host faults
+        // just above, at ERROR).
+        if !status.is_server_error() || status == StatusCode::SERVICE_UNAVAILABLE {
+            tracing::info!(
+                kind = kind.as_str(),
+                status = status.as_u16(),
+                "refused: {}",
+                message.escape_debug()
+            );
+        }
         let body = super::wire::ErrorDocument {
             error: super::wire::ErrorBody {
                 kind,
@@ -289,6 +302,26 @@ pub async fn check_length(
         }
         _ => Ok(body),
     }
+}
+
+/// Refuses a request whose body was not read (busy, draining, a bad
+/// query or content type): the body is read and discarded first, bounded
+/// by [`DRAIN_MAX`] and `timeout`, so a client that writes its whole body
+/// before reading sees the status (and `Retry-After`), not a broken pipe.
+pub async fn refuse_unread(
+    headers: &HeaderMap,
+    body: Body,
+    timeout: Duration,
+    e: ApiError,
+) -> ApiError {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if !expects_continue(headers) && !matches!(declared, Some(n) if n > DRAIN_MAX) {
+        drain(body, timeout).await;
+    }
+    e
 }
 
 fn expects_continue(headers: &HeaderMap) -> bool {

@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -418,6 +419,20 @@ pub struct Page {
 pub struct EventLog {
     inner: Mutex<LogInner>,
     changed: Notify,
+    /// Own streams (the POST that ran it) that have not yet sent its
+    /// `exit`: while any is attached, retention keeps the whole record.
+    pins: AtomicUsize,
+}
+
+/// Keeps an [`EventLog`]'s record whole (see [`EventLog::pin`]) until
+/// dropped.
+#[derive(Debug)]
+pub struct LogPin(Arc<EventLog>);
+
+impl Drop for LogPin {
+    fn drop(&mut self) {
+        self.0.pins.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl EventLog {
@@ -429,7 +444,21 @@ impl EventLog {
                 ..LogInner::default()
             }),
             changed: Notify::new(),
+            pins: AtomicUsize::new(0),
         }
+    }
+
+    /// Pins the execution's record for its own stream: retention neither
+    /// sheds nor drops it (so the stream always ends with its `exit`, and
+    /// a `GET` by that client finds the result) until the pin is dropped.
+    pub fn pin(self: &Arc<Self>) -> LogPin {
+        self.pins.fetch_add(1, Ordering::SeqCst);
+        LogPin(self.clone())
+    }
+
+    /// Whether an own stream still holds a [`LogPin`].
+    pub fn is_pinned(&self) -> bool {
+        self.pins.load(Ordering::SeqCst) > 0
     }
 
     fn lock(&self) -> MutexGuard<'_, LogInner> {

@@ -99,6 +99,9 @@ pub struct Metrics {
     /// (host, allowed) → requests.
     network: Mutex<BTreeMap<(String, bool), u64>>,
     network_dropped: AtomicU64,
+    /// Bytes free for the daemon on the data dir's file system, as last
+    /// read (by health or `/metrics`); -1 when unknown.
+    data_dir_free: AtomicI64,
 }
 
 impl Metrics {
@@ -149,6 +152,12 @@ impl Metrics {
         }
         self.network_dropped
             .fetch_add(info.dropped, Ordering::Relaxed);
+    }
+
+    /// Records the data dir's free bytes (`None`: could not be read).
+    pub fn data_dir_free(&self, bytes: Option<u64>) {
+        let v = bytes.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX));
+        self.data_dir_free.store(v, Ordering::Relaxed);
     }
 
     pub fn response(&self, code: u16) {
@@ -340,6 +349,12 @@ const FAMILIES: &[Family] = &[
         labels: &[],
         help: "Proxy requests not listed in their result.",
         read: Read::Counter(|m| load(&m.network_dropped)),
+    },
+    Family {
+        name: "skill_runner_data_dir_free_bytes",
+        labels: &[],
+        help: "Bytes free on the data dir's file system (-1: cannot be read).",
+        read: Read::Gauge(|m, _| m.data_dir_free.load(Ordering::Relaxed)),
     },
 ];
 

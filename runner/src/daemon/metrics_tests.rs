@@ -57,7 +57,8 @@ fn renders_empty_families_with_their_help_and_type() {
     assert!(text.contains(
         "# TYPE skill_runner_network_requests_total counter\n# HELP skill_runner_network_requests_dropped_total "
     ));
-    assert!(text.ends_with("skill_runner_network_requests_dropped_total 0\n"));
+    assert!(text.contains("skill_runner_network_requests_dropped_total 0\n"));
+    assert!(text.ends_with("skill_runner_data_dir_free_bytes 0\n"));
 }
 
 #[test]
@@ -234,6 +235,9 @@ skill_runner_network_requests_total{host="x\\\"\n",allowed="false"} 1
 # HELP skill_runner_network_requests_dropped_total Proxy requests not listed in their result.
 # TYPE skill_runner_network_requests_dropped_total counter
 skill_runner_network_requests_dropped_total 5
+# HELP skill_runner_data_dir_free_bytes Bytes free on the data dir's file system (-1: cannot be read).
+# TYPE skill_runner_data_dir_free_bytes gauge
+skill_runner_data_dir_free_bytes 0
 "#;
 
 #[test]

@@ -211,13 +211,26 @@ struct Inner {
 }
 
 impl Inner {
+    /// Whether the record `id` is pinned by its own stream, which has not
+    /// yet sent its `exit`.
+    fn pinned(&self, id: &str) -> bool {
+        self.done.get(id).is_some_and(|d| d.log.is_pinned())
+    }
+
     fn evict(&mut self, keep: &Retention) {
-        // Records go by count and age only.
-        while let Some(front) = self.order.front() {
-            if self.order.len() <= keep.count && front.at.elapsed() <= keep.age {
+        // Records go by count and age only, oldest first; a pinned one
+        // stays (and may hold the count over for as long as its stream
+        // lasts), the next oldest goes in its place.
+        let mut i = 0;
+        while let Some(r) = self.order.get(i) {
+            if self.order.len() <= keep.count && r.at.elapsed() <= keep.age {
                 break;
             }
-            if let Some(old) = self.order.pop_front() {
+            if self.pinned(&r.id) {
+                i += 1;
+                continue;
+            }
+            if let Some(old) = self.order.remove(i) {
                 self.done_bytes -= old.bytes;
                 self.done.remove(&old.id);
             }
@@ -234,6 +247,9 @@ impl Inner {
             let Some(done) = self.done.get(&r.id) else {
                 continue;
             };
+            if done.log.is_pinned() {
+                continue;
+            }
             let (lean, weight) = done.shed();
             self.done_bytes = self.done_bytes - r.bytes + weight;
             r.bytes = weight;

@@ -51,7 +51,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use tracing::Instrument;
 
-use super::app::{check_length, params, read_body, status, ApiError, App, UrlPath};
+use super::app::{check_length, params, read_body, refuse_unread, status, ApiError, App, UrlPath};
 use super::events::{exit_line, Chunks, Encoded};
 use super::metrics::Refusal;
 use super::registry::{status_name, Admitted, Done, Lookup, RegistryError, StatusFilter, Ticket};
@@ -98,7 +98,6 @@ async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
                         .map(HeaderValue::as_bytes),
                 ) =>
         {
-            tracing::info!(path = %req.uri().path(), "refused a request without a valid token");
             ApiError::Unauthorized.into_response()
         }
         _ => next.run(req).await,
@@ -142,6 +141,8 @@ async fn health(State(app): State<App>) -> Response {
         reason: reason.as_deref(),
     };
     let available = host.bwrap.is_ok() && host.userns.is_ok();
+    let space = data_dir_space(&app);
+    let full = space.free_bytes.is_some_and(|b| b < DISK_LOW);
     let (status, code) = if app.registry.is_draining() {
         (HealthStatus::ShuttingDown, StatusCode::SERVICE_UNAVAILABLE)
     } else if !available {
@@ -151,20 +152,58 @@ async fn health(State(app): State<App>) -> Response {
         )
     } else if verdict.result.is_err() {
         (HealthStatus::SandboxFailed, StatusCode::SERVICE_UNAVAILABLE)
+    } else if full {
+        (HealthStatus::DiskFull, StatusCode::SERVICE_UNAVAILABLE)
     } else {
         (HealthStatus::Ok, StatusCode::OK)
     };
     let body = wire::Health {
         executions: wire::Executions { queued, running },
         sandbox,
+        data_dir: space,
         status,
         version: env!("CARGO_PKG_VERSION"),
     };
     (code, Json(body)).into_response()
 }
 
+/// Health answers `disk_full` (503) with less than this free on the data
+/// dir's file system: a job's folder, a result or a published package
+/// would no longer fit.
+pub const DISK_LOW: u64 = 16 << 20;
+
+/// The free space of the data dir's file system (also recorded for
+/// `/metrics`).
+// The statvfs field types differ between platforms.
+#[allow(clippy::unnecessary_cast)]
+fn data_dir_space(app: &App) -> wire::DataDirSpace {
+    let dir = app.config.data.path();
+    let free = nix::sys::statvfs::statvfs(dir)
+        .map(|v| (v.blocks_available() as u64).saturating_mul(v.fragment_size() as u64));
+    app.metrics.data_dir_free(free.as_ref().ok().copied());
+    match free {
+        Ok(b) => wire::DataDirSpace {
+            free_bytes: Some(b),
+            reason: (b < DISK_LOW).then(|| {
+                format!(
+                    "the data dir {} has {b} bytes free, under {DISK_LOW}; free space on its file system",
+                    dir.display()
+                )
+            }),
+        },
+        Err(e) => wire::DataDirSpace {
+            free_bytes: None,
+            reason: Some(format!(
+                "cannot read the free space of the data dir {}: {e}",
+                dir.display()
+            )),
+        },
+    }
+}
+
 async fn metrics(State(app): State<App>) -> Response {
     let (running, queued) = app.registry.counts();
+    data_dir_space(&app);
     (
         [(
             header::CONTENT_TYPE,
@@ -180,21 +219,19 @@ async fn post_package(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let timeout = app.config.body_timeout;
     if app.registry.is_draining() {
-        return Err(RegistryError::Draining.into());
+        return Err(refuse_unread(&headers, body, timeout, RegistryError::Draining.into()).await);
     }
-    let body = check_length(
-        &headers,
-        body,
-        app.config.package_body_limit,
-        app.config.body_timeout,
-    )
-    .await?;
+    if let Err(e) = json_content(&headers) {
+        return Err(refuse_unread(&headers, body, timeout, e).await);
+    }
+    let body = check_length(&headers, body, app.config.package_body_limit, timeout).await?;
     // Bundles are large: only a few are held in memory at once.
-    let permit = tokio::time::timeout(app.config.body_timeout, app.uploads.clone().acquire_owned())
-        .await
-        .map_err(|_| ApiError::UploadsBusy)?
-        .map_err(|_| ApiError::UploadsBusy)?;
+    let permit = match tokio::time::timeout(timeout, app.uploads.clone().acquire_owned()).await {
+        Ok(Ok(p)) => p,
+        _ => return Err(refuse_unread(&headers, body, timeout, ApiError::UploadsBusy).await),
+    };
     let bytes = read_body(body, app.config.package_body_limit, app.config.body_timeout).await?;
     let worker = app.clone();
     let published = tokio::task::spawn_blocking(move || {
@@ -291,6 +328,30 @@ async fn resolve_session(app: &App, mut job: Job) -> Result<Job, ApiError> {
     .map_err(|e| ApiError::Internal(format!("resolving a session: {e}")))?
 }
 
+/// A body with a `Content-Type` must say JSON (`application/json` or a
+/// `+json` type); one without is read as JSON.
+fn json_content(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(v) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let essence = v
+        .to_str()
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+    {
+        return Ok(());
+    }
+    Err(ApiError::MediaType(crate::text::single_line(
+        &String::from_utf8_lossy(v.as_bytes()),
+    )))
+}
+
 fn wants_ndjson(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT)
@@ -338,19 +399,29 @@ async fn post_execution(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let q = params(q, &["wait"])?;
-    let detached = match q.get("wait").map(String::as_str) {
-        None | Some("true") => false,
-        Some("false") => true,
-        Some(other) => {
-            return Err(ApiError::BadQuery(format!(
-                "wait={:?} is not true or false; use wait=false for a detached run",
-                crate::text::single_line(other)
-            )))
-        }
+    // Refused before its body is read: the body is read and dropped
+    // first, so the client sees the answer (and its Retry-After).
+    let before = || -> Result<_, ApiError> {
+        let q = params(q, &["wait"])?;
+        let detached = match q.get("wait").map(String::as_str) {
+            None | Some("true") => false,
+            Some("false") => true,
+            Some(other) => {
+                return Err(ApiError::BadQuery(format!(
+                    "wait={:?} is not true or false; use wait=false for a detached run",
+                    crate::text::single_line(other)
+                )))
+            }
+        };
+        json_content(&headers)?;
+        let slot = app.registry.slot().inspect_err(|e| refused(&app, e))?;
+        Ok((detached, slot))
+    };
+    let (detached, slot) = match before() {
+        Ok(v) => v,
+        Err(e) => return Err(refuse_unread(&headers, body, app.config.body_timeout, e).await),
     };
     let stream = wants_ndjson(&headers) && !detached;
-    let slot = app.registry.slot().inspect_err(|e| refused(&app, e))?;
     let body = check_length(
         &headers,
         body,
@@ -500,6 +571,8 @@ async fn execute(
     app.metrics.queue_wait.observe(admitted.elapsed());
 
     let progress = stream.then(|| Arc::new(Progress::default()));
+    // Taken before it can finish: its own stream's record stays whole.
+    let pin = stream.then(|| live.log.pin());
     let rt = tokio::runtime::Handle::current();
     let worker = app.clone();
     let sink_live = live.clone();
@@ -537,7 +610,7 @@ async fn execute(
         result
     });
 
-    let Some(progress) = progress else {
+    let (Some(progress), Some(pin)) = (progress, pin) else {
         let result = task
             .await
             .map_err(|e| ApiError::Internal(format!("the execution thread failed: {e}")))?;
@@ -566,6 +639,7 @@ async fn execute(
         live.log.clone(),
         guard,
         progress,
+        pin,
         app.config.heartbeat,
     ))))
 }

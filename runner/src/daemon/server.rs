@@ -14,9 +14,16 @@
 //! yet made a request with the valid token is *unproven*: when every place
 //! is taken, the oldest unproven connection is closed to make room, so
 //! clients without the token cannot starve those with it by holding
-//! connections open.
+//! connections open. Otherwise (the Unix socket, TCP without a token, or
+//! every unproven connection already busy) the oldest *idle* connection
+//! is closed: one with no request in flight and no response being sent
+//! (a keep-alive connection between requests, or one that has not sent
+//! its headers), so idle connections cannot stall requests until the
+//! header timeout either.
 //!
-//! Shutdown on SIGTERM or SIGINT: stop accepting; refuse new executions
+//! Shutdown on SIGTERM or SIGINT (or SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM:
+//! no catchable signal ends the daemon without a log line and a drain;
+//! SIGHUP is logged and ignored): stop accepting; refuse new executions
 //! (503); let running ones finish for the grace period, then cancel the
 //! rest and wait for their sandboxes to be gone (each runner removes its
 //! per-execution folder); let responses in flight complete; remove the
@@ -27,7 +34,7 @@ use std::io;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::pin::pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -225,16 +232,9 @@ fn prepare_socket(path: &Path) -> Result<LockFile, ServerError> {
     Ok(lock)
 }
 
-/// Serves until SIGTERM or SIGINT, then shuts down gracefully.
+/// Serves until a stopping signal, then shuts down gracefully.
 pub async fn run(listener: Listener, app: App) -> Result<(), ServerError> {
-    let mut sigterm = signal(SignalKind::terminate()).map_err(ServerError::Signals)?;
-    let mut sigint = signal(SignalKind::interrupt()).map_err(ServerError::Signals)?;
-    let mut stop = pin!(async move {
-        tokio::select! {
-            _ = sigterm.recv() => "SIGTERM",
-            _ = sigint.recv() => "SIGINT",
-        }
-    });
+    let mut stop = pin!(stop_signal()?);
 
     let router = routes::router(app.clone());
     let graceful = GracefulShutdown::new();
@@ -293,6 +293,38 @@ pub async fn run(listener: Listener, app: App) -> Result<(), ServerError> {
     Ok(())
 }
 
+/// Resolves to the name of the first stopping signal: every catchable
+/// one whose default would end the process without a word (SIGTERM,
+/// SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM) drains first. SIGHUP (a
+/// closed terminal, or a reload by habit) is logged and ignored: nothing
+/// the daemon holds is reloadable without a restart.
+fn stop_signal() -> Result<impl std::future::Future<Output = &'static str>, ServerError> {
+    let on = |kind| signal(kind).map_err(ServerError::Signals);
+    let mut hup = on(SignalKind::hangup())?;
+    let mut term = on(SignalKind::terminate())?;
+    let mut int = on(SignalKind::interrupt())?;
+    let mut quit = on(SignalKind::quit())?;
+    let mut usr1 = on(SignalKind::user_defined1())?;
+    let mut usr2 = on(SignalKind::user_defined2())?;
+    let mut alrm = on(SignalKind::alarm())?;
+    Ok(async move {
+        loop {
+            tokio::select! {
+                _ = term.recv() => return "SIGTERM",
+                _ = int.recv() => return "SIGINT",
+                _ = quit.recv() => return "SIGQUIT",
+                _ = usr1.recv() => return "SIGUSR1",
+                _ = usr2.recv() => return "SIGUSR2",
+                _ = alrm.recv() => return "SIGALRM",
+                _ = hup.recv() => tracing::info!(
+                    signal = "SIGHUP",
+                    "ignored SIGHUP: nothing is reloaded; restart the daemon to change its settings"
+                ),
+            }
+        }
+    })
+}
+
 /// What every connection needs.
 struct Connections {
     http: http1::Builder,
@@ -302,29 +334,96 @@ struct Connections {
     unproven: Arc<Unproven>,
 }
 
-/// Connections that have not yet made a request with the valid token, by
-/// age, with the switch their first such request flips.
+/// One open connection as the accept loop sees it.
+struct Open {
+    task: tokio::task::AbortHandle,
+    /// Set by its first request with the valid token; `None` when the
+    /// connection need not prove anything.
+    proven: Option<Arc<AtomicBool>>,
+    /// Requests in flight, responses being sent included.
+    busy: Arc<AtomicUsize>,
+}
+
+/// Every open connection by age: unproven ones (TCP with a token) and
+/// idle ones are closed, oldest first, when every place is taken.
 #[derive(Default)]
 struct Unproven {
     next: AtomicU64,
-    open: Mutex<BTreeMap<u64, (tokio::task::AbortHandle, Arc<AtomicBool>)>>,
+    open: Mutex<BTreeMap<u64, Open>>,
 }
 
 impl Unproven {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, BTreeMap<u64, (tokio::task::AbortHandle, Arc<AtomicBool>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Open>> {
         self.open.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Closes the oldest connection still unproven; forgets proven ones.
+    /// Closes the oldest connection still unproven, or else the oldest
+    /// idle one.
     fn close_oldest(&self) {
         let mut open = self.lock();
-        open.retain(|_, (_, proven)| !proven.load(Ordering::Relaxed));
-        if let Some((_, (handle, _))) = open.pop_first() {
-            tracing::debug!("closed an unproven connection to make room");
-            handle.abort();
+        let unproven = open
+            .iter()
+            .find(|(_, o)| {
+                o.proven
+                    .as_ref()
+                    .is_some_and(|p| !p.load(Ordering::Relaxed))
+            })
+            .map(|(id, _)| *id);
+        let victim = unproven.or_else(|| {
+            open.iter()
+                .find(|(_, o)| o.busy.load(Ordering::SeqCst) == 0)
+                .map(|(id, _)| *id)
+        });
+        if let Some(o) = victim.and_then(|id| open.remove(&id)) {
+            tracing::debug!(
+                unproven = unproven.is_some(),
+                "closed an idle connection to make room"
+            );
+            o.task.abort();
         }
+    }
+}
+
+/// Counts a request (and its response body) in flight on its connection.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn new(busy: &Arc<AtomicUsize>) -> InFlight {
+        busy.fetch_add(1, Ordering::SeqCst);
+        InFlight(busy.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A response body that keeps its connection busy until it is sent (or
+/// dropped); its size (so its `Content-Length`) is the inner body's.
+struct Tracked {
+    inner: axum::body::Body,
+    _held: InFlight,
+}
+
+impl http_body::Body for Tracked {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -333,15 +432,14 @@ impl Unproven {
 struct Held {
     _place: OwnedSemaphorePermit,
     metrics: Arc<super::metrics::Metrics>,
-    unproven: Option<(Arc<Unproven>, u64)>,
+    open: (Arc<Unproven>, u64),
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
         self.metrics.connection_closed();
-        if let Some((unproven, id)) = &self.unproven {
-            unproven.lock().remove(id);
-        }
+        let (open, id) = &self.open;
+        open.lock().remove(id);
     }
 }
 
@@ -353,21 +451,28 @@ impl Connections {
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let proven = Arc::new(AtomicBool::new(false));
-        let router = match (&self.app.config.token, prove) {
-            (Some(token), true) => {
-                let (token, proven) = (token.clone(), proven.clone());
-                self.router.clone().layer(axum::middleware::from_fn(
-                    move |req: axum::extract::Request, next: axum::middleware::Next| {
-                        let auth = req.headers().get(hyper::header::AUTHORIZATION);
-                        if token.verify(auth.map(|v| v.as_bytes())) {
-                            proven.store(true, Ordering::Relaxed);
-                        }
-                        next.run(req)
-                    },
-                ))
-            }
-            _ => self.router.clone(),
+        let busy = Arc::new(AtomicUsize::new(0));
+        let token = match (&self.app.config.token, prove) {
+            (Some(token), true) => Some((token.clone(), proven.clone())),
+            _ => None,
         };
+        let in_flight = busy.clone();
+        let router = self.router.clone().layer(axum::middleware::from_fn(
+            move |req: axum::extract::Request, next: axum::middleware::Next| {
+                if let Some((token, proven)) = &token {
+                    let auth = req.headers().get(hyper::header::AUTHORIZATION);
+                    if token.verify(auth.map(|v| v.as_bytes())) {
+                        proven.store(true, Ordering::Relaxed);
+                    }
+                }
+                let held = InFlight::new(&in_flight);
+                async move {
+                    let resp = next.run(req).await;
+                    // Busy until its response body has been sent.
+                    resp.map(|inner| axum::body::Body::new(Tracked { inner, _held: held }))
+                }
+            },
+        ));
         let conn = self
             .http
             .serve_connection(TokioIo::new(io), TowerToHyperService::new(router));
@@ -378,18 +483,26 @@ impl Connections {
         let held = Held {
             _place: place,
             metrics,
-            unproven: prove.then(|| (self.unproven.clone(), id)),
+            open: (self.unproven.clone(), id),
         };
+        // Held across the spawn: the task's end (which removes its entry)
+        // waits for the entry to be in.
+        let mut open = self.unproven.lock();
         let task = tokio::spawn(async move {
             let _held = held;
             if let Err(e) = conn.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
         });
-        if prove && !task.is_finished() {
-            self.unproven
-                .lock()
-                .insert(id, (task.abort_handle(), proven));
+        if !task.is_finished() {
+            open.insert(
+                id,
+                Open {
+                    task: task.abort_handle(),
+                    proven: prove.then_some(proven),
+                    busy,
+                },
+            );
         }
     }
 }

@@ -34,7 +34,7 @@ use serde::Serialize;
 
 use std::time::{Duration, SystemTime};
 
-use super::app::{check_length, params, read_body, ApiError, App, UrlPath};
+use super::app::{check_length, params, read_body, refuse_unread, ApiError, App, UrlPath};
 use super::wire;
 use crate::skillhost::session::tools::{self, ToolError};
 use crate::skillhost::session::{ReadRange, ResourceQuery, SessionError, SessionHost, SkillsQuery};
@@ -121,7 +121,7 @@ async fn blocking<T: Serialize + Send + 'static>(
 fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     q.map(|Query(v)| v).map_err(|e| {
         let text = crate::text::single_line(&e.body_text());
-        ApiError::BadBody(format!("bad query parameters: {text}"))
+        ApiError::BadQuery(format!("bad query parameters: {text}"))
     })
 }
 
@@ -131,11 +131,9 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
 async fn read_request_body(app: &App, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     let (limit, timeout) = (app.config.job_body_limit, app.config.body_timeout);
     let body = check_length(headers, body, limit, timeout).await?;
-    let _place = app
-        .session_bodies
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| ApiError::SessionsBusy)?;
+    let Ok(_place) = app.session_bodies.clone().try_acquire_owned() else {
+        return Err(refuse_unread(headers, body, timeout, ApiError::SessionsBusy).await);
+    };
     read_body(body, limit, timeout).await
 }
 

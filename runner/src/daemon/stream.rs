@@ -79,7 +79,9 @@ use http_body::Frame;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
-use super::events::{heartbeat_line, next_frame, Encoded, EventLog, BACKLOG_BYTES, EXIT_END};
+use super::events::{
+    heartbeat_line, next_frame, Encoded, EventLog, LogPin, BACKLOG_BYTES, EXIT_END,
+};
 use super::metrics::Metrics;
 use super::registry::Live;
 use crate::supervise::{Sink, Stream};
@@ -304,6 +306,8 @@ pub struct LogBody {
     next: u64,
     guard: Option<CancelOnDrop>,
     progress: Option<Arc<Progress>>,
+    /// The own stream's hold on its record until its `exit` is sent.
+    pin: Option<LogPin>,
     wait: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     heartbeat: Heartbeat,
     /// What is left of the last page to send (an `exit`'s document).
@@ -318,6 +322,7 @@ pub fn attach(log: Arc<EventLog>, after: u64, heartbeat: Duration) -> LogBody {
         next: after,
         guard: None,
         progress: None,
+        pin: None,
         wait: None,
         heartbeat: Heartbeat::new(heartbeat),
         pending: VecDeque::new(),
@@ -326,15 +331,19 @@ pub fn attach(log: Arc<EventLog>, after: u64, heartbeat: Duration) -> LogBody {
 }
 
 /// The POST's own stream of `log`, from its first event.
+/// `pin`, taken before the execution could finish, keeps its record
+/// whole until the stream has sent the `exit` (or is dropped).
 pub fn own_stream(
     log: Arc<EventLog>,
     guard: CancelOnDrop,
     progress: Arc<Progress>,
+    pin: LogPin,
     heartbeat: Duration,
 ) -> LogBody {
     LogBody {
         guard: Some(guard),
         progress: Some(progress),
+        pin: Some(pin),
         ..attach(log, 0, heartbeat)
     }
 }
@@ -342,6 +351,7 @@ pub fn own_stream(
 impl LogBody {
     fn end(&mut self) {
         self.done = true;
+        self.pin = None;
         if let Some(g) = self.guard.as_mut() {
             g.disarm();
         }

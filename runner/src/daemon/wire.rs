@@ -23,6 +23,8 @@ use crate::skillhost::session::Delivery;
 /// `GET /v1/health` (schema `Health`).
 #[derive(Debug, Serialize)]
 pub struct Health<'a> {
+    /// The data dir's file system.
+    pub data_dir: DataDirSpace,
     /// Executions admitted and not finished.
     pub executions: Executions,
     /// Whether a job can be sandboxed here.
@@ -59,6 +61,19 @@ pub struct Sandbox<'a> {
     pub reason: Option<&'a str>,
 }
 
+/// `health.data_dir`: the space left where executions, the store and
+/// sessions write.
+#[derive(Debug, Serialize)]
+pub struct DataDirSpace {
+    /// Bytes free for the daemon (`statvfs` of the data dir); absent
+    /// when it cannot be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub free_bytes: Option<u64>,
+    /// Why health is `disk_full`, or why the space cannot be read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// `health.status`, from the most to the least pressing cause.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -71,6 +86,9 @@ pub enum HealthStatus {
     SandboxFailed,
     /// The daemon is draining: no new executions (503).
     ShuttingDown,
+    /// The data dir's file system has less than the documented bound
+    /// free: executions, publishing and sessions would fail (503).
+    DiskFull,
 }
 
 /// `GET /v1/version` (schema `Version`): what this daemon is and can do.
@@ -284,12 +302,16 @@ mod tests {
                 checked_at: "2026-01-01T00:00:00Z".into(),
                 reason: None,
             },
+            data_dir: DataDirSpace {
+                free_bytes: Some(1 << 30),
+                reason: None,
+            },
             status: HealthStatus::Ok,
             version: "0.1.0",
         };
         assert_eq!(
             sorted(&health),
-            r#"{"executions":{"queued":2,"running":1},"sandbox":{"available":true,"bwrap":"0.9.0","checked_at":"2026-01-01T00:00:00Z"},"status":"ok","version":"0.1.0"}"#
+            r#"{"data_dir":{"free_bytes":1073741824},"executions":{"queued":2,"running":1},"sandbox":{"available":true,"bwrap":"0.9.0","checked_at":"2026-01-01T00:00:00Z"},"status":"ok","version":"0.1.0"}"#
         );
         health.sandbox = Sandbox {
             available: false,
@@ -300,11 +322,12 @@ mod tests {
         health.status = HealthStatus::SandboxUnavailable;
         assert_eq!(
             sorted(&health),
-            r#"{"executions":{"queued":2,"running":1},"sandbox":{"available":false,"checked_at":"2026-01-01T00:00:00Z","reason":"no bwrap"},"status":"sandbox_unavailable","version":"0.1.0"}"#
+            r#"{"data_dir":{"free_bytes":1073741824},"executions":{"queued":2,"running":1},"sandbox":{"available":false,"checked_at":"2026-01-01T00:00:00Z","reason":"no bwrap"},"status":"sandbox_unavailable","version":"0.1.0"}"#
         );
         for (status, text) in [
             (HealthStatus::SandboxFailed, r#""sandbox_failed""#),
             (HealthStatus::ShuttingDown, r#""shutting_down""#),
+            (HealthStatus::DiskFull, r#""disk_full""#),
         ] {
             assert_eq!(serde_json::to_string(&status).unwrap(), text);
         }
