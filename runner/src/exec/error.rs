@@ -142,6 +142,22 @@ pub enum ExecError {
         path: PathBuf,
         source: io::Error,
     },
+    /// The job's environment is unknown, changed, unverifiable, or built
+    /// for an interpreter this host no longer has.
+    #[error("the job's {source}")]
+    UseEnvironment {
+        #[source]
+        source: crate::package::environment::resolve::ResolveError,
+    },
+    #[error("cannot open the environment's tree {}: {source}; run skill-runner env verify on it", path.display())]
+    OpenEnvironment { path: PathBuf, source: io::Error },
+    #[error("this runner cannot open its environment store: {source}")]
+    OpenEnvironments {
+        #[source]
+        source: crate::package::environment::store::EnvError,
+    },
+    #[error("the job names environment {id:?}, and {sandbox} cannot mount environments yet; run it on Linux (bubblewrap)")]
+    EnvironmentUnsupported { id: String, sandbox: &'static str },
     #[error("cannot open the prepared /etc {}: {source}", path.display())]
     OpenEtc { path: PathBuf, source: io::Error },
     #[error("cannot hand over {}: {source}", path.display())]
@@ -176,6 +192,10 @@ impl ExecError {
             Store(e) => e.kind(),
             Stage(e) => e.kind(),
             Limits(_) => ErrorKind::SandboxUnavailable,
+            UseEnvironment { source } => source.kind(),
+            OpenEnvironment { .. } => ErrorKind::HashMismatch,
+            OpenEnvironments { source } => source.kind(),
+            EnvironmentUnsupported { .. } => ErrorKind::SandboxUnavailable,
             ResolveFolder { .. }
             | NotAFolder { .. }
             | Changed { .. }

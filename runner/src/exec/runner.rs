@@ -39,6 +39,7 @@ use crate::exec::limits::limits_plan;
 use crate::exec::outcome::{self, classify, Ended, Finished, Hits};
 use crate::exec::result::ExecResult;
 use crate::exec::watch;
+use crate::package::environment::store::EnvStore;
 use crate::package::format::PackageLimits;
 use crate::package::published::{Roots, KEEP_ROOTS};
 use crate::package::stage::{Selected, SkillSource};
@@ -61,6 +62,8 @@ pub enum RunnerError {
     DataDir(#[from] crate::datadir::DataDirError),
     #[error(transparent)]
     OpenStore(#[from] crate::package::store::StoreError),
+    #[error(transparent)]
+    OpenEnvironments(#[from] crate::package::environment::store::EnvError),
     #[error("cannot create {}: {source}; {}", path.display(), crate::datadir::HINT)]
     CreateFolder { path: PathBuf, source: io::Error },
     #[error("cannot create {}: {source}", path.display())]
@@ -93,6 +96,8 @@ pub struct Runner {
     pub config: RunnerConfig,
     pub store: Store,
     pub roots: Roots,
+    /// The environments a job may name (docs/environments.md).
+    pub environments: EnvStore,
     pub host: Host,
     executions: PathBuf,
     /// The opened data dir (its real path): its state is never a job's folder.
@@ -131,6 +136,7 @@ impl Runner {
             path: data.published(),
             source,
         })?;
+        let environments = EnvStore::open(&data)?;
         let executions = data.executions();
         let mut host = Host::probe(&data.cache());
         // One cgroup folder per data dir, so a sweep never touches the
@@ -160,6 +166,7 @@ impl Runner {
             config,
             store,
             roots,
+            environments,
             host,
             executions,
             data,
@@ -240,6 +247,9 @@ impl Runner {
             }
         }
         let bwrap = launch::available(&self.host)?;
+        // The environment is checked before anything is staged, and
+        // leased until the execution ends.
+        let environment = self.environment(job)?;
         let identity = self.host.identity.clone()?;
         let owner = identity.switch_to();
         if let Some((uid, gid)) = owner {
@@ -293,7 +303,25 @@ impl Runner {
             identity,
             mounts,
             etc,
+            environment,
         })
+    }
+
+    /// The job's environment, leased and checked (its stamp, else every
+    /// byte; its base against this host's interpreter): a changed,
+    /// missing or unverifiable one refuses the job before it starts.
+    fn environment(
+        &self,
+        job: &Job,
+    ) -> Result<Option<crate::package::environment::resolve::Ready>, ExecError> {
+        let Some(env) = &job.environment else {
+            return Ok(None);
+        };
+        launch::environments_supported(env)?;
+        let ready = crate::package::environment::resolve::prepare(&self.environments, env)
+            .map_err(|source| ExecError::UseEnvironment { source })?;
+        tracing::debug!(id = %env.id, hash = %env.hash, checked = ?ready.checked, "environment ready");
+        Ok(Some(ready))
     }
 
     /// The workspace and extensions dir the job names, resolved, and

@@ -51,12 +51,18 @@ impl Ready {
     /// The interpreters' path variables, as the sandbox sees them:
     /// `PYTHONPATH=<mount>/python` when the environment has a Python base.
     pub fn variables(&self, mount_point: &str) -> Vec<(&'static str, String)> {
-        let mut out = Vec::new();
-        if self.record.base.iter().any(|b| b.family == Family::Python) {
-            out.push(("PYTHONPATH", format!("{mount_point}/{PYTHON_DIR}")));
-        }
-        out
+        variables(&self.record, mount_point)
     }
+}
+
+/// The path variables of `record`'s environment mounted at `mount_point`
+/// (pure: `explain` shows them from the record alone).
+pub fn variables(record: &Record, mount_point: &str) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if record.base.iter().any(|b| b.family == Family::Python) {
+        out.push(("PYTHONPATH", format!("{mount_point}/{PYTHON_DIR}")));
+    }
+    out
 }
 
 /// Why an environment cannot be used.

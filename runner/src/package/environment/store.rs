@@ -207,6 +207,14 @@ impl EnvStore {
         Ok(EnvStore { root })
     }
 
+    /// The store of `data` as it is, creating and sweeping nothing (for
+    /// reading a record, or showing where a tree would be).
+    pub fn at(data: &crate::datadir::DataDir) -> EnvStore {
+        EnvStore {
+            root: data.environments(),
+        }
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
