@@ -521,7 +521,10 @@ fn env_build(
         &mut progress,
     )?;
     drop(dir);
-    emit(&format!("{}\n", serde_json::to_string(&built.published.record)?))?;
+    emit(&format!(
+        "{}\n",
+        serde_json::to_string(&built.published.record)?
+    ))?;
     Ok(0)
 }
 

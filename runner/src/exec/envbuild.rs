@@ -45,10 +45,8 @@ impl BuildDir {
     /// `tree/`, passable by the sandbox user; `tree/` is given to it when
     /// `owner` is set (a root runner's sandbox user).
     pub fn create(owner: Option<(u32, u32)>) -> Result<BuildDir, EnvBuildError> {
-        let path = std::env::temp_dir().join(format!(
-            "skill-runner-build-{}",
-            crate::fsx::random_hex()
-        ));
+        let path =
+            std::env::temp_dir().join(format!("skill-runner-build-{}", crate::fsx::random_hex()));
         let err = |path: &Path| {
             let path = path.to_owned();
             move |source| EnvBuildError::Prepare { path, source }
@@ -143,7 +141,8 @@ impl SandboxInstall<'_> {
                 "output_bytes": 1u64 << 20,
             },
         });
-        let mut job = Job::from_json(doc.to_string().as_bytes(), None).map_err(|e| e.to_string())?;
+        let mut job =
+            Job::from_json(doc.to_string().as_bytes(), None).map_err(|e| e.to_string())?;
         job.profile.linux.mounts.push(MountRule::RoBind {
             src: folders.input.clone(),
             dest: INPUT_DIR.into(),
@@ -156,8 +155,12 @@ impl SandboxRun for SandboxInstall<'_> {
     fn run_offline(&mut self, argv: &[OsString], folders: &InstallFolders) -> Result<(), String> {
         let job = self.job(argv, folders)?;
         if let Some((uid, gid)) = self.owner {
-            give(&folders.tree, uid, gid)
-                .map_err(|e| format!("cannot give {} to the sandbox user: {e}", folders.tree.display()))?;
+            give(&folders.tree, uid, gid).map_err(|e| {
+                format!(
+                    "cannot give {} to the sandbox user: {e}",
+                    folders.tree.display()
+                )
+            })?;
         }
         let mut sink = crate::supervise::NoSink;
         let result = self.runner.run(

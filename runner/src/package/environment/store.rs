@@ -229,7 +229,11 @@ impl EnvStore {
 
     /// What `env build` made from that lock for that base, if it said so
     /// (the caller checks the environment is still held and sound).
-    pub fn built(&self, lock_sha: &str, base: &crate::package::environment::Base) -> Option<EnvRef> {
+    pub fn built(
+        &self,
+        lock_sha: &str,
+        base: &crate::package::environment::Base,
+    ) -> Option<EnvRef> {
         let bytes = fs::read(self.build_path(lock_sha, base)).ok()?;
         serde_json::from_slice(&bytes).ok()
     }
