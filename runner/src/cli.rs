@@ -135,20 +135,17 @@ pub enum EnvCommand {
     /// The same lock built again for the same interpreter is served from
     /// the store.
     Build {
-        /// The lock: name==version --hash=sha256:… on every requirement
-        /// (pip-compile --generate-hashes, uv pip compile --generate-hashes).
+        /// The lock, every line name==version --hash=sha256:…
         #[arg(long, value_name = "REQUIREMENTS")]
         python: PathBuf,
-        /// Environment id: lowercase letters and digits in dash-separated
-        /// words (e.g. pdf-tools).
+        /// Environment id (e.g. pdf-tools).
         #[arg(long)]
         id: String,
-        /// The interpreter to build for (default /usr/bin/python3); it
-        /// runs pip for both steps and becomes the environment's base.
+        /// The interpreter to build for (default /usr/bin/python3).
         #[arg(long, value_name = "PATH")]
         interpreter: Option<String>,
         /// Wall-clock limit of the install step, in seconds.
-        #[arg(long, default_value_t = 600)]
+        #[arg(long, value_name = "SECONDS", default_value_t = 600)]
         install_timeout: u64,
         #[command(flatten)]
         limits: EnvLimitArgs,
