@@ -301,3 +301,84 @@ fn explain_shows_the_environment_bound_read_only_and_its_variables() {
     );
     assert_eq!(doc["folders"]["15"], tree, "{doc}");
 }
+
+/// A skill folder whose `SKILL.md` declares `env` (or nothing).
+fn declaring_skill(world: &World, id: &str, env: Option<&Value>) -> PathBuf {
+    let metadata = match env {
+        Some(e) => format!(
+            "metadata:\n  environment: \"{}@{}\"\n",
+            e["id"].as_str().unwrap(),
+            e["hash"].as_str().unwrap()
+        ),
+        None => String::new(),
+    };
+    let md = format!("---\nname: {id}\ndescription: Test skill {id}.\n{metadata}---\n# {id}\n");
+    world.skill(id, &[("SKILL.md", md.as_bytes())])
+}
+
+#[test]
+fn a_skill_that_declares_its_environment_gets_it_without_the_job_naming_it() {
+    let world = World::new();
+    let Some(env) = published(&world) else {
+        return;
+    };
+    let ws = world.sandbox_folder("ws");
+    let skill = declaring_skill(&world, "greeter", Some(&env));
+    let plain = declaring_skill(&world, "plain", None);
+    let (code, doc, out) = world.run_json(&json!({
+        "argv": ["python3", "-c", "import greet; print(greet.WORD)"],
+        "workspace": ws,
+        "skills": [skill_ref("greeter", &skill), skill_ref("plain", &plain)],
+    }));
+    assert_eq!(code, 0, "{}", show(&out));
+    assert_eq!(doc["stdout"], "hello\n", "{doc}");
+    assert_eq!(doc["skills"]["environment"], env, "{doc}");
+}
+
+#[test]
+fn skills_declaring_different_environments_or_another_than_the_job_names_are_refused() {
+    let world = World::new();
+    let Some(env) = published(&world) else {
+        return;
+    };
+    let ws = world.sandbox_folder("ws");
+    let marker = ws.join("ran");
+    let other = json!({"id": "other-tools", "hash": "2".repeat(64)});
+    let a = declaring_skill(&world, "uses-greet", Some(&env));
+    let b = declaring_skill(&world, "uses-other", Some(&other));
+    let mut both = job(&ws, &env, "touch /workspace/ran");
+    both.as_object_mut().unwrap().remove("environment");
+    both["skills"] = json!([skill_ref("uses-greet", &a), skill_ref("uses-other", &b)]);
+    assert_refused(
+        &world,
+        &both,
+        "bad_job",
+        &format!(
+            "skill \"uses-greet\" declares environment {{id greet-tools, hash {}}} and skill \"uses-other\" declares {{id other-tools, hash {}}}",
+            env["hash"].as_str().unwrap(),
+            "2".repeat(64)
+        ),
+        &marker,
+    );
+    let mut named = job(&ws, &other, "touch /workspace/ran");
+    named["skills"] = json!([skill_ref("uses-greet", &a)]);
+    assert_refused(
+        &world,
+        &named,
+        "bad_job",
+        "but skill \"uses-greet\" declares",
+        &marker,
+    );
+    // A declaration that is no ID@HASH is the skill's fault.
+    let bad = world.skill(
+        "bad-decl",
+        &[(
+            "SKILL.md",
+            b"---\nname: bad-decl\ndescription: Bad.\nmetadata:\n  environment: greet-tools\n---\n",
+        )],
+    );
+    let mut j = job(&ws, &env, "touch /workspace/ran");
+    j.as_object_mut().unwrap().remove("environment");
+    j["skills"] = json!([skill_ref("bad-decl", &bad)]);
+    assert_refused(&world, &j, "bad_package", "is not ID@HASH", &marker);
+}

@@ -149,6 +149,30 @@ pub enum ExecError {
         #[source]
         source: crate::package::environment::resolve::ResolveError,
     },
+    #[error("skill {skill:?} declares environment {{id {}, hash {}}} and skill {other:?} declares {{id {}, hash {}}}; select skills that declare the same environment, or none", first.id, first.hash, second.id, second.hash)]
+    EnvironmentsDiffer {
+        skill: String,
+        first: Box<crate::package::environment::EnvRef>,
+        other: String,
+        second: Box<crate::package::environment::EnvRef>,
+    },
+    #[error("the job names environment {{id {}, hash {}}} but skill {skill:?} declares {{id {}, hash {}}}; name the one the skill declares, or leave environment out", job.id, job.hash, declared.id, declared.hash)]
+    EnvironmentNotDeclared {
+        job: Box<crate::package::environment::EnvRef>,
+        skill: String,
+        declared: Box<crate::package::environment::EnvRef>,
+    },
+    #[error("skill {skill:?}: {source}")]
+    DeclaredEnvironment {
+        skill: String,
+        source: crate::package::environment::declare::DeclareError,
+    },
+    #[error("skill {skill:?}: cannot read its SKILL.md in the snapshot root {}: {reason}", path.display())]
+    ReadDeclaration {
+        skill: String,
+        path: PathBuf,
+        reason: String,
+    },
     #[error("cannot open the environment's tree {}: {source}; run skill-runner env verify on it", path.display())]
     OpenEnvironment { path: PathBuf, source: io::Error },
     #[error("this runner cannot open its environment store: {source}")]
@@ -196,6 +220,9 @@ impl ExecError {
             OpenEnvironment { .. } => ErrorKind::HashMismatch,
             OpenEnvironments { source } => source.kind(),
             EnvironmentUnsupported { .. } => ErrorKind::SandboxUnavailable,
+            EnvironmentsDiffer { .. } | EnvironmentNotDeclared { .. } => ErrorKind::BadJob,
+            DeclaredEnvironment { .. } => ErrorKind::BadPackage,
+            ReadDeclaration { .. } => ErrorKind::StagingFailed,
             ResolveFolder { .. }
             | NotAFolder { .. }
             | Changed { .. }

@@ -247,9 +247,6 @@ impl Runner {
             }
         }
         let bwrap = launch::available(&self.host)?;
-        // The environment is checked before anything is staged, and
-        // leased until the execution ends.
-        let environment = self.environment(job)?;
         let identity = self.host.identity.clone()?;
         let owner = identity.switch_to();
         if let Some((uid, gid)) = owner {
@@ -277,6 +274,9 @@ impl Runner {
         let limits = &self.config.package_limits;
         let lease = launch::lease(&self.roots, &selected, dir.as_ref(), limits)?;
         let staging = staging_started.elapsed();
+        // The environment the job names or its skills declare, checked
+        // and leased until the execution ends.
+        let environment = self.environment(job, &lease.snapshot)?;
 
         let workspace = match named_workspace {
             Some(w) => Some(w),
@@ -313,10 +313,22 @@ impl Runner {
     fn environment(
         &self,
         job: &Job,
+        snapshot: &crate::package::stage::Snapshot,
     ) -> Result<Option<crate::package::environment::resolve::Ready>, ExecError> {
-        let Some(env) = &job.environment else {
-            return Ok(None);
+        let declared = declared_environment(snapshot)?;
+        let env = match (&job.environment, declared) {
+            (None, None) => return Ok(None),
+            (Some(named), Some((skill, declared))) if *named != declared => {
+                return Err(ExecError::EnvironmentNotDeclared {
+                    job: Box::new(named.clone()),
+                    skill,
+                    declared: Box::new(declared),
+                })
+            }
+            (Some(named), _) => named.clone(),
+            (None, Some((_, declared))) => declared,
         };
+        let env = &env;
         launch::environments_supported(env)?;
         let ready = crate::package::environment::resolve::prepare(&self.environments, env)
             .map_err(|source| ExecError::UseEnvironment { source })?;
@@ -511,6 +523,47 @@ impl Runner {
         drop(p);
         Ok(result)
     }
+}
+
+/// The one environment the selected skills declare in their `SKILL.md`
+/// (read from the snapshot root, the verified bytes the command sees),
+/// with the first skill declaring it; two different ones refuse the job.
+fn declared_environment(
+    snapshot: &crate::package::stage::Snapshot,
+) -> Result<Option<(String, crate::package::environment::EnvRef)>, ExecError> {
+    use crate::package::environment::declare;
+    let mut found: Option<(String, crate::package::environment::EnvRef)> = None;
+    for skill in &snapshot.manifest.skills {
+        let path = snapshot.root.join(&skill.id).join("SKILL.md");
+        let unreadable = |reason: String| ExecError::ReadDeclaration {
+            skill: skill.id.clone(),
+            path: path.clone(),
+            reason,
+        };
+        let bytes = std::fs::read(&path).map_err(|e| unreadable(e.to_string()))?;
+        let doc = crate::package::format::parse_skill_md(&bytes)
+            .map_err(|e| unreadable(e.to_string()))?;
+        let env = declare::declared(doc.front.metadata.as_ref()).map_err(|source| {
+            ExecError::DeclaredEnvironment {
+                skill: skill.id.clone(),
+                source,
+            }
+        })?;
+        match (env, &found) {
+            (None, _) => {}
+            (Some(env), None) => found = Some((skill.id.clone(), env)),
+            (Some(env), Some((first_skill, first))) if env != *first => {
+                return Err(ExecError::EnvironmentsDiffer {
+                    skill: first_skill.clone(),
+                    first: Box::new(first.clone()),
+                    other: skill.id.clone(),
+                    second: Box::new(env),
+                })
+            }
+            (Some(_), Some(_)) => {}
+        }
+    }
+    Ok(found)
 }
 
 /// Says the launch is next: the bytes staged by this execution (none when
