@@ -382,3 +382,24 @@ fn skills_declaring_different_environments_or_another_than_the_job_names_are_ref
     j["skills"] = json!([skill_ref("bad-decl", &bad)]);
     assert_refused(&world, &j, "bad_package", "is not ID@HASH", &marker);
 }
+
+#[test]
+fn a_daemon_job_names_an_environment_like_a_command_line_one() {
+    let world = World::new();
+    let Some(env) = published(&world) else {
+        return;
+    };
+    let d = skill_runner_tests::daemon::Daemon::start(&world, &[]);
+    let (status, doc) = d.call(
+        "POST",
+        "/v1/executions",
+        Some(&json!({
+            "argv": ["python3", "-c", "import greet; print(greet.WORD)"],
+            "environment": env,
+        })),
+    );
+    assert_eq!(status, 200, "{doc}");
+    assert_eq!(doc["status"], "exited", "{doc}");
+    assert_eq!(doc["stdout"], "hello\n", "{doc}");
+    assert_eq!(doc["skills"]["environment"], env, "{doc}");
+}

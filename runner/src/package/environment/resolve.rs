@@ -6,12 +6,14 @@
 //! [`Ready`] (its lease) until the command is done; a refusal here is a
 //! refusal of the job. The tree is checked by its stamp when the stamp
 //! still matches (no byte read), and re-hashed byte by byte when it does
-//! not; a tree that fails that is refused naming what changed.
+//! not; a tree that fails that is refused naming what changed. The base's
+//! interpreter binary is re-hashed only when its fingerprint changed
+//! ([`crate::package::environment::base::check_base_cached`]).
 
 use std::path::PathBuf;
 
 use crate::error::ErrorKind;
-use crate::package::environment::base::{check_base, BaseError};
+use crate::package::environment::base::{check_base_cached, BaseError};
 use crate::package::environment::store::{EnvError, EnvStore, Lease};
 use crate::package::environment::{EnvRef, Family, Record, BIN_DIR, PYTHON_DIR};
 
@@ -107,10 +109,12 @@ pub fn prepare(store: &EnvStore, env: &EnvRef) -> Result<Ready, ResolveError> {
         Checked::Rehashed
     };
     for base in &record.base {
-        check_base(base).map_err(|source| ResolveError::Base {
-            id: env.id.clone(),
-            hash: env.hash.clone(),
-            source,
+        check_base_cached(base, &store.root().join("bases")).map_err(|source| {
+            ResolveError::Base {
+                id: env.id.clone(),
+                hash: env.hash.clone(),
+                source,
+            }
         })?;
     }
     Ok(Ready {
