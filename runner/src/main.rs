@@ -480,7 +480,15 @@ fn env_build(
     use skill_runner::package::environment::{base, build, store::EnvLimits};
     let runner = Runner::new(cfg)?;
     let python = interpreter.unwrap_or(base::DEFAULT_PYTHON);
-    let owner = runner.host.identity.clone()?.switch_to();
+    let identity = runner.host.identity.clone()?;
+    if identity.root_mapped {
+        // pip sets the modes of what it installs; such a sandbox refuses
+        // every mode change (docs/sandbox.md).
+        anyhow::bail!(
+            "env build cannot install here: this runner is root of a user namespace that maps no other uid, whose sandbox refuses the mode changes pip makes; build as root of the host or as an unprivileged user, or build elsewhere and publish the tree with env add"
+        );
+    }
+    let owner = identity.switch_to();
     let dir = BuildDir::create(owner)?;
     let mut sandbox = SandboxInstall {
         runner: &runner,
