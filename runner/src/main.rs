@@ -125,21 +125,7 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Catalog(cmd) => catalog_cmd(cmd, &open_data_dir(data_dir)?),
         Command::Session(cmd) => session_cmd(cmd, &open_data_dir(data_dir)?),
-        Command::Env(EnvCommand::Build {
-            python,
-            id,
-            interpreter,
-            install_timeout,
-            limits,
-        }) => env_build(
-            config(data_dir, false),
-            &python,
-            &id,
-            interpreter.as_deref(),
-            install_timeout,
-            &limits,
-        ),
-        Command::Env(cmd) => env_cmd(cmd, &open_data_dir(data_dir)?),
+        Command::Env(cmd) => env_cmd(cmd, data_dir),
     }
 }
 
@@ -536,10 +522,28 @@ fn env_build(
     Ok(0)
 }
 
-fn env_cmd(cmd: EnvCommand, data_dir: &DataDir) -> anyhow::Result<i32> {
+fn env_cmd(cmd: EnvCommand, data_dir: Option<PathBuf>) -> anyhow::Result<i32> {
     use skill_runner::package::environment::store::{EnvLimits, EnvStore};
     use skill_runner::package::environment::{base, lock, EnvRef, LockRef};
-    let store = EnvStore::open(data_dir)?;
+    // A build runs its install step as a job: it needs a runner.
+    if let EnvCommand::Build {
+        python,
+        id,
+        interpreter,
+        install_timeout,
+        limits,
+    } = cmd
+    {
+        return env_build(
+            config(data_dir, false),
+            &python,
+            &id,
+            interpreter.as_deref(),
+            install_timeout,
+            &limits,
+        );
+    }
+    let store = EnvStore::open(&open_data_dir(data_dir)?)?;
     match cmd {
         EnvCommand::Add {
             dir,
@@ -629,7 +633,7 @@ fn env_cmd(cmd: EnvCommand, data_dir: &DataDir) -> anyhow::Result<i32> {
             let report = store.gc()?;
             emit(&format!("{}\n", serde_json::to_string(&report)?))?;
         }
-        EnvCommand::Build { .. } => unreachable!("env build is dispatched before env_cmd"),
+        EnvCommand::Build { .. } => {}
     }
     Ok(0)
 }
