@@ -403,3 +403,23 @@ fn a_daemon_job_names_an_environment_like_a_command_line_one() {
     assert_eq!(doc["stdout"], "hello\n", "{doc}");
     assert_eq!(doc["skills"]["environment"], env, "{doc}");
 }
+
+#[test]
+fn a_daemon_job_naming_an_unknown_environment_is_refused_as_not_in_store() {
+    if !require_sandbox() {
+        return;
+    }
+    let world = World::new();
+    let d = skill_runner_tests::daemon::Daemon::start(&world, &[]);
+    let (status, doc) = d.call(
+        "POST",
+        "/v1/executions",
+        Some(&json!({
+            "argv": ["true"],
+            "environment": {"id": "nothing-here", "hash": "3".repeat(64)},
+        })),
+    );
+    assert_eq!(status, 404, "{doc}");
+    assert_eq!(doc["status"], "rejected", "{doc}");
+    assert_eq!(doc["error"]["kind"], "not_in_store", "{doc}");
+}
