@@ -15,8 +15,8 @@ use libfuzzer_sys::fuzz_target;
 use skill_runner::exec::job::{self, Job, RawJob};
 use skill_runner::exec::plan;
 use skill_runner::sandbox::bwrap::BwrapFeatures;
-use skill_runner::sandbox::profile;
 use skill_runner::sandbox::paths::{self, Spelling};
+use skill_runner::sandbox::profile;
 use skill_runner_fuzz::one_line;
 
 /// A folder that does not exist: a relative profile path names no file.
@@ -111,6 +111,11 @@ fn plan(job: &Job) {
         extensions: job.extensions_dir.clone(),
         net: None,
         etc: Some("/data/system-views/x/etc".into()),
+        // A job's environment is bound from the store's sealed tree.
+        environment: job.environment.as_ref().map(|e| plan::EnvMount {
+            tree: format!("/data/environments/trees/{}/tree", e.hash).into(),
+            variables: vec![("PYTHONPATH".into(), "/opt/skill-env/python".into())],
+        }),
     };
     let args = plan::bwrap(
         job,

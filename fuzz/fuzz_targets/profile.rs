@@ -120,6 +120,7 @@ fn bubblewrap(p: &Profile) {
         extensions: None,
         net: None,
         etc: None,
+        environment: None,
     };
     let args = plan::bwrap(
         &job,

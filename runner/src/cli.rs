@@ -128,6 +128,28 @@ pub enum EnvCommand {
         #[command(flatten)]
         limits: EnvLimitArgs,
     },
+    /// Build environment ID from a hash-pinned requirements lock: fetch
+    /// the pinned wheels with pip's own index configuration, install them
+    /// offline in the runner's sandbox (no network), hash, seal and
+    /// publish; prints the record (JSON) on stdout, each step on stderr.
+    /// The same lock built again for the same interpreter is served from
+    /// the store.
+    Build {
+        /// The lock, every line name==version --hash=sha256:…
+        #[arg(long, value_name = "REQUIREMENTS")]
+        python: PathBuf,
+        /// Environment id (e.g. pdf-tools).
+        #[arg(long)]
+        id: String,
+        /// The interpreter to build for (default /usr/bin/python3).
+        #[arg(long, value_name = "PATH")]
+        interpreter: Option<String>,
+        /// Wall-clock limit of the install step, in seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+        install_timeout: u64,
+        #[command(flatten)]
+        limits: EnvLimitArgs,
+    },
     /// List the environments in the store.
     List {
         /// Print JSON (an array of records) instead of one line each.

@@ -125,7 +125,7 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Catalog(cmd) => catalog_cmd(cmd, &open_data_dir(data_dir)?),
         Command::Session(cmd) => session_cmd(cmd, &open_data_dir(data_dir)?),
-        Command::Env(cmd) => env_cmd(cmd, &open_data_dir(data_dir)?),
+        Command::Env(cmd) => env_cmd(cmd, data_dir),
     }
 }
 
@@ -452,10 +452,98 @@ fn pretty<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<String> {
 /// Writes `text` to stdout; a reader that went away (`| head`) is not an
 /// error.
 /// `skill-runner env …`: the environment store (docs/environments.md).
-fn env_cmd(cmd: EnvCommand, data_dir: &DataDir) -> anyhow::Result<i32> {
+/// `env build`: the install step runs as a job of a runner on this data
+/// dir (no network); progress goes to stderr, the record to stdout.
+fn env_build(
+    cfg: RunnerConfig,
+    lock: &Path,
+    id: &str,
+    interpreter: Option<&str>,
+    install_timeout: u64,
+    limits: &cli::EnvLimitArgs,
+) -> anyhow::Result<i32> {
+    use skill_runner::exec::envbuild::{BuildDir, SandboxInstall};
+    use skill_runner::package::environment::{base, build, store::EnvLimits};
+    let runner = Runner::new(cfg)?;
+    let python = interpreter.unwrap_or(base::DEFAULT_PYTHON);
+    let identity = runner.host.identity.clone()?;
+    if identity.root_mapped {
+        // pip sets the modes of what it installs; such a sandbox refuses
+        // every mode change (docs/sandbox.md).
+        anyhow::bail!(
+            "env build cannot install here: this runner is root of a user namespace that maps no other uid, whose sandbox refuses the mode changes pip makes; build as root of the host or as an unprivileged user, or build elsewhere and publish the tree with env add"
+        );
+    }
+    let owner = identity.switch_to();
+    let dir = BuildDir::create(owner)?;
+    let mut sandbox = SandboxInstall {
+        runner: &runner,
+        timeout_ms: install_timeout.saturating_mul(1000).max(1),
+        owner,
+    };
+    let limits = EnvLimits {
+        max_entries: limits.max_entries,
+        max_file_bytes: limits.max_file_bytes,
+        max_bytes: limits.max_bytes,
+    };
+    let started = std::time::Instant::now();
+    let mut progress = |step: build::Step| {
+        let what = match step {
+            build::Step::Lock => "lock: checked; interpreter named",
+            build::Step::Fetch => "fetch: the pinned wheels, with pip's own index configuration",
+            build::Step::Install => "install: offline, in the sandbox (no network)",
+            build::Step::Hash => "hash: the tree, sealed while copied into the store",
+            build::Step::Publish => "publish: recorded",
+            build::Step::FromStore => {
+                "publish: this lock was built for this interpreter before: served from the store, nothing fetched"
+            }
+        };
+        let _ = writeln!(
+            std::io::stderr(),
+            "skill-runner: env build {id}: {what} ({:.1} s)",
+            started.elapsed().as_secs_f64()
+        );
+    };
+    let built = build::build_python_in(
+        &runner.environments,
+        lock,
+        id,
+        python,
+        &dir.folders(),
+        &mut sandbox,
+        &limits,
+        &mut progress,
+    )?;
+    drop(dir);
+    emit(&format!(
+        "{}\n",
+        serde_json::to_string(&built.published.record)?
+    ))?;
+    Ok(0)
+}
+
+fn env_cmd(cmd: EnvCommand, data_dir: Option<PathBuf>) -> anyhow::Result<i32> {
     use skill_runner::package::environment::store::{EnvLimits, EnvStore};
     use skill_runner::package::environment::{base, lock, EnvRef, LockRef};
-    let store = EnvStore::open(data_dir)?;
+    // A build runs its install step as a job: it needs a runner.
+    if let EnvCommand::Build {
+        python,
+        id,
+        interpreter,
+        install_timeout,
+        limits,
+    } = cmd
+    {
+        return env_build(
+            config(data_dir, false),
+            &python,
+            &id,
+            interpreter.as_deref(),
+            install_timeout,
+            &limits,
+        );
+    }
+    let store = EnvStore::open(&open_data_dir(data_dir)?)?;
     match cmd {
         EnvCommand::Add {
             dir,
@@ -545,6 +633,7 @@ fn env_cmd(cmd: EnvCommand, data_dir: &DataDir) -> anyhow::Result<i32> {
             let report = store.gc()?;
             emit(&format!("{}\n", serde_json::to_string(&report)?))?;
         }
+        EnvCommand::Build { .. } => {}
     }
     Ok(0)
 }

@@ -142,6 +142,46 @@ pub enum ExecError {
         path: PathBuf,
         source: io::Error,
     },
+    /// The job's environment is unknown, changed, unverifiable, or built
+    /// for an interpreter this host no longer has.
+    #[error("the job's {source}")]
+    UseEnvironment {
+        #[source]
+        source: crate::package::environment::resolve::ResolveError,
+    },
+    #[error("skill {skill:?} declares environment {{id {}, hash {}}} and skill {other:?} declares {{id {}, hash {}}}; select skills that declare the same environment, or none", first.id, first.hash, second.id, second.hash)]
+    EnvironmentsDiffer {
+        skill: String,
+        first: Box<crate::package::environment::EnvRef>,
+        other: String,
+        second: Box<crate::package::environment::EnvRef>,
+    },
+    #[error("the job names environment {{id {}, hash {}}} but skill {skill:?} declares {{id {}, hash {}}}; name the one the skill declares, or leave environment out", job.id, job.hash, declared.id, declared.hash)]
+    EnvironmentNotDeclared {
+        job: Box<crate::package::environment::EnvRef>,
+        skill: String,
+        declared: Box<crate::package::environment::EnvRef>,
+    },
+    #[error("skill {skill:?}: {source}")]
+    DeclaredEnvironment {
+        skill: String,
+        source: crate::package::environment::declare::DeclareError,
+    },
+    #[error("skill {skill:?}: cannot read its SKILL.md in the snapshot root {}: {reason}", path.display())]
+    ReadDeclaration {
+        skill: String,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("cannot open the environment's tree {}: {source}; run skill-runner env verify on it", path.display())]
+    OpenEnvironment { path: PathBuf, source: io::Error },
+    #[error("this runner cannot open its environment store: {source}")]
+    OpenEnvironments {
+        #[source]
+        source: crate::package::environment::store::EnvError,
+    },
+    #[error("the job names environment {id:?}, and {sandbox} cannot mount environments yet; run it on Linux (bubblewrap)")]
+    EnvironmentUnsupported { id: String, sandbox: &'static str },
     #[error("cannot open the prepared /etc {}: {source}", path.display())]
     OpenEtc { path: PathBuf, source: io::Error },
     #[error("cannot hand over {}: {source}", path.display())]
@@ -176,6 +216,13 @@ impl ExecError {
             Store(e) => e.kind(),
             Stage(e) => e.kind(),
             Limits(_) => ErrorKind::SandboxUnavailable,
+            UseEnvironment { source } => source.kind(),
+            OpenEnvironment { .. } => ErrorKind::HashMismatch,
+            OpenEnvironments { source } => source.kind(),
+            EnvironmentUnsupported { .. } => ErrorKind::SandboxUnavailable,
+            EnvironmentsDiffer { .. } | EnvironmentNotDeclared { .. } => ErrorKind::BadJob,
+            DeclaredEnvironment { .. } => ErrorKind::BadPackage,
+            ReadDeclaration { .. } => ErrorKind::StagingFailed,
             ResolveFolder { .. }
             | NotAFolder { .. }
             | Changed { .. }

@@ -23,7 +23,8 @@ use crate::datadir::DataDir;
 use crate::exec::error::ExecError;
 use crate::exec::folders::etc_extra;
 use crate::exec::job::Job;
-use crate::exec::plan::{self, Content, Folders, Plan, Sandbox};
+use crate::exec::plan::{self, Content, EnvMount, Folders, Plan, Sandbox};
+use crate::package::environment::store::EnvStore;
 use crate::sandbox::bwrap::BwrapFeatures;
 use crate::sandbox::fds::{self, Holds};
 use crate::sandbox::host::Bwrap;
@@ -221,6 +222,19 @@ fn shown_folders(job: &Job, data_dir: &Path, mounts: &[profile::Mount]) -> Folde
             shown.executions().join(exec).join("net")
         }),
         etc: etc.map(|rel| shown.system_views().join(rel)),
+        environment: job.environment.as_ref().map(|env| {
+            // The record tells the path variables; the tree is checked
+            // at launch, not here.
+            let record = EnvStore::at(&DataDir::unchecked(data_dir)).record(env);
+            let tree = EnvStore::at(&shown).tree_path(&env.hash);
+            match record {
+                Ok(record) => EnvMount::of(&record, tree),
+                Err(_) => EnvMount {
+                    tree,
+                    variables: Vec::new(),
+                },
+            }
+        }),
     }
 }
 
@@ -358,6 +372,12 @@ impl fmt::Display for Bubblewrap {
 /// `explain --platform macos`: the plan with the per-execution folder
 /// shown under `<data-dir>/executions/<id>.RANDOM`.
 fn seatbelt(job: &Job, data_dir: &Path) -> Result<Seatbelt, ExecError> {
+    if let Some(env) = &job.environment {
+        return Err(ExecError::EnvironmentUnsupported {
+            id: env.id.clone(),
+            sandbox: "seatbelt",
+        });
+    }
     let exec = DataDir::unchecked(data_dir)
         .executions()
         .join(format!("{}.RANDOM", job.execution_id));

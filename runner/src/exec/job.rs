@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::package::environment::EnvRef;
 use crate::package::format::{self, PackageError};
 use crate::package::hash::Binding;
 use crate::sandbox::net::policy::{self, Allowlist, Entry};
@@ -111,6 +112,8 @@ pub struct RawJob {
     pub profile: Option<String>,
     #[serde(default)]
     pub limits: RawLimits,
+    /// The environment the command imports from (docs/environments.md).
+    pub environment: Option<EnvRef>,
 }
 
 impl RawJob {
@@ -189,6 +192,9 @@ pub struct Job {
     pub network: Network,
     pub profile: Profile,
     pub limits: Limits,
+    /// The environment bound read-only at `/opt/skill-env`, checked by
+    /// the runner before the command starts.
+    pub environment: Option<EnvRef>,
     /// The host paths were resolved and checked by a confinement (the
     /// daemon's roots, `run --confine`): the runner must find each one
     /// unchanged when it runs the job, never resolve it anew.
@@ -238,6 +244,10 @@ pub enum JobError {
     },
     #[error("env {0:?} is set by the runner when the job has a network allowlist (it points at the proxy)")]
     EnvProxy(String),
+    #[error("env {0:?} is set by the runner when the job names an environment (it points into /opt/skill-env); leave it out")]
+    EnvEnvironment(String),
+    #[error("environment {{id {id:?}, hash {hash:?}}} is not an environment's name: the id is lowercase letters and digits in words joined by '-', the hash 64 lowercase hex digits, as env add and env list print them")]
+    EnvironmentRef { id: String, hash: String },
     #[error(transparent)]
     Profile(#[from] ProfileError),
     #[error("limit {name} must be a positive integer")]
@@ -397,6 +407,29 @@ fn network(raw: Option<RawNetwork>, env: &[(String, String)]) -> Result<Network,
     Ok(network)
 }
 
+/// Variables the runner sets for a job that names an environment.
+pub const ENVIRONMENT_VARS: &[&str] = &["PYTHONPATH"];
+
+/// Checks an environment's name as the store spells them; the job may
+/// not set the path variables the runner sets for it.
+fn checked_environment(e: EnvRef, env: &[(String, String)]) -> Result<EnvRef, JobError> {
+    let id_ok = format::check_id(&e.id).is_ok();
+    let hash_ok = crate::package::hash::is_hex_digest(&e.hash);
+    if !id_ok || !hash_ok {
+        return Err(JobError::EnvironmentRef {
+            id: e.id,
+            hash: e.hash,
+        });
+    }
+    if let Some((name, _)) = env
+        .iter()
+        .find(|(n, _)| ENVIRONMENT_VARS.contains(&n.as_str()))
+    {
+        return Err(JobError::EnvEnvironment(name.clone()));
+    }
+    Ok(e)
+}
+
 /// A host path of the job: absolute as written, else resolved against the
 /// job file's folder; refused when there is none.
 fn host_path(base: Option<&Path>, field: &'static str, p: PathBuf) -> Result<PathBuf, JobError> {
@@ -490,6 +523,10 @@ impl Job {
         let profile = Profile::load(raw.profile.as_deref().unwrap_or("default"), profile_base)?;
         check_arg_sizes(&raw.argv, &env)?;
         let limits = limits(&raw.limits, &profile.limits)?;
+        let environment = raw
+            .environment
+            .map(|e| checked_environment(e, &env))
+            .transpose()?;
         Ok(Job {
             execution_id,
             generated_id,
@@ -505,6 +542,7 @@ impl Job {
             network,
             profile,
             limits,
+            environment,
             confined: false,
         })
     }

@@ -7,7 +7,8 @@
 //! it), and how it ended is classified ([`outcome`]) into a [`result`]; a
 //! refusal is an [`error::ExecError`], made the result's `error` once, at
 //! the edge; [`diagnose`] turns a launcher's failure into a fix,
-//! [`doctor`] checks a host.
+//! [`doctor`] checks a host, [`envbuild`] runs an environment build's
+//! install step as a job.
 //!
 //! Invariants of the room:
 //! - fail closed: anything that cannot be set up as asked rejects the
@@ -24,6 +25,7 @@
 pub mod confine;
 pub mod diagnose;
 pub mod doctor;
+pub mod envbuild;
 pub mod error;
 pub mod explain;
 pub mod folders;

@@ -232,6 +232,7 @@ pub fn result(job: &Job, p: &Prepared, outcome: &supervise::Outcome, f: Finished
         skills: Some(SkillsInfo {
             identity: p.lease.snapshot.identity.clone(),
             manifest: p.lease.snapshot.manifest.clone(),
+            environment: p.environment.as_ref().map(|e| e.record.env_ref()),
         }),
         limits: Some(applied),
         usage: Some(Usage {

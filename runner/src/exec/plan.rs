@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use crate::exec::error::ExecError;
 use crate::exec::job::Job;
 use crate::sandbox::bwrap::{self, BwrapFeatures};
-use crate::sandbox::fds::{FD_ETC, FD_EXTENSIONS, FD_NET, FD_SKILLS, FD_WORKSPACE};
+use crate::sandbox::fds::{FD_ENVIRONMENT, FD_ETC, FD_EXTENSIONS, FD_NET, FD_SKILLS, FD_WORKSPACE};
 use crate::sandbox::fds::{FD_EXEC_REPORT, FD_GROUP, FD_PASSWD, FD_SHIM, FD_STDERR};
 use crate::sandbox::identity::Identity;
 use crate::sandbox::paths::{self, Spelling};
@@ -67,6 +67,42 @@ pub struct Folders {
     pub net: Option<PathBuf>,
     /// The prepared `/etc`, when the profile's `/etc` can be one.
     pub etc: Option<PathBuf>,
+    /// The job's environment, when it names one.
+    pub environment: Option<EnvMount>,
+}
+
+/// A job's environment as the plan binds it: the sealed tree on the host
+/// (bound read-only at `/opt/skill-env`, never copied) and the path
+/// variables it sets there (`PYTHONPATH` for a Python base).
+#[derive(Debug, Clone)]
+pub struct EnvMount {
+    pub tree: PathBuf,
+    pub variables: Vec<(String, String)>,
+}
+
+impl EnvMount {
+    /// The mount of a stored environment's record whose tree is `tree`.
+    pub fn of(record: &crate::package::environment::Record, tree: PathBuf) -> EnvMount {
+        use crate::package::environment::resolve::{variables, MOUNT_POINT};
+        EnvMount {
+            tree,
+            variables: variables(record, MOUNT_POINT)
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect(),
+        }
+    }
+}
+
+/// `PATH` in a sandbox with an environment: its `bin/` first, then the
+/// baseline's.
+fn environment_path(env: &mut [(String, String)]) {
+    use crate::package::environment::resolve::{Ready, MOUNT_POINT};
+    for (k, v) in env.iter_mut() {
+        if k == "PATH" {
+            *v = format!("{}:{v}", Ready::path_prefix(MOUNT_POINT));
+        }
+    }
 }
 
 /// The prepared state a bubblewrap plan is made from.
@@ -96,6 +132,10 @@ pub fn bwrap(job: &Job, s: Sandbox<'_>) -> Result<Plan, ExecError> {
         ));
     }
     let f = s.folders;
+    if let Some(e) = &f.environment {
+        environment_path(&mut env);
+        env.extend(e.variables.iter().cloned());
+    }
     let workspace = match f.workspace {
         Some(_) => bwrap::Workspace::Host,
         None => bwrap::Workspace::Fresh {
@@ -118,6 +158,7 @@ pub fn bwrap(job: &Job, s: Sandbox<'_>) -> Result<Plan, ExecError> {
         proxy,
         nproc: s.nproc,
         etc_view: f.etc.is_some(),
+        environment: f.environment.is_some(),
     });
     let mut files = seccomp(job, s.identity)?;
     // The account files, unless they are in the prepared /etc.
@@ -141,6 +182,7 @@ pub fn bwrap(job: &Job, s: Sandbox<'_>) -> Result<Plan, ExecError> {
         (FD_EXTENSIONS, f.extensions.as_ref()),
         (FD_NET, f.net.as_ref()),
         (FD_ETC, f.etc.as_ref()),
+        (FD_ENVIRONMENT, f.environment.as_ref().map(|e| &e.tree)),
     ]
     .into_iter()
     .filter_map(|(fd, path)| path.map(|p| (fd, p.clone())))
@@ -257,6 +299,7 @@ mod tests {
             extensions: Some("/w/e".into()),
             net: None,
             etc: None,
+            environment: None,
         }
     }
 
@@ -298,5 +341,48 @@ mod tests {
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
         assert!(args.windows(3).any(|w| w == ["--ro-bind-fd", "14", "/etc"]));
+    }
+
+    #[test]
+    fn an_environment_is_bound_read_only_with_its_bin_first_on_path() {
+        let j = job(r#"{"argv": ["true"]}"#);
+        let mut f = folders();
+        f.environment = Some(EnvMount {
+            tree: "/data/environments/trees/h/tree".into(),
+            variables: vec![("PYTHONPATH".into(), "/opt/skill-env/python".into())],
+        });
+        let p = plan(&j, &f, &identity(false));
+        assert_eq!(
+            p.folders.last(),
+            Some(&(FD_ENVIRONMENT, "/data/environments/trees/h/tree".into()))
+        );
+        let args: Vec<String> = p
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let has = |w: [&str; 3]| args.windows(3).any(|x| x == w);
+        assert!(has(["--ro-bind-fd", "15", "/opt/skill-env"]), "{args:?}");
+        assert!(has([
+            "--setenv",
+            "PATH",
+            "/opt/skill-env/bin:/usr/bin:/bin"
+        ]));
+        assert!(has(["--setenv", "PYTHONPATH", "/opt/skill-env/python"]));
+        assert_eq!(
+            crate::sandbox::paths::ENVIRONMENT_DIR,
+            crate::package::environment::resolve::MOUNT_POINT
+        );
+        // Without one: no bind, the baseline PATH.
+        let p = plan(&j, &folders(), &identity(false));
+        let args: Vec<String> = p
+            .args
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert!(!args.iter().any(|a| a == "/opt/skill-env"));
+        assert!(args
+            .windows(3)
+            .any(|x| x == ["--setenv", "PATH", "/usr/bin:/bin"]));
     }
 }

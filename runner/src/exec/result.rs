@@ -65,6 +65,10 @@ impl ErrorInfo {
 pub struct SkillsInfo {
     pub identity: String,
     pub manifest: Manifest,
+    /// The environment the command saw at `/opt/skill-env`, when the job
+    /// named one: exactly these bytes, checked before it started.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<crate::package::environment::EnvRef>,
 }
 
 /// What enforces a limit, spelt in the result as `enforced_by`.

@@ -39,6 +39,7 @@ use crate::exec::limits::limits_plan;
 use crate::exec::outcome::{self, classify, Ended, Finished, Hits};
 use crate::exec::result::ExecResult;
 use crate::exec::watch;
+use crate::package::environment::store::EnvStore;
 use crate::package::format::PackageLimits;
 use crate::package::published::{Roots, KEEP_ROOTS};
 use crate::package::stage::{Selected, SkillSource};
@@ -61,6 +62,8 @@ pub enum RunnerError {
     DataDir(#[from] crate::datadir::DataDirError),
     #[error(transparent)]
     OpenStore(#[from] crate::package::store::StoreError),
+    #[error(transparent)]
+    OpenEnvironments(#[from] crate::package::environment::store::EnvError),
     #[error("cannot create {}: {source}; {}", path.display(), crate::datadir::HINT)]
     CreateFolder { path: PathBuf, source: io::Error },
     #[error("cannot create {}: {source}", path.display())]
@@ -93,6 +96,8 @@ pub struct Runner {
     pub config: RunnerConfig,
     pub store: Store,
     pub roots: Roots,
+    /// The environments a job may name (docs/environments.md).
+    pub environments: EnvStore,
     pub host: Host,
     executions: PathBuf,
     /// The opened data dir (its real path): its state is never a job's folder.
@@ -131,6 +136,7 @@ impl Runner {
             path: data.published(),
             source,
         })?;
+        let environments = EnvStore::open(&data)?;
         let executions = data.executions();
         let mut host = Host::probe(&data.cache());
         // One cgroup folder per data dir, so a sweep never touches the
@@ -160,6 +166,7 @@ impl Runner {
             config,
             store,
             roots,
+            environments,
             host,
             executions,
             data,
@@ -267,6 +274,9 @@ impl Runner {
         let limits = &self.config.package_limits;
         let lease = launch::lease(&self.roots, &selected, dir.as_ref(), limits)?;
         let staging = staging_started.elapsed();
+        // The environment the job names or its skills declare, checked
+        // and leased until the execution ends.
+        let environment = self.environment(job, &lease.snapshot)?;
 
         let workspace = match named_workspace {
             Some(w) => Some(w),
@@ -293,7 +303,37 @@ impl Runner {
             identity,
             mounts,
             etc,
+            environment,
         })
+    }
+
+    /// The job's environment, leased and checked (its stamp, else every
+    /// byte; its base against this host's interpreter): a changed,
+    /// missing or unverifiable one refuses the job before it starts.
+    fn environment(
+        &self,
+        job: &Job,
+        snapshot: &crate::package::stage::Snapshot,
+    ) -> Result<Option<crate::package::environment::resolve::Ready>, ExecError> {
+        let declared = declared_environment(snapshot)?;
+        let env = match (&job.environment, declared) {
+            (None, None) => return Ok(None),
+            (Some(named), Some((skill, declared))) if *named != declared => {
+                return Err(ExecError::EnvironmentNotDeclared {
+                    job: Box::new(named.clone()),
+                    skill,
+                    declared: Box::new(declared),
+                })
+            }
+            (Some(named), _) => named.clone(),
+            (None, Some((_, declared))) => declared,
+        };
+        let env = &env;
+        launch::environments_supported(env)?;
+        let ready = crate::package::environment::resolve::prepare(&self.environments, env)
+            .map_err(|source| ExecError::UseEnvironment { source })?;
+        tracing::debug!(id = %env.id, hash = %env.hash, checked = ?ready.checked, "environment ready");
+        Ok(Some(ready))
     }
 
     /// The workspace and extensions dir the job names, resolved, and
@@ -483,6 +523,47 @@ impl Runner {
         drop(p);
         Ok(result)
     }
+}
+
+/// The one environment the selected skills declare in their `SKILL.md`
+/// (read from the snapshot root, the verified bytes the command sees),
+/// with the first skill declaring it; two different ones refuse the job.
+fn declared_environment(
+    snapshot: &crate::package::stage::Snapshot,
+) -> Result<Option<(String, crate::package::environment::EnvRef)>, ExecError> {
+    use crate::package::environment::declare;
+    let mut found: Option<(String, crate::package::environment::EnvRef)> = None;
+    for skill in &snapshot.manifest.skills {
+        let path = snapshot.root.join(&skill.id).join("SKILL.md");
+        let unreadable = |reason: String| ExecError::ReadDeclaration {
+            skill: skill.id.clone(),
+            path: path.clone(),
+            reason,
+        };
+        let bytes = std::fs::read(&path).map_err(|e| unreadable(e.to_string()))?;
+        let doc = crate::package::format::parse_skill_md(&bytes)
+            .map_err(|e| unreadable(e.to_string()))?;
+        let env = declare::declared(doc.front.metadata.as_ref()).map_err(|source| {
+            ExecError::DeclaredEnvironment {
+                skill: skill.id.clone(),
+                source,
+            }
+        })?;
+        match (env, &found) {
+            (None, _) => {}
+            (Some(env), None) => found = Some((skill.id.clone(), env)),
+            (Some(env), Some((first_skill, first))) if env != *first => {
+                return Err(ExecError::EnvironmentsDiffer {
+                    skill: first_skill.clone(),
+                    first: Box::new(first.clone()),
+                    other: skill.id.clone(),
+                    second: Box::new(env),
+                })
+            }
+            (Some(_), Some(_)) => {}
+        }
+    }
+    Ok(found)
 }
 
 /// Says the launch is next: the bytes staged by this execution (none when

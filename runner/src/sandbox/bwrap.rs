@@ -21,7 +21,8 @@
 //! and every other host-global knob), `/dev` (read-only but for a sized
 //! `/dev/shm`), the private `/tmp`, then `/skills` (read-only),
 //! `/workspace` (a host folder, or a fresh tmpfs of `disk_bytes`) and
-//! `/skill-extensions` (writable), with a network allowlist the execution's
+//! `/skill-extensions` (writable), the job's environment read-only at
+//! `/opt/skill-env` when it names one, with a network allowlist the execution's
 //! network folder read-only at `/run/skill-runner` (the runner's proxy socket, see
 //! [`crate::sandbox::net`]), and last `--remount-ro /` so the sandbox cannot create
 //! files at its root. The network namespace is always new (`--unshare-all`):
@@ -38,15 +39,16 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use crate::sandbox::paths::{
-    DEFAULT_EXTENSIONS, EXTENSIONS_DIR, EXTENSIONS_VAR, SKILLS_DIR, SKILLS_VAR, WORKSPACE_DIR,
+    DEFAULT_EXTENSIONS, ENVIRONMENT_DIR, EXTENSIONS_DIR, EXTENSIONS_VAR, SKILLS_DIR, SKILLS_VAR,
+    WORKSPACE_DIR,
 };
 use crate::sandbox::profile::Mount;
 use crate::sandbox::shim::SHIM_PATH;
 
 // The descriptor numbers are the sandbox's table (crate::sandbox::fds).
 pub use crate::sandbox::fds::{
-    FD_ETC, FD_EXTENSIONS, FD_GROUP, FD_NET, FD_PASSWD, FD_SECCOMP_GUARD, FD_SECCOMP_RULES,
-    FD_SKILLS, FD_WORKSPACE,
+    FD_ENVIRONMENT, FD_ETC, FD_EXTENSIONS, FD_GROUP, FD_NET, FD_PASSWD, FD_SECCOMP_GUARD,
+    FD_SECCOMP_RULES, FD_SKILLS, FD_WORKSPACE,
 };
 /// The user the command runs as inside the sandbox.
 pub const SANDBOX_UID: u32 = 1000;
@@ -110,6 +112,9 @@ pub struct Plan<'a> {
     /// `/etc` is the prepared copy on [`FD_ETC`] ([`crate::sandbox::etcview`]):
     /// the profile's mounts below `/etc` and the account files are in it.
     pub etc_view: bool,
+    /// The job's environment is bound read-only at `/opt/skill-env` from
+    /// [`FD_ENVIRONMENT`] (docs/environments.md); its variables are in `env`.
+    pub environment: bool,
 }
 
 /// The environment in the sandbox (docs/formats.md): the fixed baseline,
@@ -194,6 +199,11 @@ pub fn bwrap_args(plan: &Plan<'_>) -> Vec<OsString> {
     a.opt("--tmpfs", "/tmp");
     // The execution's folders.
     a.pair("--ro-bind-fd", FD_SKILLS.to_string(), SKILLS_DIR);
+    if plan.environment {
+        // The sealed tree itself, never a copy: read-only, whatever its
+        // modes say.
+        a.pair("--ro-bind-fd", FD_ENVIRONMENT.to_string(), ENVIRONMENT_DIR);
+    }
     match plan.workspace {
         Workspace::Host => a.pair("--bind-fd", FD_WORKSPACE.to_string(), WORKSPACE_DIR),
         Workspace::Fresh { bytes } => {

@@ -59,6 +59,7 @@ fn plan_args_net(
         proxy,
         nproc: None,
         etc_view: false,
+        environment: false,
     })
     .into_iter()
     .map(|s| s.into_string().unwrap())
@@ -324,6 +325,7 @@ fn the_pids_rlimit_goes_to_the_shim_before_the_command() {
         proxy: false,
         nproc: Some(20),
         etc_view: false,
+        environment: false,
     })
     .into_iter()
     .map(|s| s.into_string().unwrap())
@@ -421,6 +423,7 @@ fn the_prepared_etc_replaces_the_etc_pieces_and_the_account_files() {
         proxy: false,
         nproc: None,
         etc_view,
+        environment: false,
     };
     let strings = |args: Vec<OsString>| -> Vec<String> {
         args.into_iter().map(|s| s.into_string().unwrap()).collect()

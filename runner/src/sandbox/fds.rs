@@ -36,6 +36,9 @@ pub const FD_WORKSPACE: i32 = 12;
 pub const FD_NET: i32 = 13;
 /// Child fd of the prepared `/etc` ([`crate::sandbox::etcview`]).
 pub const FD_ETC: i32 = 14;
+/// Child fd of the job's environment (`/opt/skill-env`,
+/// docs/environments.md).
+pub const FD_ENVIRONMENT: i32 = 15;
 
 /// What kind of thing a descriptor is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +82,7 @@ const fn row(
 }
 
 /// Every descriptor the sandbox may find, in the order of their numbers.
-pub const TABLE: [Descriptor; 12] = [
+pub const TABLE: [Descriptor; 13] = [
     row(
         FD_SECCOMP_RULES,
         Holds::File,
@@ -152,6 +155,13 @@ pub const TABLE: [Descriptor; 12] = [
         None,
     ),
     row(FD_ETC, Holds::Folder, "/etc", "the prepared /etc", None),
+    row(
+        FD_ENVIRONMENT,
+        Holds::Folder,
+        "/opt/skill-env",
+        "the job's environment (a sealed tree of the store, read-only)",
+        None,
+    ),
 ];
 
 /// The row of `fd`.

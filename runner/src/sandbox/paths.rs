@@ -26,6 +26,9 @@ pub const DEFAULT_EXTENSIONS: &str = ".sciencediscovery/skill-extensions";
 /// Where the workspace is mounted inside the sandbox; the command's
 /// working directory.
 pub const WORKSPACE_DIR: &str = "/workspace";
+/// Where a job's environment appears in the sandbox (Linux), read-only;
+/// the same as `package::environment::resolve::MOUNT_POINT`.
+pub const ENVIRONMENT_DIR: &str = "/opt/skill-env";
 
 /// Environment variable naming the snapshot root inside the sandbox.
 pub const SKILLS_VAR: &str = "SCIENCEDISCOVERY_SKILLS_DIR";

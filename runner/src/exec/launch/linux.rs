@@ -17,12 +17,13 @@ use crate::exec::error::ExecError;
 use crate::exec::folders::{etc_extra, reachable_by};
 use crate::exec::job::Job;
 use crate::exec::launch::{Launcher, Prepared};
-use crate::exec::plan::{self, Content, Folders, Plan, Sandbox};
+use crate::exec::plan::{self, Content, EnvMount, Folders, Plan, Sandbox};
+use crate::package::environment::EnvRef;
 use crate::package::format::PackageLimits;
 use crate::package::published::{Lease, Roots};
 use crate::package::stage::Selected;
 use crate::package::store::PrivateDir;
-use crate::sandbox::fds::{self, FD_ETC, FD_NET};
+use crate::sandbox::fds::{self, FD_ENVIRONMENT, FD_ETC, FD_NET};
 use crate::sandbox::host::{Bwrap, Host};
 use crate::sandbox::identity::Identity;
 use crate::sandbox::profile;
@@ -39,6 +40,11 @@ pub fn available(host: &Host) -> Result<Option<Bwrap>, ExecError> {
     let bwrap = host.bwrap.clone()?;
     host.userns.clone()?;
     Ok(Some(bwrap))
+}
+
+/// bubblewrap binds an environment read-only at `/opt/skill-env`.
+pub fn environments_supported(_env: &EnvRef) -> Result<(), ExecError> {
+    Ok(())
 }
 
 /// The published snapshot root of the selection, shared: a read-only
@@ -97,6 +103,10 @@ pub fn launcher(job: &Job, p: &Prepared, nproc: Option<u64>) -> Result<Launcher,
             .and_then(|n| n.dir.as_ref())
             .map(|(path, _)| path.clone()),
         etc: p.etc.clone(),
+        environment: p
+            .environment
+            .as_ref()
+            .map(|e| EnvMount::of(&e.record, e.host_tree().clone())),
     };
     let plan = plan::bwrap(
         job,
@@ -137,6 +147,7 @@ fn field(fd: i32) -> &'static str {
         fds::FD_WORKSPACE => "workspace",
         fds::FD_EXTENSIONS => "extensions_dir",
         FD_NET => "the execution's network folder",
+        FD_ENVIRONMENT => "the environment's tree",
         _ => "the prepared /etc",
     }
 }
@@ -155,6 +166,12 @@ fn open_folder(fd: i32, path: &Path, p: &Prepared) -> Result<OwnedFd, ExecError>
                     source,
                 })
         }
+        FD_ENVIRONMENT => crate::fsx::open_dir_no_symlinks(path)
+            .map(OwnedFd::from)
+            .map_err(|source| ExecError::OpenEnvironment {
+                path: path.to_owned(),
+                source,
+            }),
         FD_ETC => crate::fsx::open_dir_no_symlinks(path)
             .map(OwnedFd::from)
             .map_err(|source| ExecError::OpenEtc {

@@ -60,6 +60,16 @@ pub fn fresh_workspace(dir: Option<&PrivateDir>) -> Result<Option<PathBuf>, Exec
     Ok(Some(w))
 }
 
+/// Seatbelt has no mount namespace; its profile does not yet name an
+/// environment's tree: a job naming one is refused rather than run
+/// without its libraries.
+pub fn environments_supported(env: &crate::package::environment::EnvRef) -> Result<(), ExecError> {
+    Err(ExecError::EnvironmentUnsupported {
+        id: env.id.clone(),
+        sandbox: SANDBOX,
+    })
+}
+
 /// No prepared `/etc` under Seatbelt.
 pub fn etc_view(
     _data_dir: &Path,

@@ -8,7 +8,8 @@
 //! `NEEDS_FOLDER` (every execution needs a folder of its own), `available`
 //! (the host can start the sandbox), `lease` (the snapshot root: shared on
 //! Linux, where a read-only mount protects it, private under Seatbelt),
-//! `fresh_workspace`, `etc_view` (the prepared `/etc`, Linux only) and
+//! `fresh_workspace`, `environments_supported` (a job's environment can
+//! be mounted), `etc_view` (the prepared `/etc`, Linux only) and
 //! `launcher` (the plan and the descriptors it names, opened now); [`spawn`]
 //! makes the supervisor's spawn of it.
 
@@ -24,12 +25,18 @@ use crate::sandbox::profile;
 #[cfg(not(target_os = "macos"))]
 mod linux;
 #[cfg(not(target_os = "macos"))]
-pub use linux::{available, etc_view, fresh_workspace, launcher, lease, NEEDS_FOLDER, SANDBOX};
+pub use linux::{
+    available, environments_supported, etc_view, fresh_workspace, launcher, lease, NEEDS_FOLDER,
+    SANDBOX,
+};
 
 #[cfg(target_os = "macos")]
 mod macos;
 #[cfg(target_os = "macos")]
-pub use macos::{available, etc_view, fresh_workspace, launcher, lease, NEEDS_FOLDER, SANDBOX};
+pub use macos::{
+    available, environments_supported, etc_view, fresh_workspace, launcher, lease, NEEDS_FOLDER,
+    SANDBOX,
+};
 
 /// An execution as prepared for its launch.
 #[derive(Debug)]
@@ -56,6 +63,9 @@ pub struct Prepared {
     /// The prepared `/etc` (Linux), when the profile's `/etc` can be one.
     #[cfg_attr(target_os = "macos", allow(dead_code))]
     pub etc: Option<PathBuf>,
+    /// The job's environment, leased (kept from `gc`) and checked for
+    /// as long as the execution lasts.
+    pub environment: Option<crate::package::environment::resolve::Ready>,
 }
 
 /// A launch plan, and the descriptors it names, opened.

@@ -111,6 +111,42 @@ pub fn check_base(base: &Base) -> Result<(), BaseError> {
     Ok(())
 }
 
+/// [`check_base`], with the binary's SHA-256 remembered in `cache` (a
+/// folder of the store) under a fingerprint of the file it resolves to:
+/// its real path, device, inode, size, modification and change times.
+/// A binary that was replaced, rewritten or touched has another
+/// fingerprint and is hashed again; one that still has it is not read (as
+/// the tree's stamp, this trusts that nobody set the clock back; a
+/// failure to remember is only a cost).
+pub fn check_base_cached(base: &Base, cache: &std::path::Path) -> Result<(), BaseError> {
+    use std::os::unix::fs::MetadataExt;
+    check_interpreter_path(&base.path)?;
+    let read_err = |source| BaseError::ReadInterpreter {
+        path: PathBuf::from(&base.path),
+        source,
+    };
+    let real = fs::canonicalize(&base.path).map_err(read_err)?;
+    let meta = fs::metadata(&real).map_err(read_err)?;
+    let fingerprint = format!(
+        "{}\n{}\n{}\n{}\n{}.{}\n{}.{}",
+        real.display(),
+        meta.dev(),
+        meta.ino(),
+        meta.size(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ctime(),
+        meta.ctime_nsec()
+    );
+    let remembered = cache.join(crate::package::hash::file_hash(fingerprint.as_bytes()));
+    if fs::read_to_string(&remembered).is_ok_and(|sha| sha == base.sha256) {
+        return Ok(());
+    }
+    check_base(base)?;
+    let _ = crate::fsx::write_replace(&remembered, base.sha256.as_bytes());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,6 +182,32 @@ mod tests {
         };
         assert!(matches!(
             check_base(&other),
+            Err(BaseError::BaseChanged { .. })
+        ));
+    }
+
+    #[test]
+    fn a_base_is_remembered_by_its_binary_fingerprint_and_a_wrong_one_still_refused() {
+        if !std::path::Path::new(DEFAULT_PYTHON).exists() {
+            crate::text::skip_test(format!("no {DEFAULT_PYTHON}"));
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let cache = t.path().join("bases");
+        let base = probe_python(DEFAULT_PYTHON).unwrap();
+        check_base_cached(&base, &cache).unwrap();
+        let files: Vec<_> = fs::read_dir(&cache).unwrap().collect();
+        assert_eq!(files.len(), 1);
+        let remembered = files[0].as_ref().unwrap().path();
+        assert_eq!(fs::read_to_string(&remembered).unwrap(), base.sha256);
+        check_base_cached(&base, &cache).unwrap();
+        // A record naming other bytes is not served by the cache.
+        let stale = Base {
+            sha256: "0".repeat(64),
+            ..base.clone()
+        };
+        assert!(matches!(
+            check_base_cached(&stale, &cache),
             Err(BaseError::BaseChanged { .. })
         ));
     }

@@ -235,6 +235,45 @@ pub fn check_wheels(lock: &PythonLock, wheels: &Path) -> Result<(), BuildError> 
     Ok(())
 }
 
+/// A step of a build, as its progress shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The lock and interpreter were read; the store is asked first.
+    Lock,
+    /// Fetching the pinned wheels with pip's own index configuration.
+    Fetch,
+    /// Installing them offline in the sandbox.
+    Install,
+    /// Hashing and sealing the tree.
+    Hash,
+    /// The record was published.
+    Publish,
+    /// The same lock was built for the same interpreter before: the tree
+    /// in the store is used, nothing is downloaded.
+    FromStore,
+}
+
+impl Step {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Lock => "lock",
+            Step::Fetch => "fetch",
+            Step::Install => "install",
+            Step::Hash => "hash",
+            Step::Publish => "publish",
+            Step::FromStore => "from-store",
+        }
+    }
+}
+
+/// What a build gave: the record, and whether it was served from the
+/// store (a build of the same lock for the same interpreter before).
+#[derive(Debug, Clone)]
+pub struct Built {
+    pub published: Published,
+    pub from_store: bool,
+}
+
 /// Builds environment `id` from the Python lock at `lock_path`: checks the
 /// lock, names the base, fetches the wheels into a private staging folder
 /// of the store, installs them through `sandbox` (no network), and
@@ -247,6 +286,44 @@ pub fn build_python(
     sandbox: &mut dyn SandboxRun,
     limits: &EnvLimits,
 ) -> Result<Published, BuildError> {
+    let staging = store.staging().map_err(|source| BuildError::Prepare {
+        path: store.root().to_owned(),
+        source,
+    })?;
+    let folders = InstallFolders {
+        input: staging.path.join("input"),
+        tree: staging.path.join("tree"),
+    };
+    let built = build_python_in(
+        store,
+        lock_path,
+        id,
+        python,
+        &folders,
+        sandbox,
+        limits,
+        &mut |_| {},
+    )?;
+    drop(staging);
+    Ok(built.published)
+}
+
+/// [`build_python`] in the caller's `folders` (which must exist; the
+/// sandbox must be able to read `input` and write `tree`), saying each
+/// step to `progress`. A build of the same lock for the same interpreter
+/// that this store published before is served from the store: its tree
+/// is checked (stamp, else every byte) and no wheel is fetched.
+#[allow(clippy::too_many_arguments)]
+pub fn build_python_in(
+    store: &EnvStore,
+    lock_path: &Path,
+    id: &str,
+    python: &str,
+    folders: &InstallFolders,
+    sandbox: &mut dyn SandboxRun,
+    limits: &EnvLimits,
+    progress: &mut dyn FnMut(Step),
+) -> Result<Built, BuildError> {
     let bytes = fs::read(lock_path).map_err(|source| BuildError::ReadLock {
         path: lock_path.to_owned(),
         source,
@@ -256,14 +333,18 @@ pub fn build_python(
         source,
     })?;
     let base = probe_python(python)?;
-    let staging = store.staging().map_err(|source| BuildError::Prepare {
-        path: store.root().to_owned(),
-        source,
-    })?;
-    let folders = InstallFolders {
-        input: staging.path.join("input"),
-        tree: staging.path.join("tree"),
-    };
+    progress(Step::Lock);
+    let locks = vec![LockRef {
+        kind: lock::PYTHON_REQUIREMENTS.into(),
+        sha256: lock.sha256.clone(),
+    }];
+    if let Some(published) = from_store(store, &lock.sha256, &base, id, limits)? {
+        progress(Step::FromStore);
+        return Ok(Built {
+            published,
+            from_store: true,
+        });
+    }
     let prepare = |path: &Path| {
         let path = path.to_owned();
         move |source| BuildError::Prepare { path, source }
@@ -273,16 +354,54 @@ pub fn build_python(
     fs::create_dir_all(&folders.tree).map_err(prepare(&folders.tree))?;
     let lock_copy = folders.input.join(LOCK_FILE);
     fs::write(&lock_copy, &bytes).map_err(prepare(&lock_copy))?;
+    progress(Step::Fetch);
     fetch(python, &lock_copy, &wheels)?;
     check_wheels(&lock, &wheels)?;
-    install(sandbox, python, &folders)?;
-    let locks = vec![LockRef {
-        kind: lock::PYTHON_REQUIREMENTS.into(),
-        sha256: lock.sha256.clone(),
-    }];
-    let published = store.add(&folders.tree, id, vec![base], locks, limits)?;
-    drop(staging);
-    Ok(published)
+    progress(Step::Install);
+    install(sandbox, python, folders)?;
+    progress(Step::Hash);
+    let published = store.add(&folders.tree, id, vec![base.clone()], locks, limits)?;
+    store.record_build(&lock.sha256, &base, &published.record.env_ref())?;
+    progress(Step::Publish);
+    Ok(Built {
+        published,
+        from_store: false,
+    })
+}
+
+/// The environment this store built from the same lock for the same
+/// interpreter, when it is still held and sound; under another id, the
+/// same tree is published under `id` too (a local copy, no download).
+fn from_store(
+    store: &EnvStore,
+    lock_sha: &str,
+    base: &crate::package::environment::Base,
+    id: &str,
+    limits: &EnvLimits,
+) -> Result<Option<Published>, BuildError> {
+    let Some(env) = store.built(lock_sha, base) else {
+        return Ok(None);
+    };
+    // The record, the tree (stamp or re-hash) and the base, as a use checks them.
+    let Ok(ready) = crate::package::environment::resolve::prepare(store, &env) else {
+        return Ok(None);
+    };
+    if ready.record.id == id {
+        return Ok(Some(Published {
+            record: ready.record,
+            new_tree: false,
+        }));
+    }
+    let record = &ready.record;
+    let published = store.add(
+        ready.host_tree(),
+        id,
+        record.base.clone(),
+        record.locks.clone(),
+        limits,
+    )?;
+    store.record_build(lock_sha, base, &published.record.env_ref())?;
+    Ok(Some(published))
 }
 
 #[cfg(test)]

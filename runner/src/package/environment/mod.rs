@@ -18,7 +18,8 @@
 //!
 //! [`base`] names and re-checks the interpreter; [`build`] makes a tree
 //! from a lock (its install step through a sandbox the caller provides);
-//! [`resolve`] readies a stored environment for one use.
+//! [`resolve`] readies a stored environment for one use; [`declare`]
+//! reads the one a skill declares.
 //!
 //! The tree's layout leaves room for more than one interpreter family:
 //! Python's packages live under `python/` (the `pip install --target`
@@ -28,6 +29,7 @@
 
 pub mod base;
 pub mod build;
+pub mod declare;
 pub mod lock;
 pub mod resolve;
 pub mod store;

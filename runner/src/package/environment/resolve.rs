@@ -6,12 +6,14 @@
 //! [`Ready`] (its lease) until the command is done; a refusal here is a
 //! refusal of the job. The tree is checked by its stamp when the stamp
 //! still matches (no byte read), and re-hashed byte by byte when it does
-//! not; a tree that fails that is refused naming what changed.
+//! not; a tree that fails that is refused naming what changed. The base's
+//! interpreter binary is re-hashed only when its fingerprint changed
+//! ([`crate::package::environment::base::check_base_cached`]).
 
 use std::path::PathBuf;
 
 use crate::error::ErrorKind;
-use crate::package::environment::base::{check_base, BaseError};
+use crate::package::environment::base::{check_base_cached, BaseError};
 use crate::package::environment::store::{EnvError, EnvStore, Lease};
 use crate::package::environment::{EnvRef, Family, Record, BIN_DIR, PYTHON_DIR};
 
@@ -51,12 +53,18 @@ impl Ready {
     /// The interpreters' path variables, as the sandbox sees them:
     /// `PYTHONPATH=<mount>/python` when the environment has a Python base.
     pub fn variables(&self, mount_point: &str) -> Vec<(&'static str, String)> {
-        let mut out = Vec::new();
-        if self.record.base.iter().any(|b| b.family == Family::Python) {
-            out.push(("PYTHONPATH", format!("{mount_point}/{PYTHON_DIR}")));
-        }
-        out
+        variables(&self.record, mount_point)
     }
+}
+
+/// The path variables of `record`'s environment mounted at `mount_point`
+/// (pure: `explain` shows them from the record alone).
+pub fn variables(record: &Record, mount_point: &str) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    if record.base.iter().any(|b| b.family == Family::Python) {
+        out.push(("PYTHONPATH", format!("{mount_point}/{PYTHON_DIR}")));
+    }
+    out
 }
 
 /// Why an environment cannot be used.
@@ -101,10 +109,12 @@ pub fn prepare(store: &EnvStore, env: &EnvRef) -> Result<Ready, ResolveError> {
         Checked::Rehashed
     };
     for base in &record.base {
-        check_base(base).map_err(|source| ResolveError::Base {
-            id: env.id.clone(),
-            hash: env.hash.clone(),
-            source,
+        check_base_cached(base, &store.root().join("bases")).map_err(|source| {
+            ResolveError::Base {
+                id: env.id.clone(),
+                hash: env.hash.clone(),
+                source,
+            }
         })?;
     }
     Ok(Ready {

@@ -196,7 +196,7 @@ impl EnvStore {
     /// Opens (creating) the store and sweeps publishes whose owner died.
     pub fn open(data: &crate::datadir::DataDir) -> Result<EnvStore, EnvError> {
         let root = data.environments();
-        for sub in ["trees", "records", "leases", "tmp"] {
+        for sub in ["trees", "records", "leases", "tmp", "builds"] {
             let p = root.join(sub);
             fs::create_dir_all(&p).map_err(|source| EnvError::Open {
                 path: p.clone(),
@@ -205,6 +205,45 @@ impl EnvStore {
         }
         sweep_locked_dirs(&root.join("tmp")).map_err(io_err(&root))?;
         Ok(EnvStore { root })
+    }
+
+    fn build_path(&self, lock_sha: &str, base: &crate::package::environment::Base) -> PathBuf {
+        let key = crate::package::hash::file_hash(
+            format!("{lock_sha}\n{}\n{}", base.path, base.sha256).as_bytes(),
+        );
+        self.root.join("builds").join(format!("{key}.json"))
+    }
+
+    /// Remembers that `env build` made `env` from the lock of digest
+    /// `lock_sha` for `base` (replacing what an earlier build left).
+    pub fn record_build(
+        &self,
+        lock_sha: &str,
+        base: &crate::package::environment::Base,
+        env: &EnvRef,
+    ) -> Result<(), EnvError> {
+        let path = self.build_path(lock_sha, base);
+        let bytes = serde_json::to_vec(env).map_err(|e| corrupt(&path, e))?;
+        fsx::write_replace(&path, &bytes).map_err(io_err(&path))
+    }
+
+    /// What `env build` made from that lock for that base, if it said so
+    /// (the caller checks the environment is still held and sound).
+    pub fn built(
+        &self,
+        lock_sha: &str,
+        base: &crate::package::environment::Base,
+    ) -> Option<EnvRef> {
+        let bytes = fs::read(self.build_path(lock_sha, base)).ok()?;
+        serde_json::from_slice(&bytes).ok()
+    }
+
+    /// The store of `data` as it is, creating and sweeping nothing (for
+    /// reading a record, or showing where a tree would be).
+    pub fn at(data: &crate::datadir::DataDir) -> EnvStore {
+        EnvStore {
+            root: data.environments(),
+        }
     }
 
     pub fn root(&self) -> &Path {
