@@ -819,7 +819,10 @@ impl Config {
         }
 
         let network = crate::sandbox::net::RunnerNetwork {
-            connections: crate::sandbox::net::ConnectionCap::new(descriptors.proxy_connections),
+            connections: crate::sandbox::net::ConnectionCap::shared(
+                descriptors.proxy_connections,
+                max_running,
+            ),
             private: s.network_private()?,
             allow: s
                 .network_allow()?

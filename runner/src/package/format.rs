@@ -256,7 +256,13 @@ pub fn parse_skill_md(bytes: &[u8]) -> Result<SkillDoc, PackageError> {
             yaml.len()
         )));
     }
-    let depth = yaml_depth(yaml);
+    let scan = yaml_scan(yaml);
+    if let Some(line) = scan.alias_line {
+        return Err(fail(format!(
+            "line {line} of it uses a YAML alias (`*name`), which the parser would copy out in full at every use; write the value out instead (or quote text that starts with '*')"
+        )));
+    }
+    let depth = scan.depth;
     if depth > MAX_FRONT_MATTER_DEPTH {
         return Err(fail(format!(
             "it nests collections {depth} levels deep, over the limit of {MAX_FRONT_MATTER_DEPTH}; flatten the front matter"
@@ -327,7 +333,26 @@ pub fn parse_skill_md(bytes: &[u8]) -> Result<SkillDoc, PackageError> {
 /// text, so brackets after it count. The count errs high, never low: valid
 /// YAML nests at most as deep as this says.
 pub fn yaml_depth(yaml: &str) -> usize {
+    yaml_scan(yaml).depth
+}
+
+/// What one pass over front matter finds before it is parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct YamlScan {
+    /// An upper bound on the nesting depth ([`yaml_depth`]).
+    pub depth: usize,
+    /// The first line (from 1) where an alias (`*name`) may start a node.
+    /// An alias makes the parser copy the anchored value out in full at
+    /// each use, so a few kilobytes of aliases to aliases expand to
+    /// gigabytes: front matter has no use for them, and any `*` where a
+    /// node may start is taken for one (erring towards refusal).
+    pub alias_line: Option<usize>,
+}
+
+/// [`yaml_depth`]'s pass, which also finds aliases.
+pub fn yaml_scan(yaml: &str) -> YamlScan {
     let mut deepest = 0;
+    let mut alias_line = None;
     // Columns of the block nodes open, innermost last, and whether each
     // is a mapping key (whose value may be a `- ` sequence at its own
     // column, as `key:\n- item`).
@@ -335,7 +360,7 @@ pub fn yaml_depth(yaml: &str) -> usize {
     let mut flow = 0usize;
     // Lines of a block scalar are skipped while indented past this column.
     let mut block_scalar: Option<usize> = None;
-    for line in yaml.lines() {
+    for (number, line) in yaml.lines().enumerate() {
         let bytes = line.as_bytes();
         let indent = bytes.iter().take_while(|&&b| b == b' ').count();
         let blank = bytes[indent..]
@@ -419,6 +444,11 @@ pub fn yaml_depth(yaml: &str) -> usize {
                     }
                     value_start = true;
                 }
+                b'*' if value_start => {
+                    alias_line.get_or_insert(number + 1);
+                    node_column.get_or_insert(i);
+                    value_start = false;
+                }
                 b'|' | b'>' if flow == 0 && value_start => {
                     block_scalar = Some(columns.last().map_or(0, |&(c, _)| c).min(indent));
                     break;
@@ -432,7 +462,10 @@ pub fn yaml_depth(yaml: &str) -> usize {
         }
         deepest = deepest.max(columns.len() + usize::from(node_column.is_some()) + flow);
     }
-    deepest
+    YamlScan {
+        depth: deepest,
+        alias_line,
+    }
 }
 
 /// The index of the quote closing the quoted scalar opened at `start` on

@@ -242,3 +242,36 @@ fn front_matter_over_its_size_limit_is_refused() {
     let long_body = format!("---\nname: x\ndescription: d\n---\n{}", "[".repeat(200_000));
     assert!(parse_skill_md(long_body.as_bytes()).is_ok());
 }
+
+/// A 3-level front matter of aliases to aliases (45 KB, within the size
+/// and depth bounds) made the YAML parser copy a 30,000-byte string out
+/// 500,000 times: one upload aborted the daemon on memory.
+#[test]
+fn aliases_in_front_matter_are_refused_before_they_are_parsed() {
+    let mut yaml = format!(
+        "name: x\ndescription: y\nmetadata:\n  a: &a \"{}\"\n  b: &b [",
+        "x".repeat(3000)
+    );
+    yaml.push_str(&vec!["*a"; 3000].join(", "));
+    yaml.push_str("]\n  c: [");
+    yaml.push_str(&vec!["*b"; 100].join(", "));
+    yaml.push_str("]\n");
+    assert!(yaml.len() < MAX_FRONT_MATTER_BYTES);
+    assert!(yaml_depth(&yaml) <= MAX_FRONT_MATTER_DEPTH);
+    let text = format!("---\n{yaml}---\nbody\n");
+    let e = parse_skill_md(text.as_bytes()).unwrap_err().to_string();
+    assert!(e.contains("line 5") && e.contains("YAML alias"), "{e}");
+    for (yaml, line) in [
+        ("name: x\ndescription: *d\n", Some(2)),
+        ("name: x\nmetadata:\n  - *a\n", Some(3)),
+        ("name: x\nmetadata: {k: *a}\n", Some(2)),
+        ("*a : x\n", Some(1)),
+        // Not a node start: text, quoted text, a comment, a block scalar.
+        ("name: x\ndescription: uses *bold* words\n", None),
+        ("name: x\ndescription: \"*quoted*\"\n", None),
+        ("name: x # *not an alias\n", None),
+        ("name: x\ndescription: |\n  *a line of text\n", None),
+    ] {
+        assert_eq!(yaml_scan(yaml).alias_line, line, "{yaml}");
+    }
+}

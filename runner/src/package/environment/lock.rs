@@ -57,6 +57,8 @@ pub enum LockError {
     NotUtf8,
     #[error("the lock names no requirement; list each one as name==version --hash=sha256:…")]
     Empty,
+    #[error("line {line} holds {shown}, which pip would take for a line break or more text than this check reads; a lock is plain ASCII text with tabs and newlines only")]
+    Character { line: usize, shown: String },
     #[error("line {line} ({text:?}): {reason}")]
     Loose {
         line: usize,
@@ -79,6 +81,7 @@ const NO_HASH: &str = "a requirement without --hash=sha256:… could install any
 pub fn parse_python(bytes: &[u8]) -> Result<PythonLock, LockError> {
     let text = std::str::from_utf8(bytes).map_err(|_| LockError::NotUtf8)?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    plain_text(text)?;
     let mut requirements: Vec<Requirement> = Vec::new();
     for (line, logical) in logical_lines(text) {
         let stripped = strip_comment(&logical);
@@ -107,6 +110,28 @@ pub fn parse_python(bytes: &[u8]) -> Result<PythonLock, LockError> {
 }
 
 /// Joins continuation lines as pip does; yields (first line number, text).
+/// Refuses any character but printable ASCII, tabs and line ends (`\n`,
+/// or `\r\n`). pip splits a lock with Python's `str.splitlines`, which
+/// also breaks at `\r`, `\x0b`, `\x0c`, `\x1c`-`\x1e`, `\x85`,
+/// `\u2028` and `\u2029`: text this parser read as one requirement and a
+/// comment would reach pip as a second line, such as `--index-url` or
+/// `-r /etc/shadow`. Refusing all else keeps the two readings one.
+fn plain_text(text: &str) -> Result<(), LockError> {
+    for (i, raw) in text.split('\n').enumerate() {
+        let raw = raw.strip_suffix('\r').unwrap_or(raw);
+        if let Some(c) = raw
+            .chars()
+            .find(|&c| !(c == '\t' || (' '..='~').contains(&c)))
+        {
+            return Err(LockError::Character {
+                line: i + 1,
+                shown: format!("{:?}", c.to_string()),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn logical_lines(text: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let mut pending: Option<(usize, String)> = None;
@@ -387,6 +412,35 @@ mod tests {
                 first: 1
             })
         );
+    }
+
+    /// pip splits lines at more characters than `\n` (Python's
+    /// `splitlines`): a lock this parser read as one pinned requirement
+    /// and a comment made pip fetch from another index, or read
+    /// `/etc/shadow` as a requirements file.
+    #[test]
+    fn characters_pip_would_split_a_line_at_are_refused() {
+        let pin = format!("six==1.17.0 --hash=sha256:{}", "a".repeat(64));
+        for sep in [
+            "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\u{85}", "\u{2028}", "\u{2029}",
+        ] {
+            for lock in [
+                format!("{pin} # c{sep}--index-url=http://127.0.0.1:9/simple\n"),
+                format!("# c{sep}-r /etc/shadow\n{pin}\n"),
+            ] {
+                let e = parse_python(lock.as_bytes()).unwrap_err();
+                assert!(matches!(e, LockError::Character { .. }), "{lock:?}: {e}");
+            }
+        }
+        // Other controls and non-ASCII text are refused too; CRLF and tabs
+        // are plain text.
+        for bad in ["\x00", "\x1b", "\u{e9}"] {
+            let lock = format!("{pin} # {bad}\n");
+            assert!(parse_python(lock.as_bytes()).is_err(), "{lock:?}");
+        }
+        assert!(parse_python(format!("{pin}\t\r\n# ok\r\n").as_bytes()).is_ok());
+        let e = parse_python(format!("{pin}\n#\x0b-r x\n").as_bytes()).unwrap_err();
+        assert!(e.to_string().starts_with("line 2 holds"), "{e}");
     }
 
     #[test]

@@ -48,21 +48,43 @@ pub const PROXY_VARS: [&str; 4] = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "h
 /// one of its execution's own, so no number of executions can take every
 /// descriptor. The default has none (a `run` serves one execution, bounded
 /// by its own cap). Clones share the permits.
+///
+/// Each execution's own cap is then its share of the whole, so the first
+/// executions of a busy daemon cannot take every permit from the later
+/// ones (see [`ConnectionCap::shared`]).
 #[derive(Debug, Clone, Default)]
-pub struct ConnectionCap(Option<(std::sync::Arc<tokio::sync::Semaphore>, usize)>);
+pub struct ConnectionCap(Option<(std::sync::Arc<tokio::sync::Semaphore>, usize, usize)>);
 
 impl ConnectionCap {
-    /// A cap of `max` connections open at once.
+    /// A cap of `max` connections open at once, each execution's own cap
+    /// left at the proxy's default.
     pub fn new(max: usize) -> ConnectionCap {
+        ConnectionCap::shared(max, 1)
+    }
+
+    /// A cap of `max` connections across `executions` running at once:
+    /// each execution may hold its share, `max / executions` (at least
+    /// one, at most the proxy's default), so every running execution can
+    /// always open some.
+    pub fn shared(max: usize, executions: usize) -> ConnectionCap {
+        let share = (max / executions.max(1)).clamp(1, proxy::Limits::DEFAULT_OPEN);
         ConnectionCap(Some((
             std::sync::Arc::new(tokio::sync::Semaphore::new(max)),
             max,
+            share,
         )))
+    }
+
+    /// How many connections one execution may hold at once.
+    pub fn per_execution(&self) -> usize {
+        self.0
+            .as_ref()
+            .map_or(proxy::Limits::DEFAULT_OPEN, |(_, _, share)| *share)
     }
 
     /// The cap, if any.
     pub fn max(&self) -> Option<usize> {
-        self.0.as_ref().map(|(_, max)| *max)
+        self.0.as_ref().map(|(_, max, _)| *max)
     }
 
     /// A permit held while a connection is open: `Ok(None)` without a cap,
@@ -70,7 +92,7 @@ impl ConnectionCap {
     pub fn try_take(&self) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, usize> {
         match &self.0 {
             None => Ok(None),
-            Some((sem, max)) => sem.clone().try_acquire_owned().map(Some).map_err(|_| *max),
+            Some((sem, max, _)) => sem.clone().try_acquire_owned().map(Some).map_err(|_| *max),
         }
     }
 }
@@ -80,7 +102,7 @@ impl PartialEq for ConnectionCap {
     fn eq(&self, other: &Self) -> bool {
         match (&self.0, &other.0) {
             (None, None) => true,
-            (Some((a, _)), Some((b, _))) => std::sync::Arc::ptr_eq(a, b),
+            (Some((a, ..)), Some((b, ..))) => std::sync::Arc::ptr_eq(a, b),
             _ => false,
         }
     }
@@ -212,6 +234,29 @@ impl Endpoint {
             .listener
             .take()
             .ok_or_else(|| io::Error::other("the proxy was already started"))?;
-        proxy::Session::start(listener, policy, proxy::Limits::default(), execution_id)
+        let limits = proxy::Limits {
+            open: policy.runner.connections.per_execution(),
+            ..proxy::Limits::default()
+        };
+        proxy::Session::start(listener, policy, limits, execution_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// With 156 connections across 8 running executions, the first two
+    /// took 64 each and the third 28: later executions got none. Each now
+    /// holds at most its share.
+    #[test]
+    fn each_execution_holds_at_most_its_share_of_the_daemons_connections() {
+        assert_eq!(ConnectionCap::shared(156, 8).per_execution(), 19);
+        assert_eq!(ConnectionCap::shared(10_000, 8).per_execution(), 64);
+        assert_eq!(ConnectionCap::shared(3, 8).per_execution(), 1);
+        assert_eq!(ConnectionCap::new(100).per_execution(), 64);
+        assert_eq!(ConnectionCap::default().per_execution(), 64);
+        let cap = ConnectionCap::shared(156, 8);
+        assert!(cap.per_execution() * 8 <= cap.max().unwrap());
     }
 }
