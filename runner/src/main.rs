@@ -464,6 +464,11 @@ fn env_build(
 ) -> anyhow::Result<i32> {
     use skill_runner::exec::envbuild::{BuildDir, SandboxInstall};
     use skill_runner::package::environment::{base, build, store::EnvLimits};
+    // A loose lock is refused before anything else is looked at.
+    let bytes =
+        std::fs::read(lock).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", lock.display()))?;
+    skill_runner::package::environment::lock::parse_python(&bytes)
+        .map_err(|e| anyhow::anyhow!("lock {}: {e}", lock.display()))?;
     let runner = Runner::new(cfg)?;
     let python = interpreter.unwrap_or(base::DEFAULT_PYTHON);
     let identity = runner.host.identity.clone()?;
