@@ -235,7 +235,7 @@ fn bad_jobs_are_refused_with_a_reason() {
     assert!(e.to_string().contains("selected twice"), "{e}");
 }
 
-/// Issue 11 (fuzzing, target `job`): a refusal that quotes the job (an
+/// Found by fuzzing (target `job`): a refusal that quotes the job (an
 /// unknown key, a profile path) is one line even when the job holds a
 /// newline or a carriage return there.
 #[test]
