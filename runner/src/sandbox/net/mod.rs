@@ -183,24 +183,31 @@ impl Endpoint {
     /// and its group may pass through `exec_dir`.
     #[cfg(not(target_os = "macos"))]
     pub fn create(exec_dir: &Path, owner: Option<(u32, u32)>) -> io::Result<Endpoint> {
-        use std::os::fd::AsRawFd;
+        use std::os::fd::{AsFd, AsRawFd};
         let path = exec_dir.join("net");
         std::fs::create_dir(&path)?;
         crate::fsx::chmod(&path, 0o700)?;
-        if let Some((uid, gid)) = owner {
-            std::os::unix::fs::chown(exec_dir, None, Some(gid))?;
-            crate::fsx::chmod(exec_dir, 0o710)?;
-            std::os::unix::fs::chown(&path, Some(uid), Some(gid))?;
-        }
         let dir = crate::fsx::open_dir_no_symlinks(&path)?;
         // Through the descriptor: a data dir path may be longer than a
         // socket address holds (108 bytes).
         let short = format!("/proc/self/fd/{}/{SOCKET_NAME}", dir.as_raw_fd());
         let listener = std::os::unix::net::UnixListener::bind(&short)?;
         let socket = path.join(SOCKET_NAME);
+        // The socket is set up by path while the folder is still the
+        // runner's own (0700): nothing of the sandbox user's can be swapped
+        // in for it. Only then is the folder given away, through its
+        // descriptor.
         crate::fsx::chmod(&socket, 0o600)?;
         if let Some((uid, gid)) = owner {
             std::os::unix::fs::chown(&socket, Some(uid), Some(gid))?;
+            std::os::unix::fs::chown(exec_dir, None, Some(gid))?;
+            crate::fsx::chmod(exec_dir, 0o710)?;
+            nix::unistd::fchown(
+                dir.as_fd(),
+                Some(nix::unistd::Uid::from_raw(uid)),
+                Some(nix::unistd::Gid::from_raw(gid)),
+            )
+            .map_err(io::Error::from)?;
         }
         Ok(Endpoint {
             dir: Some((path, dir)),
