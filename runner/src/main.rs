@@ -390,7 +390,11 @@ fn session_cmd(cmd: SessionCommand, data_dir: &DataDir) -> anyhow::Result<i32> {
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(host_err)?;
             let created = host
-                .create(SessionRequest { skills, tools })
+                .create(SessionRequest {
+                    skills,
+                    tools,
+                    workspace: None,
+                })
                 .map_err(host_err)?;
             for w in &created.warnings {
                 eprintln!("skill-runner: warning: {w}");

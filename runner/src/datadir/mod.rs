@@ -15,6 +15,7 @@
 //! | `roots/` | the daemon's default job root | 0710 | 0700 |
 //! | `cgroups/` | the locked folders naming pooled cgroups | 0700 | 0700 |
 //! | `sessions/` | session records and event logs | 0700 | 0700 |
+//! | `workspaces/` | managed session workspaces, one folder per session, the sandbox user's | 0710 | 0700 |
 //! | `cache/` | the host probe, the catalog index | 0700 | 0700 |
 //! | `run/` | the daemon's default socket | 0700 | 0700 |
 //!
@@ -80,6 +81,7 @@ const LAYOUT: &[(&str, Access)] = &[
     (JOB_ROOT, Access::Sandbox),
     ("cgroups", Access::Private),
     ("sessions", Access::Private),
+    ("workspaces", Access::Sandbox),
     ("cache", Access::Private),
     ("run", Access::Private),
 ];
@@ -240,6 +242,13 @@ impl DataDir {
     /// `sessions/`: session records and event logs.
     pub fn sessions(&self) -> PathBuf {
         self.path.join("sessions")
+    }
+
+    /// `workspaces/`: the workspaces of sessions created with
+    /// `"workspace": "managed"`, one folder per session id, owned by the
+    /// sandbox user (docs/workspaces.md).
+    pub fn workspaces(&self) -> PathBuf {
+        self.path.join("workspaces")
     }
 
     /// `cache/`: what can be rebuilt (host probe, catalog index).

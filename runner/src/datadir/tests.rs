@@ -47,6 +47,7 @@ fn the_folder_methods_name_the_layout() {
         dd.job_root(),
         dd.cgroups(),
         dd.sessions(),
+        dd.workspaces(),
         dd.cache(),
         dd.run(),
     ];

@@ -109,6 +109,16 @@ pub fn not_state(data: &DataDir, field: &'static str, real: &Path) -> Result<(),
     Ok(())
 }
 
+/// A managed session workspace (a folder right below the data dir's
+/// `workspaces/`) is the one folder of the runner's state a job may run
+/// in; anything else there is refused as the runner's state.
+pub fn managed_workspace(data: &DataDir, real: &Path) -> Result<(), ExecError> {
+    if real.parent() == Some(data.workspaces().as_path()) {
+        return Ok(());
+    }
+    not_state(data, "workspace", real)
+}
+
 /// The cwd must be a folder inside the workspace after resolving
 /// symlinks: a symlink in the workspace must not lead it elsewhere.
 pub fn check_cwd(cwd: &str, workspace: Option<&Path>) -> Result<(), ExecError> {

@@ -189,6 +189,10 @@ pub struct Job {
     pub session: Option<String>,
     /// The front end put the session's frozen bindings into `skills`.
     pub session_resolved: bool,
+    /// `workspace` is the managed workspace of the job's session, which
+    /// the daemon set (never the job document): the runner accepts it
+    /// under `<data>/workspaces`, and `disk_bytes` bounds its whole size.
+    pub managed_workspace: bool,
     pub network: Network,
     pub profile: Profile,
     pub limits: Limits,
@@ -539,6 +543,7 @@ impl Job {
             skills,
             session: raw.session,
             session_resolved: false,
+            managed_workspace: false,
             network,
             profile,
             limits,

@@ -359,8 +359,14 @@ impl Runner {
             "the default in the workspace",
         )?;
         for (field, dir) in [("workspace", &workspace), ("extensions_dir", &extensions)] {
-            if let Some(dir) = dir {
-                self.not_state(field, dir)?;
+            match dir {
+                // A managed session workspace: the one place of the
+                // runner's state a job runs in, set by the daemon.
+                Some(dir) if field == "workspace" && job.managed_workspace => {
+                    folders::managed_workspace(&self.data, dir)?
+                }
+                Some(dir) => self.not_state(field, dir)?,
+                None => {}
             }
         }
         Ok((workspace, extensions))
@@ -472,7 +478,7 @@ impl Runner {
             limits_plan(&l, cgroup.as_ref(), cg_note, &p.identity, disk, strict)
                 .map_err(ExecError::Limits)?;
         let launcher = launch::launcher(job, &p, rlimits.nproc)?;
-        let (cancel, disk_watch) = watch::disk(opts.cancel.as_ref(), disk, &p, l.disk_bytes)?;
+        let (cancel, disk_watch) = watch::disk(opts.cancel.as_ref(), disk, &p, job)?;
         let proxy = watch::proxy(job, &mut p, &self.config.network)?;
         let spawn = launch::spawn(job, &p, launcher, rlimits.runner, cgroup_procs);
         let program = spawn.program.clone();

@@ -26,13 +26,16 @@ pub fn disk_of(p: &Prepared) -> Disk {
 
 /// The cancel switch of the execution (the caller's, or one of its own
 /// for the disk watcher), and the watcher of a host workspace: past
-/// `disk_bytes` the run is ended.
+/// `disk_bytes` the run is ended. A managed session workspace counts
+/// whole (what earlier jobs and uploads left too), any other folder from
+/// what it held when the command started.
 pub fn disk(
     cancel: Option<&Arc<Cancel>>,
     disk: Disk,
     p: &Prepared,
-    disk_bytes: u64,
+    job: &Job,
 ) -> Result<(Option<Arc<Cancel>>, Option<DiskWatch>), ExecError> {
+    let disk_bytes = job.limits.disk_bytes;
     let cancel = match (cancel, disk) {
         (Some(c), _) => Some(c.clone()),
         (None, Disk::Watcher) => {
@@ -48,7 +51,10 @@ pub fn disk(
                     dirs.push(e.clone());
                 }
             }
-            Some(DiskWatch::start(dirs, disk_bytes, cancel.clone()))
+            Some(match job.managed_workspace {
+                true => DiskWatch::start_whole(dirs, disk_bytes, cancel.clone()),
+                false => DiskWatch::start(dirs, disk_bytes, cancel.clone()),
+            })
         }
         _ => None,
     };

@@ -119,6 +119,21 @@ impl DiskWatch {
         Self::start_with(dirs, limit, cancel, Box::new(|d: &[PathBuf]| usage(d)))
     }
 
+    /// Like [`DiskWatch::start`], but past `limit` bytes in all: what the
+    /// folders held before counts too (a session's managed workspace).
+    pub fn start_whole(dirs: Vec<PathBuf>, limit: u64, cancel: Arc<Cancel>) -> DiskWatch {
+        let measure = |d: &[PathBuf]| usage(d);
+        let mut first = true;
+        let measure: Measure = Box::new(move |d: &[PathBuf]| {
+            // The baseline is nothing: the first walk is taken as 0.
+            if std::mem::take(&mut first) {
+                return Ok(0);
+            }
+            measure(d)
+        });
+        Self::start_with(dirs, limit, cancel, measure)
+    }
+
     fn start_with(
         dirs: Vec<PathBuf>,
         limit: u64,

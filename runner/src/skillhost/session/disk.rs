@@ -28,6 +28,8 @@ pub fn new_session_id() -> String {
 #[derive(Debug, Clone)]
 pub struct Sessions {
     pub(super) dir: PathBuf,
+    /// `<data-dir>/workspaces`: the managed workspaces, one per session.
+    workspaces: PathBuf,
 }
 
 impl Sessions {
@@ -35,6 +37,7 @@ impl Sessions {
     pub fn new(data: &crate::datadir::DataDir) -> Sessions {
         Sessions {
             dir: data.sessions(),
+            workspaces: data.workspaces(),
         }
     }
 
@@ -136,11 +139,19 @@ impl Sessions {
             .map_err(|source| SessionError::Io { path, source })
     }
 
-    /// Deletes a session's record and event log.
+    /// Deletes a session's workspace (if it keeps one), record and event
+    /// log. The workspace goes first: a crash in between leaves a record
+    /// whose workspace is made again, empty, never a workspace nobody
+    /// deletes (and [`Sessions::sweep_workspaces`] removes those anyway).
     pub fn delete(&self, id: &str) -> Result<(), SessionError> {
         if !valid_session_id(id) {
             return Err(SessionError::BadId(id.to_owned()));
         }
+        let workspace = self.workspace_path(id);
+        crate::fsx::remove_tree(&workspace).map_err(|source| SessionError::Io {
+            path: workspace,
+            source,
+        })?;
         let path = self.record_path(id);
         match fs::remove_file(&path) {
             Ok(()) => {}
@@ -157,6 +168,56 @@ impl Sessions {
             }),
             _ => Ok(()),
         }
+    }
+
+    /// Where session `id`'s managed workspace is (whether or not it keeps
+    /// one): `<data-dir>/workspaces/<id>`.
+    pub fn workspace_path(&self, id: &str) -> PathBuf {
+        super::workspace::path_of(&self.workspaces, id)
+    }
+
+    /// Makes session `id`'s workspace folder, given to `owner`.
+    pub(super) fn make_workspace(
+        &self,
+        id: &str,
+        owner: Option<(u32, u32)>,
+    ) -> Result<(), SessionError> {
+        let path = self.workspace_path(id);
+        super::workspace::make(&path, owner).map_err(|source| SessionError::Io { path, source })
+    }
+
+    /// The managed workspace of session `id`, made again when a crash
+    /// left its record without it; `None` when the session keeps none.
+    pub fn managed_workspace(
+        &self,
+        id: &str,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Option<PathBuf>, SessionError> {
+        if self.read(id)?.workspace.is_none() {
+            return Ok(None);
+        }
+        self.make_workspace(id, owner)?;
+        Ok(Some(self.workspace_path(id)))
+    }
+
+    /// Removes workspace folders whose session has no record (a crash
+    /// between deleting the two); returns how many.
+    pub fn sweep_workspaces(&self) -> usize {
+        let Ok(entries) = fs::read_dir(&self.workspaces) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(id) = name.to_str() else { continue };
+            let orphan = valid_session_id(id)
+                && fs::symlink_metadata(self.record_path(id))
+                    .is_err_and(|e| e.kind() == io::ErrorKind::NotFound);
+            if orphan && crate::fsx::remove_tree(&entry.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
     }
 
     /// The frozen bindings of a session, for an execution that names it.
@@ -225,11 +286,45 @@ impl Sessions {
     /// the job then runs (a job naming none is left as it is). Both front
     /// ends call this before the job is queued, so an unknown session is
     /// [`SessionError::NotFound`] there, never a refusal after queueing.
+    ///
+    /// A session that keeps a managed workspace is refused here: only the
+    /// daemon, which orders its jobs, runs them ([`Sessions::resolve_managed`]).
     pub fn resolve(&self, job: &mut crate::exec::job::Job) -> Result<(), SessionError> {
-        if let Some(id) = job.unresolved_session() {
-            let bindings = self.bindings(id)?;
-            job.resolve_session(bindings);
+        self.resolve_with(job, None)
+    }
+
+    /// [`Sessions::resolve`] for the daemon: a job naming a session that
+    /// keeps a managed workspace runs in it (a job naming a workspace of
+    /// its own besides is refused), its files given to `owner`.
+    pub fn resolve_managed(
+        &self,
+        job: &mut crate::exec::job::Job,
+        owner: Option<(u32, u32)>,
+    ) -> Result<(), SessionError> {
+        self.resolve_with(job, Some(owner))
+    }
+
+    fn resolve_with(
+        &self,
+        job: &mut crate::exec::job::Job,
+        daemon: Option<Option<(u32, u32)>>,
+    ) -> Result<(), SessionError> {
+        let Some(id) = job.unresolved_session().map(str::to_owned) else {
+            return Ok(());
+        };
+        let record = self.read(&id)?;
+        if record.workspace.is_some() {
+            let Some(owner) = daemon else {
+                return Err(SessionError::ManagedByDaemon(id));
+            };
+            if job.workspace.is_some() {
+                return Err(SessionError::WorkspaceGiven(id));
+            }
+            self.make_workspace(&id, owner)?;
+            job.workspace = Some(self.workspace_path(&id));
+            job.managed_workspace = true;
         }
+        job.resolve_session(record.skills.into_iter().map(|s| s.binding).collect());
         Ok(())
     }
 }

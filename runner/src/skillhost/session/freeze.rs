@@ -145,8 +145,17 @@ impl SessionHost {
             tools: delivery::tool_schemas(delivery, &skills),
             skills,
             warnings,
+            workspace: req.workspace,
         };
         self.sessions.create(&record)?;
+        if record.workspace.is_some() {
+            // The record first, then its folder: a crash between leaves a
+            // record whose folder is made again on its next use.
+            if let Err(e) = self.sessions.make_workspace(&record.id, self.workspace_owner) {
+                let _ = self.sessions.delete(&record.id);
+                return Err(e);
+            }
+        }
         tracing::info!(session = %record.id, delivery = delivery.as_str(), skills = record.skills.len(), "session created");
         Ok(SessionDoc::from(&record))
     }

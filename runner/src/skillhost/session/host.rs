@@ -35,6 +35,9 @@ pub struct SessionHost {
     pub(super) sessions: Sessions,
     pub(super) catalog: CatalogConfig,
     pub(super) limits: PackageLimits,
+    /// Who the files of managed workspaces belong to: the sandbox user of
+    /// a root runner (`None`: the runner's own user).
+    pub(super) workspace_owner: Option<(u32, u32)>,
 }
 
 /// A session skill as ranked by `list_skills` / `find_skills`.
@@ -63,7 +66,33 @@ impl SessionHost {
             sessions,
             limits: catalog.limits,
             catalog,
+            workspace_owner: None,
         })
+    }
+
+    /// The host whose managed workspaces belong to `owner` (the sandbox
+    /// user, `Identity::switch_to`).
+    pub fn with_workspace_owner(mut self, owner: Option<(u32, u32)>) -> SessionHost {
+        self.workspace_owner = owner;
+        self
+    }
+
+    /// Who the files of managed workspaces belong to.
+    pub fn workspace_owner(&self) -> Option<(u32, u32)> {
+        self.workspace_owner
+    }
+
+    /// Opens session `id`'s managed workspace (made again if a crash left
+    /// the record without it); refused when the session keeps none.
+    pub fn workspace(&self, id: &str) -> Result<super::workspace::Workspace, SessionError> {
+        let Some(path) = self.sessions.managed_workspace(id, self.workspace_owner)? else {
+            return Err(super::workspace::WorkspaceError::NotManaged(id.to_owned()).into());
+        };
+        Ok(super::workspace::Workspace::open(
+            id,
+            &path,
+            self.workspace_owner,
+        )?)
     }
 
     pub fn store(&self) -> &Store {

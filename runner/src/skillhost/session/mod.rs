@@ -36,10 +36,15 @@
 //! async code). An execution names a session with the job's `session`
 //! field, and [`Sessions::bindings`] gives the runner its frozen skills.
 //!
+//! A session created with `"workspace": "managed"` also keeps a folder
+//! under `<data-dir>/workspaces` that every job naming it runs in
+//! ([`workspace`]); it is deleted with the session.
+//!
 //! The files: `request.rs` (what the routes accept), `records.rs` (the
 //! record, its events and the answers), `disk.rs` (the files under
 //! `<data-dir>/sessions`), `freeze.rs` (creating a session), `host.rs`
-//! (the routes), and [`delivery`], [`resource`] and [`tools`].
+//! (the routes), and [`delivery`], [`resource`], [`tools`] and
+//! [`workspace`].
 
 pub mod delivery;
 mod disk;
@@ -49,6 +54,7 @@ mod records;
 mod request;
 pub mod resource;
 pub mod tools;
+pub mod workspace;
 
 use std::io;
 use std::path::PathBuf;
@@ -72,6 +78,7 @@ pub use records::{
 };
 pub use request::{ResourceQuery, SessionRequest, SkillSpec, SkillsQuery};
 pub use resource::{Chunk, ReadRange, DEFAULT_READ_LIMIT, MAX_READ_LIMIT};
+pub use workspace::{WorkspaceError, WorkspaceKind};
 
 /// Why a session request or route failed. [`SessionError::kind`] gives the
 /// error document's kind; [`crate::daemon::app::status`] maps kinds to HTTP
@@ -179,6 +186,12 @@ pub enum SessionError {
     Io { path: PathBuf, source: io::Error },
     #[error("session record {path} is corrupt: {reason}")]
     Corrupt { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
+    #[error("the job names a workspace, and session {0} keeps a managed workspace its jobs run in; drop the job's workspace")]
+    WorkspaceGiven(String),
+    #[error("session {0} keeps a managed workspace, whose jobs only the daemon runs (in order, one at a time); send the job to POST /v1/executions")]
+    ManagedByDaemon(String),
 }
 
 fn list_names(names: &[String]) -> String {
@@ -225,6 +238,8 @@ impl SessionError {
             E::Package { .. } => ErrorKind::BadPackage,
             E::Tampered { .. } => ErrorKind::HashMismatch,
             E::Io { .. } | E::Corrupt { .. } => ErrorKind::Internal,
+            E::Workspace(e) => e.kind(),
+            E::WorkspaceGiven(_) | E::ManagedByDaemon(_) => ErrorKind::BadJob,
         }
     }
 

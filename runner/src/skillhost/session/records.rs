@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::workspace::WorkspaceKind;
 use crate::package::hash::Binding;
 use crate::skillhost::catalog::rank::FindResult;
 use crate::skillhost::catalog::SkillKind;
@@ -106,6 +107,11 @@ pub struct SessionRecord {
     pub prompt: Prompt,
     pub tools: Vec<Value>,
     pub warnings: Vec<String>,
+    /// `managed`: the session keeps a workspace under the data dir that
+    /// its jobs run in (absent: each job gets its own, as without a
+    /// session). A plain field: the folder is found from the id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceKind>,
 }
 
 /// The answer of `POST /v1/sessions` and `GET /v1/sessions/{id}`.
@@ -123,6 +129,8 @@ pub struct SessionDoc {
     pub enabled_tools: Vec<String>,
     pub provenance: Vec<Provenance>,
     pub warnings: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<WorkspaceKind>,
 }
 
 impl From<&SessionRecord> for SessionDoc {
@@ -138,6 +146,7 @@ impl From<&SessionRecord> for SessionDoc {
             enabled_tools: r.enabled_tools.clone(),
             provenance: r.skills.iter().map(|s| s.provenance.clone()).collect(),
             warnings: r.warnings.clone(),
+            workspace: r.workspace,
         }
     }
 }

@@ -17,6 +17,9 @@ use crate::package::store::{Store, StoreError};
 pub struct SessionRequest {
     pub skills: Vec<SkillSpec>,
     pub tools: Vec<String>,
+    /// `"managed"`: the daemon keeps a workspace for the session's jobs.
+    #[serde(default)]
+    pub workspace: Option<super::workspace::WorkspaceKind>,
 }
 
 /// One requested skill: a frozen binding, or a catalog name to freeze now.
