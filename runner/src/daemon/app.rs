@@ -44,6 +44,8 @@ pub struct AppInner {
     pub session_bodies: Arc<Semaphore>,
     /// The skill host (sessions, catalog), docs/skill-host.md.
     pub sessions: Arc<crate::skillhost::session::SessionHost>,
+    /// The order of each managed session workspace (docs/workspaces.md).
+    pub lanes: Arc<super::workspace::Lanes>,
 }
 
 impl App {
@@ -116,6 +118,10 @@ pub enum ApiError {
     MediaType(String),
     #[error("{0}")]
     UnknownTool(String),
+    #[error("the body's Content-Type {0:?} is not application/octet-stream; send the file's bytes as application/octet-stream")]
+    FileMediaType(String),
+    #[error("{0}")]
+    WorkspaceBusy(String),
     #[error(transparent)]
     Session(#[from] crate::skillhost::session::SessionError),
 }
@@ -149,7 +155,8 @@ impl ApiError {
             ApiError::NotRunning(_) => K::NotRunning,
             ApiError::Dropped { .. } => K::ResultDropped,
             ApiError::Method { .. } => K::MethodNotAllowed,
-            ApiError::MediaType(_) => K::UnsupportedMediaType,
+            ApiError::MediaType(_) | ApiError::FileMediaType(_) => K::UnsupportedMediaType,
+            ApiError::WorkspaceBusy(_) => K::Conflict,
         }
     }
 }

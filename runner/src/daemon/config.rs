@@ -334,6 +334,22 @@ settings! {
         default: Duration::from_secs(24 * 3600),
         check: longer_than_zero,
     }
+    file_body_limit: Option<u64> {
+        /// Largest file uploaded into a session workspace in one PUT [default: 64MiB].
+        flag: "file-body-limit" <"SIZE"> [value_parser = parse_size],
+        env: "SKILL_RUNNER_FILE_BODY_LIMIT",
+        file: "file_body_limit",
+        default: 64 << 20,
+        check: at_least(1),
+    }
+    workspace_bytes: Option<u64> {
+        /// Most a managed session workspace may hold after an upload [default: 1GiB].
+        flag: "workspace-bytes" <"SIZE"> [value_parser = parse_size],
+        env: "SKILL_RUNNER_WORKSPACE_BYTES",
+        file: "workspace_bytes",
+        default: 1 << 30,
+        check: at_least(4096),
+    }
     log_format: Option<LogFormat> {
         /// Log format [default: human].
         flag: "log-format" <"FORMAT">,
@@ -625,6 +641,10 @@ pub struct Config {
     pub heartbeat: Duration,
     /// Idle time after which a session expires.
     pub session_idle: Duration,
+    /// Largest single upload into a managed workspace.
+    pub file_body_limit: u64,
+    /// Most a managed workspace may hold after an upload.
+    pub workspace_bytes: u64,
     pub log_format: LogFormat,
     /// What jobs' network allowlists may reach (docs/daemon.md).
     pub network: crate::sandbox::net::RunnerNetwork,
@@ -864,6 +884,8 @@ impl Config {
             },
             heartbeat: s.heartbeat()?,
             session_idle: s.session_idle()?,
+            file_body_limit: s.file_body_limit()?,
+            workspace_bytes: s.workspace_bytes()?,
             log_format: s.log_format()?,
             network,
             data,

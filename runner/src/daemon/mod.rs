@@ -22,6 +22,8 @@
 //! | [`routes`] | the execution and package routes |
 //! | [`selfcheck`] | the sandbox verdict health answers from |
 //! | [`sessions`] | the skill-host routes, tool calls, session expiry |
+//! | [`workspace`] | the order of managed session workspaces: one job at a time, in order of admission |
+//! | [`session_files`] | the file routes of managed session workspaces |
 //! | [`server`] | listening, connections, signals, graceful shutdown |
 //!
 //! See `docs/daemon.md` for the user's view.
@@ -36,9 +38,11 @@ pub mod registry;
 pub mod routes;
 pub mod selfcheck;
 pub mod server;
+pub mod session_files;
 pub mod sessions;
 pub mod stream;
 pub mod wire;
+pub mod workspace;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -145,10 +149,19 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
             !writable
         });
     }
+    // Managed workspaces belong to the sandbox user (docs/workspaces.md).
+    let owner = runner
+        .host
+        .identity
+        .as_ref()
+        .ok()
+        .and_then(|i| i.switch_to());
     let sessions = Arc::new(
         crate::skillhost::session::SessionHost::open(&config.data, catalog)
-            .map_err(|e| DaemonError::Runner(e.to_string()))?,
+            .map_err(|e| DaemonError::Runner(e.to_string()))?
+            .with_workspace_owner(owner),
     );
+    let lanes = workspace::Lanes::new();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("skill-runner-daemon")
@@ -165,14 +178,16 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         // Idle sessions expire (docs/daemon.md, Sessions).
         {
             let host = sessions.clone();
+            let lanes = lanes.clone();
             let idle = config.session_idle;
             let every = idle.clamp(Duration::from_secs(1), Duration::from_secs(60));
             tokio::spawn(async move {
                 loop {
                     tokio::time::sleep(every).await;
-                    let host = host.clone();
+                    let (host, lanes) = (host.clone(), lanes.clone());
                     if let Ok(n) =
-                        tokio::task::spawn_blocking(move || sessions::sweep(&host, idle)).await
+                        tokio::task::spawn_blocking(move || sessions::sweep(&host, &lanes, idle))
+                            .await
                     {
                         if n > 0 {
                             tracing::info!(expired = n, "deleted idle sessions");
@@ -197,6 +212,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
             uploads: Arc::new(Semaphore::new(config.max_uploads)),
             session_bodies: Arc::new(Semaphore::new(SESSION_BODIES)),
             sessions,
+            lanes,
             config,
         });
         let served = server::run(listener, app).await;

@@ -318,10 +318,13 @@ async fn resolve_session(app: &App, mut job: Job) -> Result<Job, ApiError> {
         return Ok(job);
     };
     let host = app.sessions.clone();
+    let lanes = app.lanes.clone();
     let idle = app.config.session_idle;
     tokio::task::spawn_blocking(move || {
-        super::sessions::use_session(&host, &session, idle)?;
-        host.sessions().resolve(&mut job)?;
+        super::sessions::use_session(&host, &lanes, &session, idle)?;
+        // A managed session workspace becomes the job's (docs/workspaces.md).
+        let owner = host.workspace_owner();
+        host.sessions().resolve_managed(&mut job, owner)?;
         Ok(job)
     })
     .await
@@ -402,7 +405,7 @@ async fn post_execution(
     // Refused before its body is read: the body is read and dropped
     // first, so the client sees the answer (and its Retry-After).
     let before = || -> Result<_, ApiError> {
-        let q = params(q, &["wait"])?;
+        let q = params(q, &["wait", "session_wait"])?;
         let detached = match q.get("wait").map(String::as_str) {
             None | Some("true") => false,
             Some("false") => true,
@@ -413,11 +416,12 @@ async fn post_execution(
                 )))
             }
         };
+        let queue = super::session_files::session_wait(q.get("session_wait"))?;
         json_content(&headers)?;
         let slot = app.registry.slot().inspect_err(|e| refused(&app, e))?;
-        Ok((detached, slot))
+        Ok((detached, queue, slot))
     };
-    let (detached, slot) = match before() {
+    let (detached, queue, slot) = match before() {
         Ok(v) => v,
         Err(e) => return Err(refuse_unread(&headers, body, app.config.body_timeout, e).await),
     };
@@ -454,14 +458,17 @@ async fn post_execution(
             return existing(&app, found, stream, detached).await;
         }
     };
+    // Its place in the session workspace's order, taken now: admission
+    // order is run order (a refusal drops the ticket, and its entry).
+    let place = super::session_files::place(&app, &job, queue)?;
     let span = tracing::info_span!("execution", id = %job.execution_id);
     if detached {
         let live = ticket.live();
         let id = job.execution_id.clone();
-        tokio::spawn(execute(app, job, ticket, false, true).instrument(span));
+        tokio::spawn(execute(app, job, ticket, place, false, true).instrument(span));
         return Ok(accepted(&id, live.is_running()));
     }
-    execute(app, job, ticket, stream, false)
+    execute(app, job, ticket, place, stream, false)
         .instrument(span)
         .await
 }
@@ -530,6 +537,7 @@ async fn execute(
     app: App,
     job: Job,
     ticket: Ticket,
+    place: Option<super::workspace::Place>,
     stream: bool,
     detached: bool,
 ) -> Result<Response, ApiError> {
@@ -547,6 +555,14 @@ async fn execute(
         stream,
         "admitted"
     );
+    // The session workspace's turn first, then a run slot: a job waiting
+    // for its workspace holds no slot.
+    if let Some(place) = &place {
+        tokio::select! {
+            () = place.turn() => {}
+            () = live.cancelled() => {}
+        }
+    }
     let Some(permit) = ticket.wait_turn().await else {
         let mut result = ExecResult::rejected(
             &job.execution_id,
@@ -579,6 +595,8 @@ async fn execute(
     let sink_progress = progress.clone();
     let task = tokio::task::spawn_blocking(move || {
         let _permit = permit;
+        // Held until the command is gone: the next job of the session waits.
+        let _place = place;
         let live = sink_live;
         let mut sink = match sink_progress {
             Some(progress) => DaemonSink::streaming(
@@ -590,14 +608,16 @@ async fn execute(
             ),
             None => DaemonSink::quiet(worker.metrics.clone(), live.clone()),
         };
-        let result = worker.runner.run(
-            &job,
-            RunOptions {
-                output: OutputMode::Capture,
-                sink: &mut sink,
-                cancel: Some(live.switch()),
-            },
-        );
+        let result = super::session_files::over_disk(&job).unwrap_or_else(|| {
+            worker.runner.run(
+                &job,
+                RunOptions {
+                    output: OutputMode::Capture,
+                    sink: &mut sink,
+                    cancel: Some(live.switch()),
+                },
+            )
+        });
         super::app::log_rejection(&result);
         worker
             .metrics

@@ -12,6 +12,7 @@
 //! | `GET /v1/sessions/{id}/skills/{name}/sections/{*section}` | `section` |
 //! | `GET /v1/sessions/{id}/resources?path=&offset=&limit=` | `resource` |
 //! | `GET /v1/sessions/{id}/events` | `events` |
+//! | `…/files…` | the managed workspace's files ([`super::session_files`]) |
 //!
 //! Each handler reads its input (the body under the job body limit and
 //! timeout), runs the blocking file work on a blocking thread and answers
@@ -21,7 +22,9 @@
 //!
 //! Expiry: every route that names a session first checks that it was used
 //! within `session_idle` (else deletes it and answers 404) and records the
-//! use; [`sweep`] deletes the expired ones every minute.
+//! use; [`sweep`] deletes the expired ones every minute. A session whose
+//! managed workspace a job holds or waits for is in use: it neither
+//! expires nor is deleted (`DELETE` answers 409).
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
@@ -32,10 +35,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::app::{check_length, params, read_body, refuse_unread, ApiError, App, UrlPath};
 use super::wire;
+use super::workspace::{Holder, Lanes};
 use crate::skillhost::session::tools::{self, ToolError};
 use crate::skillhost::session::{ReadRange, ResourceQuery, SessionError, SessionHost, SkillsQuery};
 
@@ -53,6 +58,7 @@ pub fn routes() -> Router<App> {
         )
         .route("/v1/sessions/{id}/resources", get(resource))
         .route("/v1/sessions/{id}/events", get(events))
+        .merge(super::session_files::routes())
 }
 
 /// Whether a session last used at `used` has expired.
@@ -67,6 +73,7 @@ fn expired(used: SystemTime, idle: Duration) -> bool {
 /// handler's own error.
 pub(super) fn use_session(
     host: &SessionHost,
+    lanes: &Lanes,
     id: &str,
     idle: Duration,
 ) -> Result<(), SessionError> {
@@ -74,7 +81,8 @@ pub(super) fn use_session(
     let Some(used) = sessions.last_used(id) else {
         return Ok(());
     };
-    if expired(used, idle) {
+    // A session whose workspace a job holds or waits for is in use.
+    if expired(used, idle) && !lanes.busy(id) {
         tracing::info!(session = %id, "session expired (idle); deleting it");
         let _ = sessions.delete(id);
         return Err(SessionError::NotFound(id.to_owned()));
@@ -86,14 +94,26 @@ pub(super) fn use_session(
     }
 }
 
-/// Deletes every session idle for longer than `idle`; returns how many.
-pub fn sweep(host: &SessionHost, idle: Duration) -> usize {
+/// Deletes every session idle for longer than `idle` (but those whose
+/// workspace a job holds or waits for), and workspace folders a crash
+/// left without their session; returns how many sessions.
+pub fn sweep(host: &SessionHost, lanes: &Arc<Lanes>, idle: Duration) -> usize {
+    let orphans = host.sessions().sweep_workspaces();
+    if orphans > 0 {
+        tracing::info!(orphans, "removed workspaces without a session");
+    }
     let Ok(all) = host.sessions().list() else {
         return 0;
     };
     all.iter()
         .filter(|(_, used)| expired(*used, idle))
-        .filter(|(r, _)| host.sessions().delete(&r.id).is_ok())
+        .filter(|(r, _)| {
+            // Held while deleting: no job can start in it meanwhile.
+            let Ok(_place) = lanes.try_join(&r.id, Holder::Delete) else {
+                return false;
+            };
+            host.sessions().delete(&r.id).is_ok()
+        })
         .count()
 }
 
@@ -105,11 +125,12 @@ async fn blocking<T: Serialize + Send + 'static>(
     work: impl FnOnce(&SessionHost) -> Result<T, SessionError> + Send + 'static,
 ) -> Result<Response, ApiError> {
     let host = app.sessions.clone();
+    let lanes = app.lanes.clone();
     let id = id.map(str::to_owned);
     let idle = app.config.session_idle;
     let value = tokio::task::spawn_blocking(move || {
         if let Some(id) = &id {
-            use_session(&host, id, idle)?;
+            use_session(&host, &lanes, id, idle)?;
         }
         work(&host)
     })
@@ -177,11 +198,23 @@ async fn list(
 }
 
 /// `DELETE /v1/sessions/{id}`.
+///
+/// A session whose workspace a job holds or waits for is not deleted
+/// (409): cancel the job first, or wait until it ends.
 async fn delete(
     State(app): State<App>,
     UrlPath(id): UrlPath<String>,
 ) -> Result<Response, ApiError> {
+    let place = match app.lanes.try_join(&id, Holder::Delete) {
+        Ok(p) => p,
+        Err(e) => {
+            return Err(ApiError::WorkspaceBusy(format!(
+                "{e}; or cancel its executions (DELETE /v1/executions/ID) first"
+            )))
+        }
+    };
     blocking(&app, None, move |host| {
+        let _place = place;
         host.sessions().delete(&id)?;
         tracing::info!(session = %id, "session deleted");
         Ok(wire::SessionDeleted { deleted: true, id })
@@ -204,9 +237,10 @@ async fn tool(
         ))
     })?;
     let host = app.sessions.clone();
+    let lanes = app.lanes.clone();
     let idle = app.config.session_idle;
     let answer = tokio::task::spawn_blocking(move || {
-        use_session(&host, &id, idle).map_err(ToolError::Session)?;
+        use_session(&host, &lanes, &id, idle).map_err(ToolError::Session)?;
         tools::call(&host, &id, &name, &input)
     })
     .await

@@ -151,7 +151,10 @@ impl SessionHost {
         if record.workspace.is_some() {
             // The record first, then its folder: a crash between leaves a
             // record whose folder is made again on its next use.
-            if let Err(e) = self.sessions.make_workspace(&record.id, self.workspace_owner) {
+            if let Err(e) = self
+                .sessions
+                .make_workspace(&record.id, self.workspace_owner)
+            {
                 let _ = self.sessions.delete(&record.id);
                 return Err(e);
             }

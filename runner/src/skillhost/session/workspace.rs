@@ -67,7 +67,10 @@ pub enum WorkspaceError {
     BadPath { path: String, reason: &'static str },
     #[error("session {0} has no managed workspace; create the session with \"workspace\": \"managed\" to keep files between its jobs")]
     NotManaged(String),
-    #[error("{} does not exist in the workspace of session {session}", quoted(path))]
+    #[error(
+        "{} does not exist in the workspace of session {session}",
+        quoted(path)
+    )]
     NoSuchFile { session: String, path: String },
     #[error("{} in the workspace of session {session} is {what}, not a regular file; only regular files are read, written or deleted here", quoted(path))]
     NotRegular {
@@ -93,7 +96,9 @@ pub enum WorkspaceError {
         would: u64,
         limit: u64,
     },
-    #[error("the workspace of session {session} is missing; delete the session and create it again")]
+    #[error(
+        "the workspace of session {session} is missing; delete the session and create it again"
+    )]
     Missing { session: String },
     #[error("workspace file {} of session {session}: {source}", quoted(path))]
     Io {
@@ -427,11 +432,8 @@ impl Workspace {
             done: false,
         };
         let tmp = OsString::from(format!(".upload-{}.tmp", crate::fsx::random_hex()));
-        let flags = OFlag::O_WRONLY
-            | OFlag::O_CREAT
-            | OFlag::O_EXCL
-            | OFlag::O_NOFOLLOW
-            | OFlag::O_CLOEXEC;
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let fd = openat(
             upload.dir.as_fd(),
             tmp.as_os_str(),

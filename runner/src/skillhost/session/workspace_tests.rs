@@ -63,7 +63,10 @@ fn an_upload_lands_whole_and_a_dropped_one_leaves_nothing() {
     // Not there until committed.
     assert!(!root.join("in/deep/data.csv").exists());
     assert_eq!(up.commit(|| Ok(())).unwrap(), 4);
-    assert_eq!(std::fs::read(root.join("in/deep/data.csv")).unwrap(), b"a,b\n");
+    assert_eq!(
+        std::fs::read(root.join("in/deep/data.csv")).unwrap(),
+        b"a,b\n"
+    );
     assert_eq!(entries(&root), ["in", "in/deep", "in/deep/data.csv"]);
 
     // Dropped (a broken or oversized body): no temp file, no new folder.
@@ -88,7 +91,10 @@ fn an_upload_lands_whole_and_a_dropped_one_leaves_nothing() {
     let mut up = ws.upload("in/deep/data.csv").unwrap();
     up.write(b"new").unwrap();
     up.commit(|| Ok(())).unwrap();
-    assert_eq!(std::fs::read(root.join("in/deep/data.csv")).unwrap(), b"new");
+    assert_eq!(
+        std::fs::read(root.join("in/deep/data.csv")).unwrap(),
+        b"new"
+    );
     let e = ws.upload("in").unwrap().commit(|| Ok(())).unwrap_err();
     assert!(e.to_string().contains("is a folder"), "{e}");
     assert_eq!(entries(&root), ["in", "in/deep", "in/deep/data.csv"]);
@@ -108,7 +114,11 @@ fn links_fifos_and_folders_are_never_followed_or_read() {
     std::fs::write(root.join("plain"), b"ok").unwrap();
 
     let refused = |p: &str| ws.open_file(p).unwrap_err().to_string();
-    assert!(refused("link").contains("is a symlink"), "{}", refused("link"));
+    assert!(
+        refused("link").contains("is a symlink"),
+        "{}",
+        refused("link")
+    );
     assert!(refused("dirlink/host-secret").contains("passes through a symlink"));
     assert!(refused("hard").contains("2 hard links"));
     assert!(refused("fifo").contains("is a FIFO"));

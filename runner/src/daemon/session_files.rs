@@ -1,0 +1,423 @@
+//! The file routes of a managed session workspace (docs/workspaces.md):
+//!
+//! | route | does |
+//! |---|---|
+//! | `PUT /v1/sessions/{id}/files/{*path}` | upload one file (`application/octet-stream`), atomically |
+//! | `GET /v1/sessions/{id}/files/{*path}` | the bytes of one regular file, streamed |
+//! | `DELETE /v1/sessions/{id}/files/{*path}` | delete one file |
+//! | `GET /v1/sessions/{id}/files?prefix=` | the regular files, bounded |
+//!
+//! Invariants:
+//! - an upload or a deletion holds the workspace's lane ([`super::workspace`])
+//!   for its whole length, and is refused (409) while a job of the session
+//!   is admitted; reads and listings are not (a read may then see a file a
+//!   job is writing);
+//! - an upload's body is bounded by `file_body_limit` (413, read and
+//!   discarded as every too-large body is) and streamed to a temporary file
+//!   on a blocking thread; whatever stops it before its last byte (too
+//!   large, too slow, a broken connection, the workspace's `workspace_bytes`)
+//!   removes what it wrote;
+//! - a download is streamed from the opened file, 64 KiB at a time through
+//!   a channel of four chunks, so a slow client holds at most that much;
+//!   it sends at most the size the file had when it was opened;
+//! - every path and every file met is handled by
+//!   [`crate::skillhost::session::workspace`]: no link is followed, only
+//!   regular files with one link are read.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use http_body::Frame;
+use http_body_util::BodyExt;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use super::app::{check_length, params, refuse_unread, ApiError, App, UrlPath};
+use super::sessions::use_session;
+use super::workspace::{Holder, LaneError};
+use crate::skillhost::session::workspace::{check_path, Workspace, WorkspaceError};
+use crate::skillhost::session::SessionError;
+
+/// The file routes, to be merged into the main router.
+pub fn routes() -> Router<App> {
+    Router::new()
+        .route("/v1/sessions/{id}/files", get(list))
+        .route(
+            "/v1/sessions/{id}/files/{*path}",
+            get(download).put(upload).delete(remove),
+        )
+}
+
+/// Bytes read from a file per chunk of a download.
+const CHUNK: usize = 64 << 10;
+
+/// `PUT`'s answer.
+#[derive(Debug, Serialize)]
+struct Written {
+    session: String,
+    path: String,
+    size: u64,
+    sha256: String,
+}
+
+/// `DELETE`'s answer.
+#[derive(Debug, Serialize)]
+struct Deleted {
+    session: String,
+    path: String,
+    deleted: bool,
+}
+
+fn thread_failed(e: tokio::task::JoinError) -> ApiError {
+    ApiError::Internal(format!("the workspace thread failed: {e}"))
+}
+
+/// Opens session `id`'s workspace after checking the session is in use
+/// (not expired) and, with `lane`, takes its lane for a write.
+fn open(
+    app: &App,
+    id: &str,
+    path: Option<&str>,
+    lane: bool,
+) -> Result<(Workspace, Option<super::workspace::Place>), ApiError> {
+    if let Some(path) = path {
+        check_path(path).map_err(SessionError::from)?;
+    }
+    use_session(&app.sessions, &app.lanes, id, app.config.session_idle)?;
+    let workspace = app.sessions.workspace(id)?;
+    let place = match lane {
+        true => Some(app.lanes.try_join(id, Holder::Files)?),
+        false => None,
+    };
+    Ok((workspace, place))
+}
+
+/// `application/octet-stream`, or no `Content-Type` at all.
+fn octet_stream(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(v) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let essence = v.to_str().unwrap_or("").split(';').next().unwrap_or("");
+    if essence
+        .trim()
+        .eq_ignore_ascii_case("application/octet-stream")
+    {
+        return Ok(());
+    }
+    Err(ApiError::FileMediaType(crate::text::single_line(
+        &String::from_utf8_lossy(v.as_bytes()),
+    )))
+}
+
+/// What the upload thread is sent.
+enum Piece {
+    Data(Bytes),
+    /// The body is complete: commit.
+    End,
+}
+
+async fn upload(
+    State(app): State<App>,
+    UrlPath((id, path)): UrlPath<(String, String)>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let (limit, timeout) = (app.config.file_body_limit, app.config.body_timeout);
+    if let Err(e) = octet_stream(&headers) {
+        return Err(refuse_unread(&headers, body, timeout, e).await);
+    }
+    let body = check_length(&headers, body, limit, timeout).await?;
+    let worker = app.clone();
+    let (sid, spath) = (id.clone(), path.clone());
+    let opened = tokio::task::spawn_blocking(move || {
+        let (ws, place) = open(&worker, &sid, Some(&spath), true)?;
+        let up = ws.upload(&spath).map_err(SessionError::from)?;
+        Ok::<_, ApiError>((ws, place, up))
+    })
+    .await
+    .map_err(thread_failed)?;
+    let (ws, place, mut up) = match opened {
+        Ok(v) => v,
+        Err(e) => return Err(refuse_unread(&headers, body, timeout, e).await),
+    };
+    let (tx, mut rx) = mpsc::channel::<Piece>(4);
+    let root = app.sessions.sessions().workspace_path(&id);
+    let bound = app.config.workspace_bytes;
+    let session = id.clone();
+    // The writer: it owns the upload, so dropping it without `End`
+    // removes everything it wrote.
+    let writer = tokio::task::spawn_blocking(move || {
+        let _place = place;
+        let mut sha = Sha256::new();
+        while let Some(piece) = rx.blocking_recv() {
+            match piece {
+                Piece::Data(b) => {
+                    sha.update(&b);
+                    up.write(&b)?;
+                }
+                Piece::End => {
+                    let size = up.commit(|| {
+                        let would = ws.usage(&root)?;
+                        if would > bound {
+                            return Err(WorkspaceError::Full {
+                                session,
+                                would,
+                                limit: bound,
+                            });
+                        }
+                        Ok(())
+                    })?;
+                    return Ok(Some((size, crate::text::to_hex(&sha.finalize()))));
+                }
+            }
+        }
+        Ok::<_, WorkspaceError>(None)
+    });
+    let sent = send_body(body, limit, timeout, &tx).await;
+    let end = match &sent {
+        Ok(()) => tx.send(Piece::End).await.is_ok(),
+        Err(_) => false,
+    };
+    drop(tx);
+    let written = writer.await.map_err(thread_failed)?;
+    let (size, sha256) = match (sent, written) {
+        (Err(e), _) => return Err(e),
+        (Ok(()), Err(e)) => return Err(SessionError::from(e).into()),
+        (Ok(()), Ok(Some(done))) if end => done,
+        (Ok(()), Ok(_)) => {
+            return Err(ApiError::Internal(
+                "the upload ended before its body".into(),
+            ))
+        }
+    };
+    tracing::info!(session = %id, path = %path.escape_debug(), size, "file uploaded");
+    Ok(Json(Written {
+        session: id,
+        path,
+        size,
+        sha256,
+    })
+    .into_response())
+}
+
+/// Streams `body` to the upload thread under `limit` bytes and `timeout`.
+async fn send_body(
+    body: Body,
+    limit: u64,
+    timeout: std::time::Duration,
+    tx: &mpsc::Sender<Piece>,
+) -> Result<(), ApiError> {
+    let mut body = body;
+    let mut seen: u64 = 0;
+    let sending = async {
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| ApiError::BadBody(e.to_string()))?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            seen += data.len() as u64;
+            if seen > limit {
+                return Err(ApiError::TooLarge { limit });
+            }
+            if tx.send(Piece::Data(data)).await.is_err() {
+                // The writer failed; its error is the answer.
+                return Ok(());
+            }
+        }
+        Ok(())
+    };
+    match tokio::time::timeout(timeout, sending).await {
+        Err(_) => Err(ApiError::BodyTimeout {
+            secs: timeout.as_secs().max(1),
+        }),
+        Ok(Err(e @ ApiError::TooLarge { .. })) => {
+            // The rest is read and dropped so the client sees the 413.
+            let _ = super::app::read_body(body, 0, timeout).await;
+            Err(e)
+        }
+        Ok(r) => r,
+    }
+}
+
+async fn download(
+    State(app): State<App>,
+    UrlPath((id, path)): UrlPath<(String, String)>,
+) -> Result<Response, ApiError> {
+    let worker = app.clone();
+    let file = tokio::task::spawn_blocking(move || {
+        let (ws, _) = open(&worker, &id, Some(&path), false)?;
+        Ok::<_, ApiError>(ws.open_file(&path).map_err(SessionError::from)?)
+    })
+    .await
+    .map_err(thread_failed)??;
+    let (file, size) = file;
+    let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
+    tokio::task::spawn_blocking(move || {
+        let mut file = file.take(size);
+        loop {
+            let mut buf = vec![0u8; CHUNK];
+            match file.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    buf.truncate(n);
+                    if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
+                        return; // the client left
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e));
+                    return;
+                }
+            }
+        }
+    });
+    let mut resp = Body::new(FileBody { rx }).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    Ok(resp)
+}
+
+/// A download's body: the chunks the reader thread sends.
+struct FileBody {
+    rx: mpsc::Receiver<std::io::Result<Bytes>>,
+}
+
+impl http_body::Body for FileBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
+        self.get_mut()
+            .rx
+            .poll_recv(cx)
+            .map(|c| c.map(|r| r.map(Frame::data)))
+    }
+}
+
+async fn remove(
+    State(app): State<App>,
+    UrlPath((id, path)): UrlPath<(String, String)>,
+) -> Result<Response, ApiError> {
+    let worker = app.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        let (ws, _place) = open(&worker, &id, Some(&path), true)?;
+        ws.delete(&path).map_err(SessionError::from)?;
+        tracing::info!(session = %id, path = %path.escape_debug(), "file deleted");
+        Ok::<_, ApiError>(Deleted {
+            session: id,
+            path,
+            deleted: true,
+        })
+    })
+    .await
+    .map_err(thread_failed)??;
+    Ok(Json(answer).into_response())
+}
+
+async fn list(
+    State(app): State<App>,
+    UrlPath(id): UrlPath<String>,
+    q: Result<Query<BTreeMap<String, String>>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let q = params(q, &["prefix"])?;
+    let prefix = q.get("prefix").cloned().unwrap_or_default();
+    let worker = app.clone();
+    let listing = tokio::task::spawn_blocking(move || {
+        let (ws, _) = open(&worker, &id, None, false)?;
+        Ok::<_, ApiError>(ws.list(&prefix).map_err(SessionError::from)?)
+    })
+    .await
+    .map_err(thread_failed)??;
+    Ok((StatusCode::OK, Json(listing)).into_response())
+}
+
+impl From<LaneError> for ApiError {
+    fn from(e: LaneError) -> ApiError {
+        ApiError::WorkspaceBusy(e.to_string())
+    }
+}
+
+/// `session_wait=` of `POST /v1/executions`: `true` (the default) queues a
+/// job behind the others of its session; `false` refuses it (409) when
+/// its workspace is in use.
+pub fn session_wait(value: Option<&String>) -> Result<bool, ApiError> {
+    match value.map(String::as_str) {
+        None | Some("true") => Ok(true),
+        Some("false") => Ok(false),
+        Some(other) => Err(ApiError::BadQuery(format!(
+            "session_wait={:?} is not true or false; use session_wait=false to refuse the job (409) rather than queue it while its session's workspace is in use",
+            crate::text::single_line(other)
+        ))),
+    }
+}
+
+/// The place of an admitted job in its session workspace's order, if it
+/// runs in one: the last place, or with `queue` false, the workspace at
+/// once or a refusal (409).
+pub fn place(
+    app: &App,
+    job: &crate::exec::job::Job,
+    queue: bool,
+) -> Result<Option<super::workspace::Place>, ApiError> {
+    let Some(session) = job.session.as_deref().filter(|_| job.managed_workspace) else {
+        return Ok(None);
+    };
+    let holder = Holder::Job(job.execution_id.clone());
+    Ok(Some(match queue {
+        true => app.lanes.join(session, holder),
+        false => app.lanes.try_join(session, holder)?,
+    }))
+}
+
+/// A job in a managed workspace that already holds more than the job's
+/// `disk_bytes` is rejected before it starts, with what to do; `None`
+/// for any other job (the disk watcher bounds the whole workspace while
+/// the command runs).
+pub fn over_disk(job: &crate::exec::job::Job) -> Option<crate::exec::result::ExecResult> {
+    use crate::exec::result::{ErrorInfo, ExecResult};
+    let (Some(session), Some(ws)) = (job.session.as_deref(), job.workspace.as_deref()) else {
+        return None;
+    };
+    if !job.managed_workspace {
+        return None;
+    }
+    let held = crate::supervise::diskwatch::usage(&[ws.to_owned()]).ok()?;
+    let limit = job.limits.disk_bytes;
+    if held <= limit {
+        return None;
+    }
+    let result = ExecResult::rejected(
+        &job.execution_id,
+        crate::exec::SANDBOX,
+        ErrorInfo::new(
+            crate::error::ErrorKind::BadJob,
+            format!("the workspace of session {session} already holds {held} bytes, more than this job's limits.disk_bytes of {limit} (a managed workspace counts whole); raise limits.disk_bytes, or delete files (DELETE /v1/sessions/{session}/files/PATH)"),
+        ),
+    );
+    tracing::info!(
+        kind = "bad_job",
+        "rejected: {}",
+        result
+            .error
+            .as_ref()
+            .map_or("", |e| e.message.as_str())
+            .escape_debug()
+    );
+    Some(result)
+}
