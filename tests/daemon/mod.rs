@@ -21,6 +21,7 @@ mod roots; // a job reaches only folders under the roots, never the runner's sta
 mod sessions; // the skill host's sessions and tools over HTTP
 mod signals; // SIGHUP is logged and ignored; SIGUSR1 drains like SIGTERM, with a log line
 mod streams; // NDJSON events in order, re-attached readers, heartbeats, stalled readers
+mod workspaces; // managed session workspaces: files in and out over HTTP, jobs in order, attacks refused
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
