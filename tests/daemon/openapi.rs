@@ -19,7 +19,7 @@ fn openapi_doc() -> Value {
 fn routes_in_source() -> std::collections::BTreeSet<(String, String)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../runner/src/daemon");
     let mut out = std::collections::BTreeSet::new();
-    for file in ["routes.rs", "sessions.rs"] {
+    for file in ["routes.rs", "sessions.rs", "session_files.rs"] {
         let text = std::fs::read_to_string(dir.join(file)).unwrap();
         for piece in text.split(".route(").skip(1) {
             let path = piece.split('"').nth(1).unwrap().replace("{*", "{");
@@ -361,5 +361,49 @@ fn the_openapi_document_matches_the_router_and_real_responses() {
         &d.post(&format!("{base}/tools/Skill"), &json!({})),
     );
     conforms(&doc, "DELETE", "/v1/sessions/{id}", &d.delete(&base));
+    conforms(&doc, "DELETE", "/v1/sessions/{id}", &d.delete(&base));
+
+    // A managed workspace's file routes.
+    let s = d.post(
+        "/v1/sessions",
+        &json!({"skills": [], "tools": [], "workspace": "managed"}),
+    );
+    conforms(&doc, "POST", "/v1/sessions", &s);
+    let base = format!("/v1/sessions/{}", s.json()["id"].as_str().unwrap());
+    let (file, files) = ("/v1/sessions/{id}/files/{path}", "/v1/sessions/{id}/files");
+    let octets = [("Content-Type", "application/octet-stream")];
+    for (path, body) in [("in/a.csv", &b"a,b\n"[..]), ("..%2Fx", b"x")] {
+        let r = d.request("PUT", &format!("{base}/files/{path}"), &octets, body);
+        conforms(&doc, "PUT", file, &r);
+    }
+    let r = d.request(
+        "PUT",
+        &format!("{base}/files/x"),
+        &[("Content-Type", "text/plain")],
+        b"x",
+    );
+    conforms(&doc, "PUT", file, &r);
+    conforms(&doc, "GET", file, &d.get(&format!("{base}/files/in/a.csv")));
+    conforms(&doc, "GET", file, &d.get(&format!("{base}/files/in/none")));
+    conforms(&doc, "GET", file, &d.get(&format!("{base}/files/in")));
+    conforms(
+        &doc,
+        "GET",
+        files,
+        &d.get(&format!("{base}/files?prefix=in/")),
+    );
+    conforms(&doc, "GET", files, &d.get(&format!("{base}/files?nope=1")));
+    conforms(
+        &doc,
+        "DELETE",
+        file,
+        &d.delete(&format!("{base}/files/in/a.csv")),
+    );
+    conforms(
+        &doc,
+        "DELETE",
+        file,
+        &d.delete(&format!("{base}/files/in/a.csv")),
+    );
     conforms(&doc, "DELETE", "/v1/sessions/{id}", &d.delete(&base));
 }

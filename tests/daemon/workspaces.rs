@@ -145,7 +145,10 @@ fn a_client_uploads_runs_twice_and_downloads_through_the_daemon_alone() {
     // Deleted with its session.
     let r = d.delete(&format!("/v1/sessions/{id}"));
     assert_eq!(r.status, 200, "{:#}", r.json());
-    assert!(!folder(&w, &id).exists(), "the workspace outlived its session");
+    assert!(
+        !folder(&w, &id).exists(),
+        "the workspace outlived its session"
+    );
     let r = d.get(&format!("/v1/sessions/{id}/files?prefix="));
     r.assert_error(404, "not_found");
 }
@@ -170,7 +173,10 @@ fn traversal_paths_are_refused_and_nothing_is_written() {
     ] {
         let r = put(&d, &id, path, b"x");
         let msg = r.assert_error(400, "bad_request");
-        assert!(msg.contains("not an admissible workspace path"), "{path}: {msg}");
+        assert!(
+            msg.contains("not an admissible workspace path"),
+            "{path}: {msg}"
+        );
         let r = d.get(&format!("/v1/sessions/{id}/files/{path}"));
         r.assert_error(400, "bad_request");
         let r = d.delete(&format!("/v1/sessions/{id}/files/{path}"));
@@ -179,10 +185,17 @@ fn traversal_paths_are_refused_and_nothing_is_written() {
     // An empty path names no route: refused with a sentence too.
     let r = put(&d, &id, "", b"x");
     assert_eq!(r.status, 404, "{:#}", r.json());
-    assert!(r.json()["error"]["message"].as_str().unwrap().contains("no route"));
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("no route"));
     let r = d.get(&format!("/v1/sessions/{id}/files?prefix=/etc"));
     r.assert_error(400, "bad_request");
-    assert!(tree(&folder(&w, &id)).is_empty(), "{:?}", tree(&folder(&w, &id)));
+    assert!(
+        tree(&folder(&w, &id)).is_empty(),
+        "{:?}",
+        tree(&folder(&w, &id))
+    );
     let workspaces = tree(&w.data_dir().join("workspaces"));
     assert_eq!(workspaces, [id.clone()]);
     assert!(!w.data_dir().join("escape").exists());
@@ -208,11 +221,18 @@ fn traversal_paths_are_refused_and_nothing_is_written() {
 #[test]
 fn an_upload_over_a_limit_leaves_nothing_behind() {
     let w = World::new();
-    let (d, id) = managed(&w, &["--file-body-limit", "8KiB", "--workspace-bytes", "64KiB"]);
+    let (d, id) = managed(
+        &w,
+        &["--file-body-limit", "8KiB", "--workspace-bytes", "64KiB"],
+    );
     let r = put(&d, &id, "deep/new/big.bin", &[7u8; 9000]);
     let msg = r.assert_error(413, "body_too_large");
     assert!(msg.contains("8192"), "{msg}");
-    assert!(tree(&folder(&w, &id)).is_empty(), "{:?}", tree(&folder(&w, &id)));
+    assert!(
+        tree(&folder(&w, &id)).is_empty(),
+        "{:?}",
+        tree(&folder(&w, &id))
+    );
 
     // Within the file limit, but not within the workspace's.
     let mut refused = None;
@@ -352,7 +372,10 @@ fn disk_bytes_bounds_the_whole_workspace() {
         &json!({"session": id, "argv": ["true"], "limits": {"disk_bytes": 16384}}),
     );
     let msg = r.assert_error(400, "bad_job");
-    assert!(msg.contains("already holds") && msg.contains("disk_bytes"), "{msg}");
+    assert!(
+        msg.contains("already holds") && msg.contains("disk_bytes"),
+        "{msg}"
+    );
     let res = run(
         &d,
         json!({"session": id, "argv": ["sh", "-c", "head -c 300000 /dev/zero > more.bin"], "limits": {"disk_bytes": 200000}}),
