@@ -11,7 +11,12 @@
 //! - [`write_replace`] and [`write_new`] write whole files atomically: a
 //!   reader sees the old file or the new one, never a torn one;
 //! - [`tree_stamp`] fingerprints a sealed tree's metadata, so a tree that
-//!   was verified once can be checked cheaply before it is trusted again.
+//!   was verified once can be checked cheaply before it is trusted again;
+//! - [`beneath`] reads, writes and lists below a directory handle without
+//!   following links: the primitives for files moved in and out of a
+//!   workspace a sandboxed command controls.
+
+pub mod beneath;
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
