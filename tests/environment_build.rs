@@ -149,6 +149,7 @@ fn the_install_step_has_no_network_and_a_read_only_input() {
         reuse_cgroups: false,
         strict_limits: false,
         network: Default::default(),
+        files: Default::default(),
     })
     .unwrap();
     let owner = runner.host.identity.clone().unwrap().switch_to();

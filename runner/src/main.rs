@@ -66,6 +66,7 @@ fn config_strict(cli_data_dir: Option<PathBuf>, keep: bool, strict_limits: bool)
         reuse_cgroups: false,
         strict_limits,
         network: Default::default(),
+        files: Default::default(),
     }
 }
 

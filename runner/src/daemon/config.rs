@@ -260,6 +260,52 @@ settings! {
         default: 16 << 20,
         check: at_least(1024),
     }
+    max_files: Option<usize> {
+        /// Files a job's `files` may hold [default: 1000].
+        flag: "max-files" <"N">,
+        env: "SKILL_RUNNER_MAX_FILES",
+        file: "max_files",
+        default: crate::exec::files::FileBounds::default().input_files,
+        check: within(0, 1_000_000),
+    }
+    max_file_bytes: Option<u64> {
+        /// Largest file of a job's `files`, decoded [default: 16MiB].
+        flag: "max-file-bytes" <"SIZE"> [value_parser = parse_size],
+        env: "SKILL_RUNNER_MAX_FILE_BYTES",
+        file: "max_file_bytes",
+        default: crate::exec::files::FileBounds::default().input_file_bytes,
+    }
+    max_files_bytes: Option<u64> {
+        /// Bytes of all of a job's `files`, decoded; the job body limit bounds
+        /// them too [default: 64MiB].
+        flag: "max-files-bytes" <"SIZE"> [value_parser = parse_size],
+        env: "SKILL_RUNNER_MAX_FILES_BYTES",
+        file: "max_files_bytes",
+        default: crate::exec::files::FileBounds::default().input_bytes,
+    }
+    max_outputs: Option<usize> {
+        /// Output files kept per execution [default: 1000].
+        flag: "max-outputs" <"N">,
+        env: "SKILL_RUNNER_MAX_OUTPUTS",
+        file: "max_outputs",
+        default: crate::exec::files::FileBounds::default().output_files,
+        check: within(0, 1_000_000),
+    }
+    max_output_file_bytes: Option<u64> {
+        /// Largest output file kept [default: 256MiB].
+        flag: "max-output-file-bytes" <"SIZE"> [value_parser = parse_size],
+        env: "SKILL_RUNNER_MAX_OUTPUT_FILE_BYTES",
+        file: "max_output_file_bytes",
+        default: crate::exec::files::FileBounds::default().output_file_bytes,
+    }
+    max_outputs_bytes: Option<u64> {
+        /// Bytes of output files kept per execution, on disk in the data dir
+        /// while its result is retained [default: 1GiB].
+        flag: "max-outputs-bytes" <"SIZE"> [value_parser = parse_size],
+        env: "SKILL_RUNNER_MAX_OUTPUTS_BYTES",
+        file: "max_outputs_bytes",
+        default: crate::exec::files::FileBounds::default().output_bytes,
+    }
     header_timeout: Option<Duration> {
         /// Time a client has to send a request's headers, e.g. 10s [default: 10s].
         flag: "header-timeout" <"DURATION"> [value_parser = humantime::parse_duration],
@@ -650,6 +696,8 @@ pub struct Config {
     pub network: crate::sandbox::net::RunnerNetwork,
     /// Findings worth a warning in the log once logging is up.
     pub warnings: Vec<String>,
+    /// Bounds on jobs' `files` and `outputs` (docs/files.md).
+    pub files: crate::exec::files::FileBounds,
 }
 
 /// A size in a config file: a number of bytes or a text like `"64MiB"`.
@@ -890,6 +938,15 @@ impl Config {
             network,
             data,
             warnings,
+            files: crate::exec::files::FileBounds {
+                input_files: s.max_files()?,
+                input_file_bytes: s.max_file_bytes()?,
+                input_bytes: s.max_files_bytes()?,
+                output_files: s.max_outputs()?,
+                output_file_bytes: s.max_output_file_bytes()?,
+                output_bytes: s.max_outputs_bytes()?,
+                ..crate::exec::files::FileBounds::default()
+            },
         };
         // A job that sets no output_bytes gets its profile's default: a
         // cap under it would refuse every such job.

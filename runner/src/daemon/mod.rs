@@ -101,6 +101,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         reuse_cgroups: true,
         strict_limits: config.strict_limits,
         network: config.network.clone(),
+        files: config.files,
     })
     .map_err(|e| DaemonError::Runner(e.to_string()))?;
     // Leftovers of deleted data dirs: once per daemon start, not per run.

@@ -18,6 +18,7 @@
 //! | `workspaces/` | managed session workspaces, one folder per session, the sandbox user's | 0710 | 0700 |
 //! | `cache/` | the host probe, the catalog index | 0700 | 0700 |
 //! | `run/` | the daemon's default socket | 0700 | 0700 |
+//! | `outputs/` | the kept outputs of finished executions, one folder each | 0700 | 0700 |
 //!
 //! A root runner launches bubblewrap as the sandbox user, which resolves
 //! what it binds by path: the folders it binds from (0710) let that group
@@ -84,6 +85,7 @@ const LAYOUT: &[(&str, Access)] = &[
     ("workspaces", Access::Sandbox),
     ("cache", Access::Private),
     ("run", Access::Private),
+    ("outputs", Access::Private),
 ];
 
 /// Why a data dir was refused or could not be made.
@@ -259,6 +261,12 @@ impl DataDir {
     /// `run/`: the daemon's default socket folder.
     pub fn run(&self) -> PathBuf {
         self.path.join("run")
+    }
+
+    /// `outputs/`: the kept outputs of finished executions, one folder
+    /// each ([`crate::exec::files::OutputStore`]).
+    pub fn outputs(&self) -> PathBuf {
+        self.path.join("outputs")
     }
 
     /// `skills/`: the catalog's user skills, when the operator makes it.

@@ -50,6 +50,7 @@ fn the_folder_methods_name_the_layout() {
         dd.workspaces(),
         dd.cache(),
         dd.run(),
+        dd.outputs(),
     ];
     let layout: Vec<PathBuf> = LAYOUT.iter().map(|(n, _)| dd.path().join(n)).collect();
     assert_eq!(named.to_vec(), layout);

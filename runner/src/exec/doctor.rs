@@ -116,6 +116,7 @@ impl Report {
             reuse_cgroups: false,
             strict_limits: false,
             network: Default::default(),
+            files: Default::default(),
         });
         checks.push(Check {
             name: "data dir",

@@ -199,6 +199,8 @@ pub enum ExecError {
     StartProxy { source: io::Error },
     #[error("cannot start {}: {source}", program.display())]
     Start { program: PathBuf, source: io::Error },
+    #[error(transparent)]
+    Files(#[from] crate::exec::files::FilesError),
 }
 
 fn under_jobs(place: Place, jobs: &Path) -> String {
@@ -216,6 +218,7 @@ impl ExecError {
             Store(e) => e.kind(),
             Stage(e) => e.kind(),
             Limits(_) => ErrorKind::SandboxUnavailable,
+            Files(e) => e.kind(),
             UseEnvironment { source } => source.kind(),
             OpenEnvironment { .. } => ErrorKind::HashMismatch,
             OpenEnvironments { source } => source.kind(),

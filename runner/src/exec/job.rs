@@ -114,6 +114,13 @@ pub struct RawJob {
     pub limits: RawLimits,
     /// The environment the command imports from (docs/environments.md).
     pub environment: Option<EnvRef>,
+    /// Files written into the workspace before the command starts
+    /// (docs/files.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<crate::exec::files::RawFile>,
+    /// Patterns of the workspace files collected when the command ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
 }
 
 impl RawJob {
@@ -203,6 +210,10 @@ pub struct Job {
     /// daemon's roots, `run --confine`): the runner must find each one
     /// unchanged when it runs the job, never resolve it anew.
     pub confined: bool,
+    /// Written into the workspace before the command starts.
+    pub files: Vec<crate::exec::files::InputFile>,
+    /// Collected from the workspace when the command ends.
+    pub outputs: Vec<crate::exec::files::Glob>,
 }
 
 /// Why a job was refused. Each message says what to change.
@@ -291,6 +302,8 @@ pub enum JobError {
     ReadStdin(std::io::Error),
     #[error("cannot read the current folder: {0}")]
     CurrentDir(std::io::Error),
+    #[error(transparent)]
+    Files(#[from] crate::exec::files::FilesError),
 }
 
 /// Names a job may never set (docs/formats.md), besides the `LD_*` and
@@ -531,6 +544,8 @@ impl Job {
             .environment
             .map(|e| checked_environment(e, &env))
             .transpose()?;
+        let files = crate::exec::files::inputs(raw.files)?;
+        let outputs = crate::exec::files::outputs(raw.outputs)?;
         Ok(Job {
             execution_id,
             generated_id,
@@ -549,6 +564,8 @@ impl Job {
             limits,
             environment,
             confined: false,
+            files,
+            outputs,
         })
     }
 

@@ -28,6 +28,7 @@ pub mod doctor;
 pub mod envbuild;
 pub mod error;
 pub mod explain;
+pub mod files;
 pub mod folders;
 pub mod job;
 pub mod launch;

@@ -199,6 +199,9 @@ pub struct ExecResult {
     /// Who the command was on the host (absent when nothing started).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub identity: Option<crate::sandbox::identity::Identity>,
+    /// `outputs` (and `outputs_note`), when the job named outputs.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<crate::exec::files::Collected>,
 }
 
 /// Exit code of `skill-runner run` for the execution (docs/formats.md);
@@ -230,6 +233,7 @@ impl ExecResult {
             error: Some(error),
             warnings: Vec::new(),
             identity: None,
+            outputs: None,
         }
     }
 

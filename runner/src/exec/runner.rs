@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use crate::datadir::DataDir;
 use crate::exec::error::ExecError;
+use crate::exec::files;
 use crate::exec::folders::{self, Confined, Named};
 use crate::exec::job::Job;
 use crate::exec::launch::{self, Prepared};
@@ -86,6 +87,8 @@ pub struct RunnerConfig {
     /// The runner's own network settings: whether jobs may reach private
     /// addresses, and a cap on their allowlists (see [`crate::sandbox::net`]).
     pub network: crate::sandbox::net::RunnerNetwork,
+    /// Bounds on a job's `files` and collected `outputs` (docs/files.md).
+    pub files: crate::exec::files::FileBounds,
 }
 
 pub use crate::datadir::default_path as default_data_dir;
@@ -233,6 +236,7 @@ impl Runner {
 
     /// Everything before the launch: checks, staging, folders.
     fn prepare(&self, job: &Job) -> Result<Prepared, ExecError> {
+        files::check_inputs(&job.files, &self.config.files)?;
         // The folders the job names exist, or nothing else is done.
         let (named_workspace, named_extensions) = self.named_folders(job)?;
         // A profile binds host folders read-only: never the runner's state.
@@ -280,8 +284,18 @@ impl Runner {
 
         let workspace = match named_workspace {
             Some(w) => Some(w),
-            None => launch::fresh_workspace(dir.as_ref())?,
+            None => match launch::fresh_workspace(dir.as_ref())? {
+                // Files in or out need the workspace on the host.
+                None if files::needs_host_workspace(&job.files, &job.outputs) => {
+                    let exec_dir = dir.as_ref().ok_or(ExecError::NoExecutionFolder)?;
+                    Some(files::fresh_workspace(&exec_dir.path, owner)?)
+                }
+                fresh => fresh,
+            },
         };
+        if let Some(w) = &workspace {
+            files::write_inputs(w, &job.files, owner)?;
+        }
         let extensions = match (named_extensions, &workspace) {
             (Some(e), _) => Some(e),
             // The default lives in the workspace, which earlier commands
@@ -382,8 +396,10 @@ impl Runner {
     /// execution (ext4's inode allocator, traced with perf;
     /// docs/sandbox.md).
     fn execution_dir(&self, job: &Job) -> Result<Option<PrivateDir>, ExecError> {
-        let needs_dir =
-            launch::NEEDS_FOLDER || job.network.allowlist().is_some() || self.config.keep;
+        let needs_dir = launch::NEEDS_FOLDER
+            || job.network.allowlist().is_some()
+            || self.config.keep
+            || files::needs_host_workspace(&job.files, &job.outputs);
         let prefix = format!("{}.", job.execution_id);
         let dir = if needs_dir {
             Some(PrivateDir::create_named(&self.executions, &prefix))
@@ -519,7 +535,17 @@ impl Runner {
             cpu_ms,
             network,
         };
-        let result = outcome::result(job, &p, &outcome, finished);
+        let mut result = outcome::result(job, &p, &outcome, finished);
+        if let (false, Some(w)) = (job.outputs.is_empty(), &p.workspace) {
+            let bounds = &self.config.files;
+            result.outputs = Some(files::collect(
+                w,
+                &job.outputs,
+                bounds,
+                &self.data.outputs(),
+            ));
+            tracing::debug!("outputs collected");
+        }
         tracing::info!(
             status = result.status.as_str(),
             code = result.exit_code,

@@ -64,6 +64,11 @@ pub enum BeneathError {
 }
 
 impl BeneathError {
+    /// A failed write of the bytes of `path`.
+    pub fn from_write(path: &str, e: io::Error) -> BeneathError {
+        BeneathError::io("write", path, e)
+    }
+
     fn io(op: &'static str, path: &str, e: impl Into<io::Error>) -> BeneathError {
         BeneathError::Io {
             op,
@@ -424,6 +429,83 @@ pub fn write_atomic_from(
     }
     f.commit()?;
     Ok(Some(copied))
+}
+
+/// Checks, without writing, that `rel` below `root` could be written: each
+/// folder on the way is a folder (not a symlink, not a file) or missing,
+/// and the name itself is not a folder.
+pub fn check_writable(root: &File, rel: &str) -> Result<(), BeneathError> {
+    let parts = check(rel)?;
+    let mut dir = root
+        .try_clone()
+        .map_err(|e| BeneathError::io("open", rel, e))?;
+    let mut walked = String::new();
+    for (i, part) in parts.iter().enumerate() {
+        if !walked.is_empty() {
+            walked.push('/');
+        }
+        walked.push_str(part);
+        let st = match fstatat(dir.as_fd(), *part, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::ENOENT) => return Ok(()),
+            Err(e) => return Err(BeneathError::io("stat", &walked, e)),
+        };
+        let last = i + 1 == parts.len();
+        if last {
+            if is_kind(&st, SFlag::S_IFDIR) {
+                return Err(BeneathError::NotRegular {
+                    path: walked,
+                    kind: "folder",
+                });
+            }
+            return Ok(());
+        }
+        if is_kind(&st, SFlag::S_IFLNK) {
+            return Err(BeneathError::Symlink { path: walked });
+        }
+        if !is_kind(&st, SFlag::S_IFDIR) {
+            return Err(BeneathError::NotFolder {
+                path: walked,
+                kind: kind_of(&st),
+            });
+        }
+        let fd = openat(dir.as_fd(), *part, DIR_FLAGS, Mode::empty())
+            .map_err(|e| not_a_folder(&dir, part, e, &walked))?;
+        dir = File::from(fd);
+    }
+    Ok(())
+}
+
+/// The folders on the way to `rel` below `root` that do not exist yet,
+/// outermost first: what writing `rel` would make.
+pub fn missing_folders(root: &File, rel: &str) -> Result<Vec<String>, BeneathError> {
+    let parts = check(rel)?;
+    let folders = &parts[..parts.len() - 1];
+    let mut dir = root
+        .try_clone()
+        .map_err(|e| BeneathError::io("open", rel, e))?;
+    for (i, part) in folders.iter().enumerate() {
+        match openat(dir.as_fd(), *part, DIR_FLAGS, Mode::empty()) {
+            Ok(fd) => dir = File::from(fd),
+            Err(Errno::ENOENT) => {
+                return Ok((i..folders.len())
+                    .map(|j| folders[..=j].join("/"))
+                    .collect())
+            }
+            Err(e) => return Err(not_a_folder(&dir, part, e, &folders[..=i].join("/"))),
+        }
+    }
+    Ok(Vec::new())
+}
+
+/// Removes the empty folder `rel` below `root` (one with anything in it
+/// stays: `ENOTEMPTY`).
+pub fn remove_empty_dir(root: &File, rel: &str) -> Result<(), BeneathError> {
+    let parts = check(rel)?;
+    let (name, folders) = parts.split_last().expect("check gives one part at least");
+    let dir = walk(root, folders, None, rel)?;
+    unlinkat(dir.as_fd(), *name, UnlinkatFlags::RemoveDir)
+        .map_err(|e| BeneathError::io("remove", rel, e))
 }
 
 /// Removes the file (or symlink, as a name) `rel` below `root`; a folder is
