@@ -11,12 +11,12 @@
 //!   not empty, not absolute, no `.`, `..` or empty segment, no NUL,
 //!   backslash or control character, at most [`MAX_PATH`] bytes;
 //! - every operation walks the path one component at a time from the
-//!   workspace's descriptor with `O_NOFOLLOW`, so a symlink a command
-//!   planted anywhere on the way is refused, never followed; the entry at
-//!   the end is looked at without following it, and opened `O_NONBLOCK`
-//!   (a FIFO swapped in cannot block the daemon); only a regular file
-//!   with one link is read, so no bytes of a file outside the workspace
-//!   are served through a hard link;
+//!   workspace's descriptor with `O_NOFOLLOW` ([`crate::fsx::beneath`]),
+//!   so a symlink a command planted anywhere on the way is refused, never
+//!   followed; the entry at the end is looked at without following it and
+//!   a special file is never opened (a FIFO cannot block the daemon); only
+//!   a regular file with one link is read, so no bytes of a file outside
+//!   the workspace are served through a hard link;
 //! - an upload is written to a private temporary file beside its target,
 //!   `fsync`ed and renamed into place; a refused or broken upload removes
 //!   the temporary file and the folders it made, so nothing is left
@@ -26,18 +26,18 @@
 //!   [`MAX_VISITED`] entries, [`MAX_DEPTH`] folders deep) whatever a
 //!   command left there.
 
-use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, renameat, AtFlags, OFlag};
-use nix::sys::stat::{fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
-use nix::unistd::{fchown, unlinkat, Gid, Uid, UnlinkatFlags};
+use nix::fcntl::openat;
+use nix::sys::stat::{mkdirat, Mode};
+use nix::unistd::{fchown, Gid, Uid};
 use serde::{Deserialize, Serialize};
+
+use crate::fsx::beneath::{self, AtomicFile, BeneathError, Bounds, Create, Kind};
 
 use crate::error::ErrorKind;
 use crate::text::single_line;
@@ -72,18 +72,21 @@ pub enum WorkspaceError {
         quoted(path)
     )]
     NoSuchFile { session: String, path: String },
-    #[error("{} in the workspace of session {session} is {what}, not a regular file; only regular files are read, written or deleted here", quoted(path))]
+    #[error("{} in the workspace of session {session} is a {kind}, not a regular file; only regular files are read, written or deleted here", quoted(path))]
     NotRegular {
         session: String,
         path: String,
-        what: &'static str,
+        kind: &'static str,
     },
-    #[error("{} in the workspace of session {session} passes through {what}; a path in the workspace goes through folders only", quoted(path))]
+    #[error("{} in the workspace of session {session} passes through a {kind} ({}); a path in the workspace goes through folders only, never a link", quoted(path), quoted(at))]
     NotThroughFolders {
         session: String,
         path: String,
-        what: &'static str,
+        at: String,
+        kind: &'static str,
     },
+    #[error("{} in the workspace of session {session} was replaced while it was being opened; send the request again", quoted(path))]
+    Replaced { session: String, path: String },
     #[error("{} in the workspace of session {session} has {links} hard links; a file linked elsewhere is not served, since its bytes may be another file's: copy it inside the sandbox (cp) and fetch the copy", quoted(path))]
     HardLinked {
         session: String,
@@ -119,9 +122,10 @@ impl WorkspaceError {
         match self {
             E::BadPath { .. } => ErrorKind::BadRequest,
             E::NotManaged(_) | E::NoSuchFile { .. } => ErrorKind::NotFound,
-            E::NotRegular { .. } | E::NotThroughFolders { .. } | E::HardLinked { .. } => {
-                ErrorKind::Conflict
-            }
+            E::NotRegular { .. }
+            | E::NotThroughFolders { .. }
+            | E::HardLinked { .. }
+            | E::Replaced { .. } => ErrorKind::Conflict,
             E::Full { .. } => ErrorKind::BodyTooLarge,
             E::Missing { .. } | E::Io { .. } => ErrorKind::Internal,
         }
@@ -171,7 +175,6 @@ pub fn check_path(path: &str) -> Result<(), WorkspaceError> {
 pub struct Listed {
     pub path: String,
     pub size: u64,
-    pub modified_at: String,
 }
 
 /// The answer of `GET /v1/sessions/{id}/files?prefix=`.
@@ -194,33 +197,6 @@ pub struct Workspace {
     owner: Option<(u32, u32)>,
 }
 
-fn flags_dir() -> OFlag {
-    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC
-}
-
-fn kind_of(st: &FileStat) -> SFlag {
-    SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT
-}
-
-fn what(kind: SFlag) -> &'static str {
-    match kind {
-        SFlag::S_IFDIR => "a folder",
-        SFlag::S_IFLNK => "a symlink",
-        SFlag::S_IFIFO => "a FIFO",
-        SFlag::S_IFCHR => "a character device",
-        SFlag::S_IFBLK => "a block device",
-        SFlag::S_IFSOCK => "a socket",
-        _ => "a special file",
-    }
-}
-
-fn give(fd: &impl AsFd, owner: Option<(u32, u32)>) -> io::Result<()> {
-    if let Some((uid, gid)) = owner {
-        fchown(fd, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))?;
-    }
-    Ok(())
-}
-
 /// Makes the workspace folder `path` (its parent is the data dir's
 /// `workspaces/`), owned by `owner`, 0700. An existing one is kept.
 pub fn make(path: &Path, owner: Option<(u32, u32)>) -> io::Result<()> {
@@ -233,9 +209,13 @@ pub fn make(path: &Path, owner: Option<(u32, u32)>) -> io::Result<()> {
         Err(Errno::EEXIST) => false,
         Err(e) => return Err(e.into()),
     };
-    let dir = File::from(openat(parent.as_fd(), name, flags_dir(), Mode::empty())?);
-    if made {
-        give(&dir, owner)?;
+    let flags = nix::fcntl::OFlag::O_RDONLY
+        | nix::fcntl::OFlag::O_DIRECTORY
+        | nix::fcntl::OFlag::O_NOFOLLOW
+        | nix::fcntl::OFlag::O_CLOEXEC;
+    let dir = File::from(openat(parent.as_fd(), name, flags, Mode::empty())?);
+    if let (true, Some((uid, gid))) = (made, owner) {
+        fchown(&dir, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))?;
     }
     Ok(())
 }
@@ -267,182 +247,99 @@ impl Workspace {
         })
     }
 
-    fn io(&self, path: &str) -> impl FnOnce(io::Error) -> WorkspaceError + '_ {
+    /// The sentence of a refusal below the workspace, for `path`.
+    fn refused(&self, path: &str, e: BeneathError) -> WorkspaceError {
+        let session = self.session.clone();
         let path = path.to_owned();
-        move |source| WorkspaceError::Io {
-            session: self.session.clone(),
-            path,
-            source,
+        match e {
+            BeneathError::Path { .. } => WorkspaceError::BadPath {
+                path,
+                reason: "it is not a relative path of folders and a name",
+            },
+            BeneathError::Symlink { path: at } if at == path => WorkspaceError::NotRegular {
+                session,
+                path,
+                kind: "symlink",
+            },
+            BeneathError::Symlink { path: at } => WorkspaceError::NotThroughFolders {
+                session,
+                path,
+                at,
+                kind: "symlink",
+            },
+            BeneathError::NotRegular { kind, .. } => WorkspaceError::NotRegular {
+                session,
+                path,
+                kind,
+            },
+            BeneathError::NotFolder { path: at, kind } => WorkspaceError::NotThroughFolders {
+                session,
+                path,
+                at,
+                kind,
+            },
+            BeneathError::Replaced { .. } => WorkspaceError::Replaced { session, path },
+            BeneathError::Missing { .. } => WorkspaceError::NoSuchFile { session, path },
+            BeneathError::Io { source, .. } => WorkspaceError::Io {
+                session,
+                path,
+                source,
+            },
         }
-    }
-
-    /// The folder holding `path`'s last segment, opened through folders
-    /// only; with `create`, missing folders are made (and given to the
-    /// owner) and returned so a failed upload can remove them.
-    fn parent_of(
-        &self,
-        path: &str,
-        create: bool,
-    ) -> Result<(File, OsString, Vec<(File, OsString)>), WorkspaceError> {
-        check_path(path)?;
-        let mut segments: Vec<&str> = path.split('/').collect();
-        let last = OsString::from(segments.pop().unwrap_or_default());
-        let mut dir = self.dir.try_clone().map_err(self.io(path))?;
-        let mut made: Vec<(File, OsString)> = Vec::new();
-        for segment in segments {
-            if create {
-                match mkdirat(dir.as_fd(), segment, Mode::from_bits_truncate(0o755)) {
-                    Ok(()) => {
-                        let child = openat(dir.as_fd(), segment, flags_dir(), Mode::empty())
-                            .map_err(|e| self.io(path)(e.into()))?;
-                        let child = File::from(child);
-                        give(&child, self.owner).map_err(self.io(path))?;
-                        made.push((dir.try_clone().map_err(self.io(path))?, segment.into()));
-                        dir = child;
-                        continue;
-                    }
-                    Err(Errno::EEXIST) => {}
-                    Err(e) => return Err(self.io(path)(e.into())),
-                }
-            }
-            dir = match openat(dir.as_fd(), segment, flags_dir(), Mode::empty()) {
-                Ok(fd) => File::from(fd),
-                Err(Errno::ENOENT) => {
-                    return Err(WorkspaceError::NoSuchFile {
-                        session: self.session.clone(),
-                        path: path.to_owned(),
-                    })
-                }
-                Err(Errno::ELOOP) | Err(Errno::ENOTDIR) => {
-                    let kind = fstatat(dir.as_fd(), segment, AtFlags::AT_SYMLINK_NOFOLLOW)
-                        .map(|st| what(kind_of(&st)))
-                        .unwrap_or("something that is not a folder");
-                    let kind = if kind == "a special file" {
-                        "a file"
-                    } else {
-                        kind
-                    };
-                    return Err(WorkspaceError::NotThroughFolders {
-                        session: self.session.clone(),
-                        path: path.to_owned(),
-                        what: kind,
-                    });
-                }
-                Err(e) => return Err(self.io(path)(e.into())),
-            };
-        }
-        Ok((dir, last, made))
     }
 
     /// Opens the regular file at `path` for reading; its size.
     pub fn open_file(&self, path: &str) -> Result<(File, u64), WorkspaceError> {
-        let (dir, name, _) = self.parent_of(path, false)?;
-        let not_found = || WorkspaceError::NoSuchFile {
-            session: self.session.clone(),
-            path: path.to_owned(),
-        };
-        let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) => st,
-            Err(Errno::ENOENT) => return Err(not_found()),
-            Err(e) => return Err(self.io(path)(e.into())),
-        };
-        self.regular(path, &st)?;
-        // O_NONBLOCK: a FIFO swapped in since the look cannot block.
-        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-        let file = match openat(dir.as_fd(), name.as_os_str(), flags, Mode::empty()) {
-            Ok(fd) => File::from(fd),
-            Err(Errno::ENOENT) => return Err(not_found()),
-            Err(Errno::ELOOP) => {
-                return Err(WorkspaceError::NotRegular {
-                    session: self.session.clone(),
-                    path: path.to_owned(),
-                    what: "a symlink",
-                })
-            }
-            Err(e) => return Err(self.io(path)(e.into())),
-        };
-        // What was opened is what is checked.
-        let st = fstat(file.as_fd()).map_err(|e| self.io(path)(e.into()))?;
-        self.regular(path, &st)?;
-        Ok((file, st.st_size as u64))
-    }
-
-    /// Refuses anything but a regular file with one link.
-    fn regular(&self, path: &str, st: &FileStat) -> Result<(), WorkspaceError> {
-        let kind = kind_of(st);
-        if kind != SFlag::S_IFREG {
-            return Err(WorkspaceError::NotRegular {
-                session: self.session.clone(),
-                path: path.to_owned(),
-                what: what(kind),
-            });
-        }
-        #[allow(clippy::unnecessary_cast)] // nlink_t differs between platforms
-        let links = st.st_nlink as u64;
-        if links > 1 {
+        check_path(path)?;
+        let r = beneath::open_regular(&self.dir, path).map_err(|e| self.refused(path, e))?;
+        if r.nlink > 1 {
             return Err(WorkspaceError::HardLinked {
                 session: self.session.clone(),
                 path: path.to_owned(),
-                links,
+                links: r.nlink,
             });
         }
-        Ok(())
+        Ok((r.file, r.size))
     }
 
     /// Deletes the file (or symlink: the link itself) at `path`; a folder
     /// is refused.
     pub fn delete(&self, path: &str) -> Result<(), WorkspaceError> {
-        let (dir, name, _) = self.parent_of(path, false)?;
-        let st = match fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) => st,
-            Err(Errno::ENOENT) => {
-                return Err(WorkspaceError::NoSuchFile {
-                    session: self.session.clone(),
-                    path: path.to_owned(),
-                })
-            }
-            Err(e) => return Err(self.io(path)(e.into())),
-        };
-        if kind_of(&st) == SFlag::S_IFDIR {
-            return Err(WorkspaceError::NotRegular {
-                session: self.session.clone(),
-                path: path.to_owned(),
-                what: "a folder",
-            });
-        }
-        // Never follows: a symlink is removed as a link.
-        unlinkat(dir.as_fd(), name.as_os_str(), UnlinkatFlags::NoRemoveDir)
-            .map_err(|e| self.io(path)(e.into()))
+        check_path(path)?;
+        beneath::remove_file(&self.dir, path).map_err(|e| self.refused(path, e))
     }
 
-    /// Starts an upload to `path`: its folders are made, and a private
-    /// temporary file beside it is created.
+    /// Starts an upload to `path`: its folders are made (given to the
+    /// owner), and a private temporary file beside it is created.
     pub fn upload(&self, path: &str) -> Result<Upload, WorkspaceError> {
-        let (dir, name, made) = self.parent_of(path, true)?;
+        check_path(path)?;
+        let made = beneath::missing_folders(&self.dir, path).map_err(|e| self.refused(path, e))?;
+        let root = self.dir.try_clone().map_err(|e| {
+            self.refused(
+                path,
+                BeneathError::Io {
+                    op: "open",
+                    path: String::new(),
+                    source: e,
+                },
+            )
+        })?;
+        let create = Create {
+            mode: 0o644,
+            dir_mode: 0o755,
+            owner: self.owner,
+        };
         let mut upload = Upload {
             session: self.session.clone(),
             path: path.to_owned(),
-            dir,
-            name,
-            tmp: OsString::new(),
-            file: None,
+            root,
             made,
+            file: None,
             written: 0,
-            owner: self.owner,
-            done: false,
         };
-        let tmp = OsString::from(format!(".upload-{}.tmp", crate::fsx::random_hex()));
-        let flags =
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let fd = openat(
-            upload.dir.as_fd(),
-            tmp.as_os_str(),
-            flags,
-            Mode::from_bits_truncate(0o644),
-        )
-        .map_err(|e| upload.io(e.into()))?;
-        upload.tmp = tmp;
-        upload.file = Some(File::from(fd));
+        // Dropped on a refusal: the folders made on the way go too.
+        upload.file =
+            Some(AtomicFile::create(&self.dir, path, &create).map_err(|e| self.refused(path, e))?);
         Ok(upload)
     }
 
@@ -464,7 +361,7 @@ impl Workspace {
                 reason: "a prefix is a relative path of at most 1024 bytes, without NUL",
             });
         }
-        // Walk from the folder the prefix names, if it names one.
+        // Walked from the folder the prefix names, if it names one.
         let (start, below) = match prefix.rsplit_once('/') {
             Some((folder, _)) => (folder, format!("{folder}/")),
             None => ("", String::new()),
@@ -475,91 +372,38 @@ impl Workspace {
             files: Vec::new(),
             truncated: false,
         };
-        let root = if start.is_empty() {
-            self.dir.try_clone().map_err(self.io(prefix))?
-        } else {
-            match self.parent_of(&format!("{start}/x"), false) {
-                Ok((dir, _, _)) => dir,
-                Err(WorkspaceError::NoSuchFile { .. }) => return Ok(listing),
-                Err(e) => return Err(e),
-            }
+        if !start.is_empty() {
+            check_path(start)?;
+        }
+        let bounds = Bounds {
+            entries: MAX_VISITED,
+            depth: MAX_DEPTH,
         };
-        let mut visited = 0usize;
-        self.walk(&root, &below, prefix, 0, &mut visited, &mut listing)?;
+        let found = match beneath::list(&self.dir, start, bounds) {
+            Ok(found) => found,
+            Err(BeneathError::Missing { .. }) => return Ok(listing),
+            Err(e) => return Err(self.refused(start, e)),
+        };
+        listing.truncated = found.truncated;
+        for entry in found.entries {
+            if entry.kind != Kind::File {
+                continue;
+            }
+            let path = format!("{below}{}", entry.path);
+            if !path.starts_with(prefix) {
+                continue;
+            }
+            if listing.files.len() == MAX_LISTED {
+                listing.truncated = true;
+                break;
+            }
+            listing.files.push(Listed {
+                path,
+                size: entry.size,
+            });
+        }
         listing.files.sort_by(|a, b| a.path.cmp(&b.path));
         Ok(listing)
-    }
-
-    fn walk(
-        &self,
-        dir: &File,
-        at: &str,
-        prefix: &str,
-        depth: usize,
-        visited: &mut usize,
-        out: &mut Listing,
-    ) -> Result<(), WorkspaceError> {
-        let mut names: Vec<OsString> = Vec::new();
-        {
-            let fd = dir.try_clone().map_err(self.io(at))?;
-            let mut listing =
-                nix::dir::Dir::from_fd(fd.into()).map_err(|e| self.io(at)(e.into()))?;
-            for entry in listing.iter() {
-                let entry = entry.map_err(|e| self.io(at)(e.into()))?;
-                let n = entry.file_name().to_bytes();
-                if n != b"." && n != b".." {
-                    names.push(OsStr::from_bytes(n).to_owned());
-                }
-            }
-        }
-        names.sort();
-        for name in names {
-            *visited += 1;
-            if *visited > MAX_VISITED || out.files.len() >= MAX_LISTED {
-                out.truncated = true;
-                return Ok(());
-            }
-            let Some(text) = name.to_str() else { continue };
-            let path = format!("{at}{text}");
-            let Ok(st) = fstatat(dir.as_fd(), name.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
-            else {
-                continue;
-            };
-            match kind_of(&st) {
-                SFlag::S_IFREG if path.starts_with(prefix) => out.files.push(Listed {
-                    size: st.st_size as u64,
-                    modified_at: crate::text::rfc3339(
-                        std::time::UNIX_EPOCH
-                            + std::time::Duration::new(
-                                st.st_mtime.max(0) as u64,
-                                st.st_mtime_nsec.clamp(0, 999_999_999) as u32,
-                            ),
-                    ),
-                    path,
-                }),
-                SFlag::S_IFDIR => {
-                    let below = format!("{path}/");
-                    // Only folders that can hold a match.
-                    if !(below.starts_with(prefix) || prefix.starts_with(&below)) {
-                        continue;
-                    }
-                    if depth + 1 >= MAX_DEPTH {
-                        out.truncated = true;
-                        continue;
-                    }
-                    let Ok(fd) = openat(dir.as_fd(), name.as_os_str(), flags_dir(), Mode::empty())
-                    else {
-                        continue;
-                    };
-                    self.walk(&File::from(fd), &below, prefix, depth + 1, visited, out)?;
-                    if out.truncated && out.files.len() >= MAX_LISTED {
-                        return Ok(());
-                    }
-                }
-                _ => {}
-            }
-        }
-        Ok(())
     }
 }
 
@@ -569,14 +413,11 @@ impl Workspace {
 pub struct Upload {
     session: String,
     path: String,
-    dir: File,
-    name: OsString,
-    tmp: OsString,
-    file: Option<File>,
-    made: Vec<(File, OsString)>,
+    root: File,
+    /// The folders it made, outermost first.
+    made: Vec<String>,
+    file: Option<AtomicFile>,
     written: u64,
-    owner: Option<(u32, u32)>,
-    done: bool,
 }
 
 impl Upload {
@@ -590,8 +431,9 @@ impl Upload {
 
     /// Appends `bytes`.
     pub fn write(&mut self, bytes: &[u8]) -> Result<(), WorkspaceError> {
+        use std::io::Write;
         let file = self.file.as_mut().expect("an upload has its file");
-        match file.write_all(bytes) {
+        match file.file().write_all(bytes) {
             Ok(()) => {
                 self.written += bytes.len() as u64;
                 Ok(())
@@ -605,57 +447,41 @@ impl Upload {
         self.written
     }
 
-    /// Makes the upload the file at its path: `fsync`, owner, then
-    /// `rename` over whatever file was there; `check` is called first
-    /// (the workspace's size bound) and may refuse it.
+    /// Makes the upload the file at its path: synced, then renamed over
+    /// whatever file was there; `check` is called first (the workspace's
+    /// size bound, which sees the bytes written) and may refuse it.
     pub fn commit(
         mut self,
         check: impl FnOnce() -> Result<(), WorkspaceError>,
     ) -> Result<u64, WorkspaceError> {
-        let file = self.file.take().expect("an upload has its file");
-        file.sync_all().map_err(|e| self.io(e))?;
-        give(&file, self.owner).map_err(|e| self.io(e))?;
-        drop(file);
+        let mut file = self.file.take().expect("an upload has its file");
+        // Synced first, so the size bound counts its blocks.
+        file.file().sync_all().map_err(|e| self.io(e))?;
         check()?;
-        match renameat(
-            self.dir.as_fd(),
-            self.tmp.as_os_str(),
-            self.dir.as_fd(),
-            self.name.as_os_str(),
-        ) {
+        match file.commit() {
             Ok(()) => {}
-            Err(Errno::EISDIR) | Err(Errno::ENOTEMPTY) | Err(Errno::EEXIST) => {
+            Err(BeneathError::NotRegular { kind, .. }) => {
                 return Err(WorkspaceError::NotRegular {
                     session: self.session.clone(),
                     path: self.path.clone(),
-                    what: "a folder",
+                    kind,
                 })
             }
-            Err(e) => return Err(self.io(e.into())),
+            Err(BeneathError::Io { source, .. }) => return Err(self.io(source)),
+            Err(e) => return Err(self.io(io::Error::other(e.to_string()))),
         }
-        self.done = true;
-        // The rename is durable once its folder is.
-        let _ = self.dir.sync_all();
+        self.made.clear();
         Ok(self.written)
     }
 }
 
 impl Drop for Upload {
     fn drop(&mut self) {
-        if self.done {
-            return;
-        }
+        // The temporary file first (AtomicFile's own drop), then the
+        // folders it made, deepest first (each empty now, else kept).
         self.file = None;
-        if !self.tmp.is_empty() {
-            let _ = unlinkat(
-                self.dir.as_fd(),
-                self.tmp.as_os_str(),
-                UnlinkatFlags::NoRemoveDir,
-            );
-        }
-        // The folders it made, deepest first (each empty now, or kept).
-        for (parent, name) in self.made.iter().rev() {
-            let _ = unlinkat(parent.as_fd(), name.as_os_str(), UnlinkatFlags::RemoveDir);
+        for folder in self.made.iter().rev() {
+            let _ = beneath::remove_empty_dir(&self.root, folder);
         }
     }
 }

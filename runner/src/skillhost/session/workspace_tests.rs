@@ -123,7 +123,7 @@ fn links_fifos_and_folders_are_never_followed_or_read() {
     assert!(refused("hard").contains("2 hard links"));
     assert!(refused("fifo").contains("is a FIFO"));
     assert!(refused("sub").contains("is a folder"));
-    assert!(refused("plain/x").contains("passes through a file"));
+    assert!(refused("plain/x").contains("passes through a regular file"));
     assert!(refused("none").contains("does not exist"));
     let (mut f, size) = ws.open_file("plain").unwrap();
     let mut text = String::new();
