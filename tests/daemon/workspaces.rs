@@ -197,7 +197,7 @@ fn traversal_paths_are_refused_and_nothing_is_written() {
         tree(&folder(&w, &id))
     );
     let workspaces = tree(&w.data_dir().join("workspaces"));
-    assert_eq!(workspaces, [id.clone()]);
+    assert_eq!(workspaces, std::slice::from_ref(&id));
     assert!(!w.data_dir().join("escape").exists());
     assert!(!w.path().join("escape").exists());
     // A session without a managed workspace has no files.
@@ -400,4 +400,43 @@ fn an_expired_session_takes_its_workspace_with_it() {
     wait_until("the idle session expired", || !folder(&w, &id).exists());
     d.get(&format!("/v1/sessions/{id}"))
         .assert_error(404, "not_found");
+}
+
+/// A chunked upload past the file limit (no `Content-Length` to refuse it
+/// by) is 413, and an upload whose client goes away mid-body frees the
+/// workspace: neither leaves a byte behind.
+#[test]
+fn a_chunked_or_abandoned_upload_leaves_nothing_behind() {
+    use std::io::{BufReader, Write};
+    let w = World::new();
+    let (d, id) = managed(&w, &["--file-body-limit", "4KiB"]);
+    let mut conn = d.connect();
+    let head = format!(
+        "PUT /v1/sessions/{id}/files/deep/chunked.bin HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    conn.write_all(head.as_bytes()).unwrap();
+    for _ in 0..8 {
+        let _ = conn.write_all(format!("{:x}\r\n{}\r\n", 1024, "x".repeat(1024)).as_bytes());
+    }
+    let _ = conn.write_all(b"0\r\n\r\n");
+    let r = read_response(BufReader::new(conn));
+    r.assert_error(413, "body_too_large");
+    assert!(
+        tree(&folder(&w, &id)).is_empty(),
+        "{:?}",
+        tree(&folder(&w, &id))
+    );
+
+    // Gone after 100 of its 3000 bytes.
+    let mut conn = d.connect();
+    let head = format!(
+        "PUT /v1/sessions/{id}/files/left/half.bin HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/octet-stream\r\nContent-Length: 3000\r\n\r\n{}",
+        "y".repeat(100)
+    );
+    conn.write_all(head.as_bytes()).unwrap();
+    drop(conn);
+    wait_until("the abandoned upload freed the workspace", || {
+        put(&d, &id, "after.txt", b"ok").status == 200
+    });
+    assert_eq!(tree(&folder(&w, &id)), ["after.txt"]);
 }

@@ -13,19 +13,20 @@
 //!   is admitted; reads and listings are not (a read may then see a file a
 //!   job is writing);
 //! - an upload's body is bounded by `file_body_limit` (413, read and
-//!   discarded as every too-large body is) and streamed to a temporary file
-//!   on a blocking thread; whatever stops it before its last byte (too
+//!   discarded as every too-large body is) and streamed to a temporary
+//!   file; whatever stops it before its last byte (too
 //!   large, too slow, a broken connection, the workspace's `workspace_bytes`)
 //!   removes what it wrote;
-//! - a download is streamed from the opened file, 64 KiB at a time through
-//!   a channel of four chunks, so a slow client holds at most that much;
-//!   it sends at most the size the file had when it was opened;
+//! - an upload is written, and a download read, asynchronously as the
+//!   client sends or takes it (a download 64 KiB at a time, at most the
+//!   size the file had when it was opened), so a slow client holds no
+//!   blocking thread, which executions need, and at most one chunk of
+//!   memory;
 //! - every path and every file met is handled by
 //!   [`crate::skillhost::session::workspace`]: no link is followed, only
 //!   regular files with one link are read.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -40,7 +41,6 @@ use http_body::Frame;
 use http_body_util::BodyExt;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use tokio::sync::mpsc;
 
 use super::app::{check_length, params, refuse_unread, ApiError, App, UrlPath};
 use super::sessions::use_session;
@@ -119,13 +119,6 @@ fn octet_stream(headers: &HeaderMap) -> Result<(), ApiError> {
     )))
 }
 
-/// What the upload thread is sent.
-enum Piece {
-    Data(Bytes),
-    /// The body is complete: commit.
-    End,
-}
-
 async fn upload(
     State(app): State<App>,
     UrlPath((id, path)): UrlPath<(String, String)>,
@@ -141,85 +134,74 @@ async fn upload(
     let (sid, spath) = (id.clone(), path.clone());
     let opened = tokio::task::spawn_blocking(move || {
         let (ws, place) = open(&worker, &sid, Some(&spath), true)?;
-        let up = ws.upload(&spath).map_err(SessionError::from)?;
-        Ok::<_, ApiError>((ws, place, up))
+        let mut up = ws.upload(&spath).map_err(SessionError::from)?;
+        let handle = up
+            .handle()
+            .map_err(|e| ApiError::Internal(format!("opening an upload: {e}")))?;
+        Ok::<_, ApiError>((ws, place, up, handle))
     })
     .await
     .map_err(thread_failed)?;
-    let (ws, place, mut up) = match opened {
+    let (ws, place, up, handle) = match opened {
         Ok(v) => v,
         Err(e) => return Err(refuse_unread(&headers, body, timeout, e).await),
     };
-    let (tx, mut rx) = mpsc::channel::<Piece>(4);
+    // Written asynchronously: a slow client holds no blocking thread,
+    // only its lane and the upload (removed if this future is dropped).
+    let mut out = tokio::fs::File::from_std(handle);
+    let mut sha = Sha256::new();
+    let received = receive(body, limit, timeout, &mut out, &mut sha).await;
+    drop(out);
+    let size = match received {
+        Ok(n) => n,
+        Err(e) => {
+            drop(up);
+            return Err(e);
+        }
+    };
     let root = app.sessions.sessions().workspace_path(&id);
     let bound = app.config.workspace_bytes;
     let session = id.clone();
-    // The writer: it owns the upload, so dropping it without `End`
-    // removes everything it wrote.
-    let writer = tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         let _place = place;
-        let mut sha = Sha256::new();
-        while let Some(piece) = rx.blocking_recv() {
-            match piece {
-                Piece::Data(b) => {
-                    sha.update(&b);
-                    up.write(&b)?;
-                }
-                Piece::End => {
-                    let size = up.commit(|| {
-                        let would = ws.usage(&root)?;
-                        if would > bound {
-                            return Err(WorkspaceError::Full {
-                                session,
-                                would,
-                                limit: bound,
-                            });
-                        }
-                        Ok(())
-                    })?;
-                    return Ok(Some((size, crate::text::to_hex(&sha.finalize()))));
-                }
+        up.commit(|| {
+            let would = ws.usage(&root)?;
+            if would > bound {
+                return Err(WorkspaceError::Full {
+                    session,
+                    would,
+                    limit: bound,
+                });
             }
-        }
-        Ok::<_, WorkspaceError>(None)
-    });
-    let sent = send_body(body, limit, timeout, &tx).await;
-    let end = match &sent {
-        Ok(()) => tx.send(Piece::End).await.is_ok(),
-        Err(_) => false,
-    };
-    drop(tx);
-    let written = writer.await.map_err(thread_failed)?;
-    let (size, sha256) = match (sent, written) {
-        (Err(e), _) => return Err(e),
-        (Ok(()), Err(e)) => return Err(SessionError::from(e).into()),
-        (Ok(()), Ok(Some(done))) if end => done,
-        (Ok(()), Ok(_)) => {
-            return Err(ApiError::Internal(
-                "the upload ended before its body".into(),
-            ))
-        }
-    };
+            Ok(())
+        })
+    })
+    .await
+    .map_err(thread_failed)?
+    .map_err(SessionError::from)?;
     tracing::info!(session = %id, path = %path.escape_debug(), size, "file uploaded");
     Ok(Json(Written {
         session: id,
         path,
         size,
-        sha256,
+        sha256: crate::text::to_hex(&sha.finalize()),
     })
     .into_response())
 }
 
-/// Streams `body` to the upload thread under `limit` bytes and `timeout`.
-async fn send_body(
+/// Writes `body` to `out` under `limit` bytes and `timeout`; how many
+/// bytes it held.
+async fn receive(
     body: Body,
     limit: u64,
     timeout: std::time::Duration,
-    tx: &mpsc::Sender<Piece>,
-) -> Result<(), ApiError> {
+    out: &mut tokio::fs::File,
+    sha: &mut Sha256,
+) -> Result<u64, ApiError> {
+    use tokio::io::AsyncWriteExt;
     let mut body = body;
     let mut seen: u64 = 0;
-    let sending = async {
+    let receiving = async {
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| ApiError::BadBody(e.to_string()))?;
             let Ok(data) = frame.into_data() else {
@@ -229,14 +211,17 @@ async fn send_body(
             if seen > limit {
                 return Err(ApiError::TooLarge { limit });
             }
-            if tx.send(Piece::Data(data)).await.is_err() {
-                // The writer failed; its error is the answer.
-                return Ok(());
-            }
+            sha.update(&data);
+            out.write_all(&data)
+                .await
+                .map_err(|e| ApiError::Internal(format!("writing an upload: {e}")))?;
         }
-        Ok(())
+        out.flush()
+            .await
+            .map_err(|e| ApiError::Internal(format!("writing an upload: {e}")))?;
+        Ok(seen)
     };
-    match tokio::time::timeout(timeout, sending).await {
+    match tokio::time::timeout(timeout, receiving).await {
         Err(_) => Err(ApiError::BodyTimeout {
             secs: timeout.as_secs().max(1),
         }),
@@ -261,28 +246,12 @@ async fn download(
     .await
     .map_err(thread_failed)??;
     let (file, size) = file;
-    let (tx, rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
-    tokio::task::spawn_blocking(move || {
-        let mut file = file.take(size);
-        loop {
-            let mut buf = vec![0u8; CHUNK];
-            match file.read(&mut buf) {
-                Ok(0) => return,
-                Ok(n) => {
-                    buf.truncate(n);
-                    if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
-                        return; // the client left
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    let _ = tx.blocking_send(Err(e));
-                    return;
-                }
-            }
-        }
-    });
-    let mut resp = Body::new(FileBody { rx }).into_response();
+    let body = FileBody {
+        file: tokio::fs::File::from_std(file),
+        left: size,
+        buf: vec![0u8; CHUNK],
+    };
+    let mut resp = Body::new(body).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/octet-stream"),
@@ -290,9 +259,13 @@ async fn download(
     Ok(resp)
 }
 
-/// A download's body: the chunks the reader thread sends.
+/// A download's body: read from the file a chunk at a time as the client
+/// takes it (no thread waits on a slow client), and at most the size the
+/// file had when it was opened.
 struct FileBody {
-    rx: mpsc::Receiver<std::io::Result<Bytes>>,
+    file: tokio::fs::File,
+    left: u64,
+    buf: Vec<u8>,
 }
 
 impl http_body::Body for FileBody {
@@ -303,10 +276,30 @@ impl http_body::Body for FileBody {
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
-        self.get_mut()
-            .rx
-            .poll_recv(cx)
-            .map(|c| c.map(|r| r.map(Frame::data)))
+        use tokio::io::AsyncRead;
+        let this = self.get_mut();
+        if this.left == 0 {
+            return Poll::Ready(None);
+        }
+        let want = (this.left as usize).min(this.buf.len());
+        let mut buf = tokio::io::ReadBuf::new(&mut this.buf[..want]);
+        match Pin::new(&mut this.file).poll_read(cx, &mut buf) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+            // Shorter than it was: it ends here.
+            Poll::Ready(Ok(())) if buf.filled().is_empty() => Poll::Ready(None),
+            Poll::Ready(Ok(())) => {
+                let n = buf.filled().len();
+                this.left -= n as u64;
+                Poll::Ready(Some(Ok(Frame::data(Bytes::copy_from_slice(
+                    &this.buf[..n],
+                )))))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.left == 0
     }
 }
 

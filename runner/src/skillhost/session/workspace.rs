@@ -442,9 +442,19 @@ impl Upload {
         }
     }
 
-    /// Bytes written so far.
+    /// Bytes written so far with [`Upload::write`].
     pub fn written(&self) -> u64 {
         self.written
+    }
+
+    /// Another handle of the file being written, for writing it
+    /// asynchronously; [`Upload::commit`] then makes what it wrote the file.
+    pub fn handle(&mut self) -> io::Result<File> {
+        self.file
+            .as_mut()
+            .expect("an upload has its file")
+            .file()
+            .try_clone()
     }
 
     /// Makes the upload the file at its path: synced, then renamed over
@@ -458,6 +468,7 @@ impl Upload {
         // Synced first, so the size bound counts its blocks.
         file.file().sync_all().map_err(|e| self.io(e))?;
         check()?;
+        let size = file.file().metadata().map_err(|e| self.io(e))?.len();
         match file.commit() {
             Ok(()) => {}
             Err(BeneathError::NotRegular { kind, .. }) => {
@@ -471,7 +482,7 @@ impl Upload {
             Err(e) => return Err(self.io(io::Error::other(e.to_string()))),
         }
         self.made.clear();
-        Ok(self.written)
+        Ok(size)
     }
 }
 
