@@ -32,6 +32,11 @@ def _seg(value: str) -> str:
     return quote(value, safe="")
 
 
+def _path(value: str) -> str:
+    """A workspace path, percent-encoded segment by segment (``/`` kept)."""
+    return quote(value, safe="/")
+
+
 def _query(params: Mapping[str, Optional[Union[str, int]]]) -> str:
     kept = {k: str(v) for k, v in params.items() if v is not None}
     return "?" + urlencode(kept) if kept else ""
@@ -143,6 +148,12 @@ class Client:
         """
         return self._call("POST", "/v1/executions?wait=false", job, ok=(200, 202)).json()  # type: ignore[no-any-return]
 
+    def run_if_idle(self, job: JsonBody) -> Document:
+        """``POST /v1/executions?session_wait=false``: as :meth:`run`, but a job whose
+        session's managed workspace is in use is refused (409 ``conflict``) rather
+        than queued behind the session's other jobs."""
+        return self._json("POST", "/v1/executions?session_wait=false", job)
+
     def execution(self, execution_id: str, wait: Optional[float] = None) -> Document:
         """``GET /v1/executions/{id}[?wait=]``: the result (``status`` final), or ``{execution_id, status: queued|running}``.
 
@@ -193,9 +204,20 @@ class Client:
 
     # -- sessions (docs/skill-host.md) ------------------------------------
 
-    def create_session(self, skills: Sequence[Mapping[str, Any]], tools: Sequence[str]) -> Document:
-        """``POST /v1/sessions``: skills as ``{"name"}`` or bindings, the agent's enabled tools."""
-        return self._json("POST", "/v1/sessions", {"skills": list(skills), "tools": list(tools)})
+    def create_session(
+        self, skills: Sequence[Mapping[str, Any]], tools: Sequence[str], workspace: Optional[str] = None
+    ) -> Document:
+        """``POST /v1/sessions``: skills as ``{"name"}`` or bindings, the agent's enabled tools.
+
+        ``workspace="managed"``: the daemon keeps a workspace for the session
+        that every job naming it runs in, one at a time (docs/workspaces.md);
+        move files with :meth:`upload_file`, :meth:`download_file`,
+        :meth:`list_files` and :meth:`delete_file`.
+        """
+        doc: Dict[str, Any] = {"skills": list(skills), "tools": list(tools)}
+        if workspace is not None:
+            doc["workspace"] = workspace
+        return self._json("POST", "/v1/sessions", doc)
 
     def sessions(self) -> Document:
         """``GET /v1/sessions``: ``{sessions: [{id, delivery, created_at, last_used_at, skills}]}``, newest first."""
@@ -256,3 +278,34 @@ class Client:
     def session_events(self, session_id: str) -> Document:
         """``GET /v1/sessions/{id}/events``: the session's activation log."""
         return self._json("GET", f"/v1/sessions/{_seg(session_id)}/events")
+
+    # -- managed session workspaces (docs/workspaces.md) -------------------
+
+    def upload_file(self, session_id: str, path: str, data: bytes) -> Document:
+        """``PUT /v1/sessions/{id}/files/{path}``: writes one file atomically; ``{session, path, size, sha256}``.
+
+        Refused (409 ``conflict``) while a job of the session is admitted; 413
+        past the daemon's ``file_body_limit`` or ``workspace_bytes``.
+        """
+        answer = self.transport.request(
+            "PUT",
+            f"/v1/sessions/{_seg(session_id)}/files/{_path(path)}",
+            bytes(data),
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        if answer.status != 200:
+            raise error_of(answer)
+        return answer.json()  # type: ignore[no-any-return]
+
+    def download_file(self, session_id: str, path: str) -> bytes:
+        """``GET /v1/sessions/{id}/files/{path}``: the bytes of one regular file of the workspace."""
+        return self._call("GET", f"/v1/sessions/{_seg(session_id)}/files/{_path(path)}").body
+
+    def list_files(self, session_id: str, prefix: Optional[str] = None) -> Document:
+        """``GET /v1/sessions/{id}/files?prefix=``: ``{files: [{path, size}], truncated}``, by path."""
+        q = _query({"prefix": prefix})
+        return self._json("GET", f"/v1/sessions/{_seg(session_id)}/files{q}")
+
+    def delete_file(self, session_id: str, path: str) -> Document:
+        """``DELETE /v1/sessions/{id}/files/{path}``: ``{session, path, deleted: true}``."""
+        return self._json("DELETE", f"/v1/sessions/{_seg(session_id)}/files/{_path(path)}")
