@@ -25,6 +25,11 @@ function seg(value: string): string {
   return encodeURIComponent(value);
 }
 
+/** A workspace path, percent-encoded segment by segment (`/` kept). */
+function filePath(value: string): string {
+  return value.split("/").map(encodeURIComponent).join("/");
+}
+
 function query(params: Query): string {
   const q = new URLSearchParams();
   for (const [k, v] of Object.entries(params)) if (v !== undefined) q.set(k, String(v));
@@ -188,9 +193,16 @@ export class Client {
 
   // -- sessions (docs/skill-host.md) ------------------------------------------
 
-  /** `POST /v1/sessions`: skills as `{name}` or bindings, and the agent's enabled tools. */
-  createSession(skills: SessionSkill[], tools: string[]): Promise<JsonObject> {
-    return this.json("POST", "/v1/sessions", { skills, tools });
+  /**
+   * `POST /v1/sessions`: skills as `{name}` or bindings, and the agent's enabled tools.
+   * `{workspace: "managed"}`: the daemon keeps a workspace for the session that every
+   * job naming it runs in, one at a time (docs/workspaces.md); move files with
+   * `uploadFile`, `downloadFile`, `listFiles` and `deleteFile`.
+   */
+  createSession(skills: SessionSkill[], tools: string[], options: { workspace?: "managed" } = {}): Promise<JsonObject> {
+    const doc: { skills: SessionSkill[]; tools: string[]; workspace?: "managed" } = { skills, tools };
+    if (options.workspace !== undefined) doc.workspace = options.workspace;
+    return this.json("POST", "/v1/sessions", doc);
   }
 
   /** `GET /v1/sessions`: `{sessions: [{id, delivery, created_at, last_used_at, skills}]}`, newest first. */
@@ -240,5 +252,44 @@ export class Client {
   /** `GET /v1/sessions/{id}/events`: the session's activation log. */
   sessionEvents(sessionId: string): Promise<JsonObject> {
     return this.json("GET", `/v1/sessions/${seg(sessionId)}/events`);
+  }
+
+  // -- managed session workspaces (docs/workspaces.md) -----------------------
+
+  /**
+   * `PUT /v1/sessions/{id}/files/{path}`: writes one file atomically; `{session, path, size, sha256}`.
+   * Refused (409 `conflict`) while a job of the session is admitted; 413 past the
+   * daemon's `file_body_limit` or `workspace_bytes`.
+   */
+  async uploadFile(sessionId: string, path: string, data: Buffer | Uint8Array | string): Promise<JsonObject> {
+    const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data);
+    const answer = await this.transport.request("PUT", `/v1/sessions/${seg(sessionId)}/files/${filePath(path)}`, bytes, {
+      "Content-Type": "application/octet-stream",
+    });
+    if (answer.status !== 200) throw errorOf(answer);
+    return JSON.parse(answer.body.toString("utf8")) as JsonObject;
+  }
+
+  /** `GET /v1/sessions/{id}/files/{path}`: the bytes of one regular file of the workspace. */
+  async downloadFile(sessionId: string, path: string): Promise<Buffer> {
+    return (await this.call("GET", `/v1/sessions/${seg(sessionId)}/files/${filePath(path)}`)).body;
+  }
+
+  /** `GET /v1/sessions/{id}/files?prefix=`: `{files: [{path, size}], truncated}`, by path. */
+  listFiles(sessionId: string, prefix?: string): Promise<JsonObject> {
+    return this.json("GET", `/v1/sessions/${seg(sessionId)}/files${query({ prefix })}`);
+  }
+
+  /** `DELETE /v1/sessions/{id}/files/{path}`: `{session, path, deleted: true}`. */
+  deleteFile(sessionId: string, path: string): Promise<JsonObject> {
+    return this.json("DELETE", `/v1/sessions/${seg(sessionId)}/files/${filePath(path)}`);
+  }
+
+  /**
+   * `POST /v1/executions?session_wait=false`: as `run`, but a job whose session's
+   * managed workspace is in use is refused (409 `conflict`) rather than queued.
+   */
+  runIfIdle(job: Job | Buffer): Promise<Result> {
+    return this.json<Result>("POST", "/v1/executions?session_wait=false", job);
   }
 }
