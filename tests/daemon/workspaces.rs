@@ -278,6 +278,19 @@ fn links_and_fifos_a_command_plants_are_refused_to_clients() {
         let msg = r.assert_error(409, "conflict");
         assert!(msg.contains(says), "{path}: {msg}");
     }
+    // A folder the command locked: served (a root daemon) or refused with a
+    // sentence (the daemon's own user), never a host fault.
+    run(
+        &d,
+        json!({"session": id, "argv": ["sh", "-c", "mkdir locked; echo x > locked/f; chmod 000 locked"]}),
+    );
+    let r = d.get(&format!("/v1/sessions/{id}/files/locked/f"));
+    assert!(
+        r.status == 200 || r.status == 409,
+        "{}: {:?}",
+        r.status,
+        r.body
+    );
     // No link reached a host file across the workspace's mount.
     assert!(!folder(&w, &id).join("host").exists());
     // Still answering, and the listing holds regular files only.
@@ -289,7 +302,10 @@ fn links_and_fifos_a_command_plants_are_refused_to_clients() {
         .iter()
         .map(|f| f["path"].as_str().unwrap())
         .collect();
-    assert_eq!(paths, ["a", "twin"], "{listing:#}");
+    assert!(
+        paths == ["a", "twin"] || paths == ["a", "locked/f", "twin"],
+        "{listing:#}"
+    );
     // An upload through the planted folder link is refused; the link is
     // replaced, never followed, by an upload onto it.
     let r = put(&d, &id, "root/tmp/planted", b"x");
@@ -439,4 +455,32 @@ fn a_chunked_or_abandoned_upload_leaves_nothing_behind() {
         put(&d, &id, "after.txt", b"ok").status == 200
     });
     assert_eq!(tree(&folder(&w, &id)), ["after.txt"]);
+}
+
+/// `skill-runner run` refuses a job naming a session with a managed
+/// workspace: only the daemon orders that workspace's jobs.
+#[test]
+fn the_cli_refuses_a_job_of_a_managed_session() {
+    let w = World::new();
+    let (d, id) = managed(&w, &[]);
+    drop(d);
+    let job = w.path().join("job.json");
+    std::fs::write(&job, json!({"argv": ["true"], "session": id}).to_string()).unwrap();
+    let out = runner_command()
+        .arg("--data-dir")
+        .arg(w.data_dir())
+        .args(["run", "--json"])
+        .arg(&job)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(125),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["error"]["kind"], "bad_job", "{result:#}");
+    let msg = result["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("only the daemon"), "{msg}");
 }

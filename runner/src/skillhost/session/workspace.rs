@@ -99,6 +99,12 @@ pub enum WorkspaceError {
         would: u64,
         limit: u64,
     },
+    #[error("{} in the workspace of session {session} cannot be reached: a job changed its permissions ({source}); have a job of the session restore them (chmod u+rwx)", quoted(path))]
+    NoAccess {
+        session: String,
+        path: String,
+        source: io::Error,
+    },
     #[error(
         "the workspace of session {session} is missing; delete the session and create it again"
     )]
@@ -125,7 +131,8 @@ impl WorkspaceError {
             E::NotRegular { .. }
             | E::NotThroughFolders { .. }
             | E::HardLinked { .. }
-            | E::Replaced { .. } => ErrorKind::Conflict,
+            | E::Replaced { .. }
+            | E::NoAccess { .. } => ErrorKind::Conflict,
             E::Full { .. } => ErrorKind::BodyTooLarge,
             E::Missing { .. } | E::Io { .. } => ErrorKind::Internal,
         }
@@ -168,6 +175,12 @@ pub fn check_path(path: &str) -> Result<(), WorkspaceError> {
         }
     }
     Ok(())
+}
+
+/// A permission refused: what a command's `chmod` does to the daemon's
+/// user when it is not root.
+fn denied(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM))
 }
 
 /// One file of a listing.
@@ -234,6 +247,11 @@ impl Workspace {
                     session: session.to_owned(),
                 }
             }
+            _ if denied(&e) => WorkspaceError::NoAccess {
+                session: session.to_owned(),
+                path: ".".to_owned(),
+                source: e,
+            },
             _ => WorkspaceError::Io {
                 session: session.to_owned(),
                 path: String::new(),
@@ -280,6 +298,12 @@ impl Workspace {
             },
             BeneathError::Replaced { .. } => WorkspaceError::Replaced { session, path },
             BeneathError::Missing { .. } => WorkspaceError::NoSuchFile { session, path },
+            // A mode a command set (chmod 000): its doing, not the host's.
+            BeneathError::Io { source, .. } if denied(&source) => WorkspaceError::NoAccess {
+                session,
+                path,
+                source,
+            },
             BeneathError::Io { source, .. } => WorkspaceError::Io {
                 session,
                 path,
