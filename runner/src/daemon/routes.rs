@@ -564,6 +564,7 @@ async fn execute(
         }
     }
     let Some(permit) = ticket.wait_turn().await else {
+        drop(place);
         let mut result = ExecResult::rejected(
             &job.execution_id,
             "bubblewrap",
@@ -595,8 +596,6 @@ async fn execute(
     let sink_progress = progress.clone();
     let task = tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        // Held until the command is gone: the next job of the session waits.
-        let _place = place;
         let live = sink_live;
         let mut sink = match sink_progress {
             Some(progress) => DaemonSink::streaming(
@@ -618,6 +617,9 @@ async fn execute(
                 },
             )
         });
+        // Held until the command is gone, and given up before its result
+        // is: a client that has the result finds the workspace free.
+        drop(place);
         super::app::log_rejection(&result);
         worker
             .metrics
