@@ -16,6 +16,7 @@
 //! | `DELETE /v1/executions/{id}` | cancel a queued or running execution |
 //! | `GET /metrics` | Prometheus text |
 //! | `/v1/sessions…` | the skill host, docs/skill-host.md ([`super::sessions`]) |
+//! | `/v1/sessions/{id}/files…` | a managed session workspace's files, docs/workspaces.md ([`super::session_files`]) |
 //!
 //! Invariants:
 //! - every error is `{"error": {"kind", "message"}}` with a fitting status,
@@ -81,6 +82,7 @@ pub fn router(app: App) -> Router {
         )
         .route("/v1/executions/{id}/events", get(execution_events))
         .merge(super::sessions::routes())
+        .merge(super::session_files::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(bad_method)
         .layer(middleware::from_fn_with_state(app.clone(), guard))

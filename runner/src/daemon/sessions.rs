@@ -12,7 +12,7 @@
 //! | `GET /v1/sessions/{id}/skills/{name}/sections/{*section}` | `section` |
 //! | `GET /v1/sessions/{id}/resources?path=&offset=&limit=` | `resource` |
 //! | `GET /v1/sessions/{id}/events` | `events` |
-//! | `…/files…` | the managed workspace's files ([`super::session_files`]) |
+//! | `…/files…` | the managed workspace's files (`session_files.rs`) |
 //!
 //! Each handler reads its input (the body under the job body limit and
 //! timeout), runs the blocking file work on a blocking thread and answers
@@ -58,7 +58,6 @@ pub fn routes() -> Router<App> {
         )
         .route("/v1/sessions/{id}/resources", get(resource))
         .route("/v1/sessions/{id}/events", get(events))
-        .merge(super::session_files::routes())
 }
 
 /// Whether a session last used at `used` has expired.
