@@ -484,3 +484,21 @@ fn the_cli_refuses_a_job_of_a_managed_session() {
     let msg = result["error"]["message"].as_str().unwrap();
     assert!(msg.contains("only the daemon"), "{msg}");
 }
+
+/// A workspace folder a crash left without its session is removed by the
+/// sweep; anything not named like a session is kept.
+#[test]
+fn a_workspace_without_its_session_is_swept_and_others_kept() {
+    let w = World::new();
+    let orphan = w
+        .data_dir()
+        .join("workspaces/ses-0123456789abcdef0123456789abcdef");
+    std::fs::create_dir_all(orphan.join("sub")).unwrap();
+    std::fs::write(orphan.join("sub/left.txt"), b"x").unwrap();
+    let other = w.data_dir().join("workspaces/not-a-session");
+    std::fs::create_dir_all(&other).unwrap();
+    // The sweep runs every second with this idle time.
+    let _d = Daemon::start(&w, &["--session-idle", "1s"]);
+    wait_until("the orphan workspace was swept", || !orphan.exists());
+    assert!(other.exists());
+}

@@ -210,9 +210,10 @@ impl Sessions {
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(id) = name.to_str() else { continue };
-            let orphan = valid_session_id(id)
-                && fs::symlink_metadata(self.record_path(id))
-                    .is_err_and(|e| e.kind() == io::ErrorKind::NotFound);
+            // Asked of the record store itself (never a guess at its
+            // files): only a session it says does not exist loses its folder.
+            let orphan =
+                valid_session_id(id) && matches!(self.read(id), Err(SessionError::NotFound(_)));
             if orphan && crate::fsx::remove_tree(&entry.path()).is_ok() {
                 removed += 1;
             }
