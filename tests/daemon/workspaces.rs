@@ -306,6 +306,9 @@ fn links_and_fifos_a_command_plants_are_refused_to_clients() {
         paths == ["a", "twin"] || paths == ["a", "locked/f", "twin"],
         "{listing:#}"
     );
+    let r = d.get(&format!("/v1/sessions/{id}/files?prefix=root/etc/"));
+    let msg = r.assert_error(409, "conflict");
+    assert!(msg.contains("passes through a symlink"), "{msg}");
     // An upload through the planted folder link is refused; the link is
     // replaced, never followed, by an upload onto it.
     let r = put(&d, &id, "root/tmp/planted", b"x");
