@@ -207,7 +207,7 @@ async fn metrics(State(app): State<App>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            HeaderValue::from_static(super::metrics::CONTENT_TYPE),
         )],
         app.metrics.render(running, queued),
     )
