@@ -10,6 +10,7 @@ mod lifecycle; // start, stop, crash and restart; bad settings; a private socket
 mod logged; // a job rejected at launch and a refused request are each logged once with their sentence
 mod memory; // memory and retention stay bounded whatever a job or client does
 mod metrics; // Prometheus metrics, JSON logs, and job text that cannot forge log lines
+mod notify; // systemd hears READY=1 once it listens, WATCHDOG=1 pings, STOPPING=1 at a drain
 mod openapi; // docs/openapi.json matches the router and every real response
 mod overload; // a full or crowded daemon answers every client: 429 read by http.client, idle sockets evicted
 mod packages; // published bundles run by binding; lying hashes are refused naming the skill

@@ -435,14 +435,19 @@ impl Metrics {
         for r in &info.requests {
             let known = *hosts < 2 * MAX_HOSTS
                 || [r.allowed, !r.allowed].iter().any(|&allowed| {
-                    self.network.get(&HostLabel {
-                        host: r.host.clone(),
-                        allowed,
-                    })
-                    .is_some()
+                    self.network
+                        .get(&HostLabel {
+                            host: r.host.clone(),
+                            allowed,
+                        })
+                        .is_some()
                 });
             let label = HostLabel {
-                host: if known { r.host.clone() } else { OTHER_HOST.into() },
+                host: if known {
+                    r.host.clone()
+                } else {
+                    OTHER_HOST.into()
+                },
                 allowed: r.allowed,
             };
             if self.network.get(&label).is_none() {
@@ -490,12 +495,7 @@ impl Collector for Process {
         let mut put = |i: usize, m: &dyn EncodeMetric| -> Result<(), std::fmt::Error> {
             let f = &families[i];
             // The collector's help is written as given, period included.
-            let e = encoder.encode_descriptor(
-                registered_name(f),
-                f.help,
-                None,
-                m.metric_type(),
-            )?;
+            let e = encoder.encode_descriptor(registered_name(f), f.help, None, m.metric_type())?;
             m.encode(e)
         };
         put(0, &skipped)?;
@@ -567,7 +567,10 @@ mod linux {
         };
         let fields: Vec<&str> = rest.split_whitespace().collect();
         let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<u64>().ok());
-        let page = sysconf(SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(4096) as u64;
+        let page = sysconf(SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .unwrap_or(4096) as u64;
         let ticks = sysconf(SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64;
         p.virtual_bytes = field(23).map(|v| v as i64);
         p.resident_bytes = field(24).map(|pages| (pages * page) as i64);

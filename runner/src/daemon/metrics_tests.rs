@@ -44,13 +44,15 @@ fn known() -> Metrics {
     m
 }
 
+/// One sample: its name, labels (in order) and value.
+type Sample = (String, Vec<(String, String)>, f64);
+
 /// One family as a strict reader of the text format 0.0.4 finds it.
 #[derive(Debug, Default)]
 struct Parsed {
     help: String,
     kind: String,
-    /// Sample name and labels (in order) → value.
-    samples: Vec<(String, Vec<(String, String)>, f64)>,
+    samples: Vec<Sample>,
 }
 
 fn is_name(s: &str, colon: bool) -> bool {
@@ -126,7 +128,9 @@ fn parse(text: &str) -> Result<BTreeMap<String, Parsed>, String> {
         let mut pairs = Vec::new();
         let mut rest = labels;
         while !rest.is_empty() {
-            let (label, after) = rest.split_once("=\"").ok_or(format!("bad labels: {line}"))?;
+            let (label, after) = rest
+                .split_once("=\"")
+                .ok_or(format!("bad labels: {line}"))?;
             if !is_name(label, false) || label.starts_with("__") {
                 return Err(format!("bad label name {label}"));
             }
@@ -148,14 +152,19 @@ fn parse(text: &str) -> Result<BTreeMap<String, Parsed>, String> {
             rest = &after[end + 1..];
             rest = rest.strip_prefix(',').unwrap_or(rest);
         }
-        let family = current.clone().ok_or(format!("sample before any TYPE: {line}"))?;
+        let family = current
+            .clone()
+            .ok_or(format!("sample before any TYPE: {line}"))?;
         let f = families.get_mut(&family).unwrap();
         let allowed: &[&str] = match f.kind.as_str() {
             "histogram" => &["_bucket", "_sum", "_count"],
             "" => return Err(format!("sample before its TYPE: {line}")),
             _ => &[""],
         };
-        if !allowed.iter().any(|s| name.strip_prefix(family.as_str()) == Some(*s)) {
+        if !allowed
+            .iter()
+            .any(|s| name.strip_prefix(family.as_str()) == Some(*s))
+        {
             return Err(format!("sample {name} does not belong to {family}"));
         }
         if !series.insert(series_text.to_owned()) {
@@ -311,20 +320,29 @@ fn counts_what_happened() {
 fn reports_the_build_and_the_process() {
     let p = parse(&Metrics::default().render(0, 0)).unwrap();
     let build = &p["skill_runner_build_info"].samples[0];
-    assert_eq!(build.1[0], ("version".into(), env!("CARGO_PKG_VERSION").into()));
+    assert_eq!(
+        build.1[0],
+        ("version".into(), env!("CARGO_PKG_VERSION").into())
+    );
     assert_eq!(build.2, 1.0);
     let read = |f: &str| p[f].samples[0].2;
     assert!(read("process_cpu_seconds_total") > 0.0);
     if cfg!(target_os = "linux") {
         let rss = read("process_resident_memory_bytes");
-        assert!(rss > 1e6 && read("process_virtual_memory_bytes") >= rss, "{rss}");
+        assert!(
+            rss > 1e6 && read("process_virtual_memory_bytes") >= rss,
+            "{rss}"
+        );
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_secs_f64();
         let start = read("process_start_time_seconds");
         // This test process started before now, and today.
-        assert!(start <= now + 1.0 && start > now - 86_400.0, "{start} {now}");
+        assert!(
+            start <= now + 1.0 && start > now - 86_400.0,
+            "{start} {now}"
+        );
         // At least stdin, stdout and stderr.
         assert!(read("process_open_fds") >= 3.0);
         let limit = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
@@ -356,7 +374,10 @@ fn hosts_past_the_cap_share_one_label() {
         value(&p, net, &[("host", OTHER_HOST), ("allowed", "true")]),
         1.0
     );
-    assert_eq!(value(&p, net, &[("host", "h1.org"), ("allowed", "true")]), 2.0);
+    assert_eq!(
+        value(&p, net, &[("host", "h1.org"), ("allowed", "true")]),
+        2.0
+    );
 }
 
 /// The user's list of metrics names each family with its labels and type,

@@ -18,6 +18,7 @@
 //! | [`events`] | an execution's event log and its shared result document |
 //! | [`stream`] | the output sink and the NDJSON event streams |
 //! | [`metrics`] | Prometheus text, from one table of families |
+//! | [`notify`] | systemd readiness, watchdog and stopping notices |
 //! | [`wire`] | the response bodies, field by field |
 //! | [`routes`] | the execution and package routes |
 //! | [`selfcheck`] | the sandbox verdict health answers from |
@@ -32,6 +33,7 @@ pub mod config;
 pub mod descriptors;
 pub mod events;
 pub mod metrics;
+pub mod notify;
 pub mod registry;
 pub mod routes;
 pub mod selfcheck;
@@ -199,6 +201,12 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
             sessions,
             config,
         });
+        if let Some(interval) = notify::watchdog_interval() {
+            tokio::spawn(notify::watchdog(
+                interval,
+                watchdog_check(app.registry.clone()),
+            ));
+        }
         let served = server::run(listener, app).await;
         drop(socket);
         served
@@ -208,6 +216,24 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         tracing::info!("stopped");
     }
     result.map_err(DaemonError::from)
+}
+
+/// The watchdog's health check: the registry answers from a blocking
+/// thread (its lock is a plain mutex), so a lock that never comes free
+/// or a runtime that runs nothing more stops the pings.
+fn watchdog_check(
+    registry: Arc<registry::Registry>,
+) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> {
+    move || {
+        let registry = registry.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let _ = registry.counts();
+            })
+            .await
+            .is_ok()
+        })
+    }
 }
 
 /// Installs the global subscriber ([`crate::telemetry`]), at `info`
