@@ -19,6 +19,7 @@ mod refusals; // a body not sent as JSON is 415; a bad session query says it is 
 mod requests; // malformed, slow, oversized or excess requests get a JSON error
 mod retries; // a retry of the same job is the same execution, never a second run
 mod roots; // a job reaches only folders under the roots, never the runner's state
+mod session_tools; // a file tool's name spelled differently is refused; the answer names the file tools
 mod sessions; // the skill host's sessions and tools over HTTP
 mod signals; // SIGHUP is logged and ignored; SIGUSR1 drains like SIGTERM, with a log line
 mod streams; // NDJSON events in order, re-attached readers, heartbeats, stalled readers

@@ -121,6 +121,9 @@ pub struct SessionDoc {
     pub identity: String,
     pub created_at: String,
     pub enabled_tools: Vec<String>,
+    /// The enabled tools that counted as file tools (they decided the
+    /// delivery mode).
+    pub file_tools: Vec<String>,
     pub provenance: Vec<Provenance>,
     pub warnings: Vec<String>,
 }
@@ -136,6 +139,7 @@ impl From<&SessionRecord> for SessionDoc {
             identity: r.identity.clone(),
             created_at: r.created_at.clone(),
             enabled_tools: r.enabled_tools.clone(),
+            file_tools: super::delivery::file_tools(&r.enabled_tools),
             provenance: r.skills.iter().map(|s| s.provenance.clone()).collect(),
             warnings: r.warnings.clone(),
         }
