@@ -21,6 +21,7 @@ mod retries; // a retry of the same job is the same execution, never a second ru
 mod roots; // a job reaches only folders under the roots, never the runner's state
 mod session_tools; // a file tool's name spelled differently is refused; the answer names the file tools
 mod sessions; // the skill host's sessions and tools over HTTP
+mod signal_sender; // a sandbox killed from outside says so; a command that kills itself claims no sender
 mod signals; // SIGHUP is logged and ignored; SIGUSR1 drains like SIGTERM, with a log line
 mod streams; // NDJSON events in order, re-attached readers, heartbeats, stalled readers
 
