@@ -84,33 +84,6 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_file_tool_is_spelled_exactly_and_a_near_miss_is_named() {
-        for f in FILE_TOOLS {
-            assert!(is_file_tool(f));
-            assert_eq!(near_file_tool(f), None);
-        }
-        for (near, meant) in [
-            ("Bash", "bash"),
-            ("read ", "read"),
-            (" GREP", "grep"),
-            ("\tEdit\n", "edit"),
-        ] {
-            assert!(!is_file_tool(near), "{near:?}");
-            assert_eq!(near_file_tool(near), Some(meant), "{near:?}");
-        }
-        for other in ["web_search", "bash2", "re ad", "readfile", ""] {
-            assert_eq!(near_file_tool(other), None, "{other:?}");
-        }
-        let tools: Vec<String> = ["web_search", "read", "bash"].map(String::from).into();
-        assert_eq!(file_tools(&tools), ["read", "bash"]);
-    }
-}
-
 /// Builds the prompt block for `skills` under `delivery`.
 pub fn prompt(delivery: Delivery, skills: &[SessionSkill]) -> Prompt {
     let listed: Vec<PromptSkill> = skills
@@ -277,5 +250,32 @@ pub fn tool_schemas(delivery: Delivery, skills: &[SessionSkill]) -> Vec<Value> {
                 },
             }),
         ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_tool_is_spelled_exactly_and_a_near_miss_is_named() {
+        for f in FILE_TOOLS {
+            assert!(is_file_tool(f));
+            assert_eq!(near_file_tool(f), None);
+        }
+        for (near, meant) in [
+            ("Bash", "bash"),
+            ("read ", "read"),
+            (" GREP", "grep"),
+            ("\tEdit\n", "edit"),
+        ] {
+            assert!(!is_file_tool(near), "{near:?}");
+            assert_eq!(near_file_tool(near), Some(meant), "{near:?}");
+        }
+        for other in ["web_search", "bash2", "re ad", "readfile", ""] {
+            assert_eq!(near_file_tool(other), None, "{other:?}");
+        }
+        let tools: Vec<String> = ["web_search", "read", "bash"].map(String::from).into();
+        assert_eq!(file_tools(&tools), ["read", "bash"]);
     }
 }
