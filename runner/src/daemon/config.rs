@@ -334,6 +334,13 @@ settings! {
         default: Duration::from_secs(24 * 3600),
         check: longer_than_zero,
     }
+    otlp_endpoint: Option<String> {
+        /// Export a trace of each execution over OTLP/HTTP (JSON) to this base
+        /// URL (http://HOST:PORT; spans go to <URL>/v1/traces) [default: off].
+        flag: "otlp-endpoint" <"URL">,
+        env: "OTEL_EXPORTER_OTLP_ENDPOINT",
+        file: "otlp_endpoint",
+    }
     log_format: Option<LogFormat> {
         /// Log format [default: human].
         flag: "log-format" <"FORMAT">,
@@ -626,6 +633,8 @@ pub struct Config {
     /// Idle time after which a session expires.
     pub session_idle: Duration,
     pub log_format: LogFormat,
+    /// Where execution traces are exported (OTLP/HTTP), when at all.
+    pub otlp: Option<super::trace::Endpoint>,
     /// What jobs' network allowlists may reach (docs/daemon.md).
     pub network: crate::sandbox::net::RunnerNetwork,
     /// Findings worth a warning in the log once logging is up.
@@ -865,6 +874,15 @@ impl Config {
             heartbeat: s.heartbeat()?,
             session_idle: s.session_idle()?,
             log_format: s.log_format()?,
+            otlp: s
+                .otlp_endpoint()?
+                .filter(|u| !u.is_empty())
+                .map(|u| super::trace::Endpoint::parse(&u))
+                .transpose()
+                .map_err(|reason| ConfigError::Invalid {
+                    name: "otlp_endpoint",
+                    reason,
+                })?,
             network,
             data,
             warnings,

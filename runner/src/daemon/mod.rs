@@ -24,6 +24,7 @@
 //! | [`selfcheck`] | the sandbox verdict health answers from |
 //! | [`sessions`] | the skill-host routes, tool calls, session expiry |
 //! | [`server`] | listening, connections, signals, graceful shutdown |
+//! | [`trace`] | OpenTelemetry spans of executions, exported over OTLP/HTTP |
 //!
 //! See `docs/daemon.md` for the user's view.
 
@@ -40,6 +41,7 @@ pub mod selfcheck;
 pub mod server;
 pub mod sessions;
 pub mod stream;
+pub mod trace;
 pub mod wire;
 
 use std::path::PathBuf;
@@ -81,11 +83,11 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
     let config = match Config::build(args, data_dir, std::env::var("SKILL_RUNNER_TOKEN").ok()) {
         Ok(c) => c,
         Err(e) => {
-            init_logging(early_format.unwrap_or_default());
+            init_logging(early_format.unwrap_or_default(), None);
             return Err(e.into());
         }
     };
-    init_logging(config.log_format);
+    init_logging(config.log_format, config.otlp.clone());
     for w in &config.warnings {
         tracing::warn!("{w}");
     }
@@ -158,6 +160,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         .map_err(DaemonError::Runtime)?;
     let result = rt.block_on(async {
         let (listener, socket) = server::bind(&config.listen)?;
+        trace::spawn_exporter();
         let runner = Arc::new(runner);
         tokio::spawn(
             selfcheck
@@ -237,14 +240,24 @@ fn watchdog_check(
 }
 
 /// Installs the global subscriber ([`crate::telemetry`]), at `info`
-/// unless `SKILL_RUNNER_LOG` says otherwise.
-fn init_logging(format: LogFormat) {
-    crate::telemetry::init(
+/// unless `SKILL_RUNNER_LOG` says otherwise; with an OTLP endpoint, the
+/// layer that times executions for it ([`trace`]).
+fn init_logging(format: LogFormat, otlp: Option<trace::Endpoint>) {
+    use tracing_subscriber::Layer as _;
+    let extra = otlp.map(|endpoint| {
+        trace::enable(endpoint)
+            .with_filter(tracing_subscriber::filter::filter_fn(
+                trace::SpanLayer::wants,
+            ))
+            .boxed()
+    });
+    crate::telemetry::init_with(
         "info",
         match format {
             LogFormat::Human => crate::telemetry::Format::Human,
             LogFormat::Json => crate::telemetry::Format::Json,
         },
+        extra,
     );
 }
 

@@ -399,6 +399,7 @@ async fn post_execution(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let received = std::time::SystemTime::now();
     // Refused before its body is read: the body is read and dropped
     // first, so the client sees the answer (and its Retry-After).
     let before = || -> Result<_, ApiError> {
@@ -454,6 +455,8 @@ async fn post_execution(
             return existing(&app, found, stream, detached).await;
         }
     };
+    let traceparent = headers.get("traceparent").map(|v| v.as_bytes());
+    super::trace::begin(&job.execution_id, traceparent, received);
     let span = tracing::info_span!("execution", id = %job.execution_id);
     if detached {
         let live = ticket.live();
@@ -599,6 +602,7 @@ async fn execute(
             },
         );
         super::app::log_rejection(&result);
+        super::trace::finish(&result);
         worker
             .metrics
             .execution(result.status, Duration::from_millis(result.duration_ms));
