@@ -341,7 +341,7 @@ impl Default for Metrics {
         }
         let build = Info::new(BuildLabel {
             version: env!("CARGO_PKG_VERSION"),
-            api_version: super::routes::API_VERSION,
+            api_version: super::wire::API_VERSION,
             os: std::env::consts::OS,
             arch: std::env::consts::ARCH,
         });

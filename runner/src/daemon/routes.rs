@@ -850,7 +850,7 @@ async fn openapi() -> Response {
 }
 
 /// The version of the HTTP API; additions keep it.
-pub const API_VERSION: &str = "1";
+pub use super::wire::API_VERSION;
 
 /// `GET /v1/version`: what this daemon is and can do here.
 async fn version(State(app): State<App>) -> Response {

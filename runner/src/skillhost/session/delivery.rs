@@ -30,8 +30,9 @@ use super::SessionError;
 use crate::sandbox::paths::SKILLS_VAR;
 use crate::skillhost::catalog::SkillKind;
 
-/// The tools that give an agent the file system.
-pub const FILE_TOOLS: [&str; 6] = ["bash", "read", "write", "edit", "glob", "grep"];
+/// The tools that give an agent the file system (kept with the session
+/// documents, which list them).
+pub use super::records::{file_tools, FILE_TOOLS};
 
 /// True when `tool` is one of [`FILE_TOOLS`], spelled exactly.
 pub fn is_file_tool(tool: &str) -> bool {
@@ -46,11 +47,6 @@ pub fn near_file_tool(tool: &str) -> Option<&'static str> {
     }
     let folded = tool.trim().to_lowercase();
     FILE_TOOLS.iter().copied().find(|f| *f == folded)
-}
-
-/// The enabled tools that count as file tools, in their order.
-pub fn file_tools(tools: &[String]) -> Vec<String> {
-    tools.iter().filter(|t| is_file_tool(t)).cloned().collect()
 }
 
 /// Decides the delivery mode, or refuses the composition.

@@ -108,6 +108,19 @@ pub struct SessionRecord {
     pub warnings: Vec<String>,
 }
 
+/// The tools that give an agent the file system, spelled exactly so
+/// (docs/skill-host.md, "Delivery mode").
+pub const FILE_TOOLS: [&str; 6] = ["bash", "read", "write", "edit", "glob", "grep"];
+
+/// The enabled tools that count as file tools, in their order.
+pub fn file_tools(tools: &[String]) -> Vec<String> {
+    tools
+        .iter()
+        .filter(|t| FILE_TOOLS.contains(&t.as_str()))
+        .cloned()
+        .collect()
+}
+
 /// The answer of `POST /v1/sessions` and `GET /v1/sessions/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SessionDoc {
@@ -139,7 +152,7 @@ impl From<&SessionRecord> for SessionDoc {
             identity: r.identity.clone(),
             created_at: r.created_at.clone(),
             enabled_tools: r.enabled_tools.clone(),
-            file_tools: super::delivery::file_tools(&r.enabled_tools),
+            file_tools: file_tools(&r.enabled_tools),
             provenance: r.skills.iter().map(|s| s.provenance.clone()).collect(),
             warnings: r.warnings.clone(),
         }
