@@ -15,6 +15,10 @@
 
 use std::io::IsTerminal;
 
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{Layer, Registry};
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -28,18 +32,29 @@ pub enum Format {
 /// Installs the global subscriber: `default_level` applies when
 /// `SKILL_RUNNER_LOG` is unset or not a valid filter.
 pub fn init(default_level: &str, format: Format) {
+    init_with(default_level, format, None);
+}
+
+/// A layer installed beside the log lines, with its own filter (the
+/// daemon's trace export): `SKILL_RUNNER_LOG` filters the lines only.
+pub type Extra = Box<dyn Layer<Registry> + Send + Sync>;
+
+/// [`init`], with `extra` beside the log lines.
+pub fn init_with(default_level: &str, format: Format, extra: Option<Extra>) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SKILL_RUNNER_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal());
-    let _ = match format {
-        Format::Json => builder
+    let lines: Extra = match format {
+        Format::Json => lines
             .json()
             .with_current_span(true)
             .with_span_list(false)
-            .try_init(),
-        Format::Human => builder.try_init(),
+            .boxed(),
+        Format::Human => lines.boxed(),
     };
+    let mut layers: Vec<Extra> = vec![lines.with_filter(filter).boxed()];
+    layers.extend(extra);
+    let _ = tracing_subscriber::registry().with(layers).try_init();
 }

@@ -169,3 +169,59 @@ fn a_pooled_cgroup_gets_each_execution_s_limits_and_is_emptied_when_given_back()
     drop(cg);
     drop(pool);
 }
+
+/// The folder of a pooled cgroup in every hierarchy it has.
+fn pooled_dirs(s: &Support, name: &str) -> Vec<PathBuf> {
+    parents(s).iter().map(|p| p.join(name)).collect()
+}
+
+/// A daemon's pooled cgroup is empty between executions; another data
+/// dir's sweep takes an empty cgroup whose folder is older than ten
+/// minutes for abandoned. The pool sets the folder's mtime when it gives a
+/// cgroup back and when it takes one, so a sweep never removes a cgroup
+/// the pool is about to hand out (the launch would fail: 503
+/// sandbox_unavailable for a plain command).
+#[test]
+fn a_pooled_cgroup_looks_in_use_to_other_data_dirs_sweeps() {
+    let Some(sweeper) = support() else { return };
+    let s = Support::detect().scoped(&format!("test-pool-sweep-{}", std::process::id()));
+    let prefix = format!("test-pool-live-{}", std::process::id());
+    let pool = cgroup::Pool::new(s.clone(), prefix.clone(), 4);
+    let dirs = pooled_dirs(&s, &format!("{prefix}+0"));
+    let long_ago = SystemTime::now() - Duration::from_secs(3600);
+    let age_all = || {
+        for d in &dirs {
+            fs::File::open(d).unwrap().set_modified(long_ago).unwrap();
+        }
+    };
+    const MIB: u64 = 1 << 20;
+
+    // Made an hour ago, given back now: in use as far as a sweep can see.
+    let cg = pool.take(64 * MIB, 32).unwrap();
+    age_all();
+    pool.give(cg);
+    cgroup::sweep_others(&sweeper);
+    assert!(
+        dirs.iter().all(|d| d.exists()),
+        "another data dir's sweep removed an idle cgroup of a live pool"
+    );
+
+    // Idle long, as a sweep would see it, then taken: in use again before
+    // it is handed out.
+    age_all();
+    let cg = pool.take(64 * MIB, 32).unwrap();
+    cgroup::sweep_others(&sweeper);
+    assert!(dirs.iter().all(|d| d.exists()), "a taken cgroup was swept");
+    assert!(cg.procs_files().is_ok());
+    assert!(
+        pooled_dirs(&s, &format!("{prefix}+1"))
+            .iter()
+            .all(|d| !d.exists()),
+        "the pool made a second cgroup instead of reusing the first"
+    );
+    drop(cg);
+    drop(pool);
+    for p in parents(&s) {
+        let _ = fs::remove_dir(p);
+    }
+}

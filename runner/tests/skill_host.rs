@@ -169,8 +169,6 @@ fn delivery_decision_table() {
             v.push(vec![f]);
             v.push(vec!["web_search", f]);
         }
-        v.push(vec!["Read"]);
-        v.push(vec!["BASH", "web_search"]);
         v.push(FILE_TOOLS.to_vec());
         v
     };
@@ -190,9 +188,7 @@ fn delivery_decision_table() {
     ];
     let mut rows = 0;
     for t in &tool_sets {
-        let has_file_tool = t
-            .iter()
-            .any(|x| FILE_TOOLS.contains(&x.to_lowercase().as_str()));
+        let has_file_tool = t.iter().any(|x| FILE_TOOLS.contains(x));
         for s in &skill_sets {
             let needs_files = s.iter().any(|(_, k)| *k == SkillKind::WithFiles);
             let got = delivery::decide(&tools(t), s);
@@ -1248,8 +1244,9 @@ fn session_records_are_written_once_and_read_back_unchanged() {
     let fx = Fx::new();
     skill(&fx.user(), "a", "a", "A.", &[]);
     let host = fx.host();
-    let created = host.create(req(&["a"], &["Read", "Read", "web"])).unwrap();
-    assert_eq!(created.enabled_tools, ["Read", "web"]);
+    let created = host.create(req(&["a"], &["read", "read", "web"])).unwrap();
+    assert_eq!(created.enabled_tools, ["read", "web"]);
+    assert_eq!(created.file_tools, ["read"]);
     let record = fx.data().join(format!("sessions/{}.json", created.id));
     let mode = fs::metadata(&record).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o400);

@@ -37,6 +37,10 @@ fn metrics_use_the_prometheus_text_format() {
         "skill_runner_executions_running 0",
         "skill_runner_executions_queued 0",
         "skill_runner_packages_published_total 1",
+        "skill_runner_build_info{version=\"",
+        "\nprocess_resident_memory_bytes ",
+        "\nprocess_open_fds ",
+        "\nprocess_start_time_seconds ",
     ] {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }

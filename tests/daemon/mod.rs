@@ -10,6 +10,7 @@ mod lifecycle; // start, stop, crash and restart; bad settings; a private socket
 mod logged; // a job rejected at launch and a refused request are each logged once with their sentence
 mod memory; // memory and retention stay bounded whatever a job or client does
 mod metrics; // Prometheus metrics, JSON logs, and job text that cannot forge log lines
+mod notify; // systemd hears READY=1 once it listens, WATCHDOG=1 pings, STOPPING=1 at a drain
 mod openapi; // docs/openapi.json matches the router and every real response
 mod overload; // a full or crowded daemon answers every client: 429 read by http.client, idle sockets evicted
 mod packages; // published bundles run by binding; lying hashes are refused naming the skill
@@ -18,9 +19,12 @@ mod refusals; // a body not sent as JSON is 415; a bad session query says it is 
 mod requests; // malformed, slow, oversized or excess requests get a JSON error
 mod retries; // a retry of the same job is the same execution, never a second run
 mod roots; // a job reaches only folders under the roots, never the runner's state
+mod session_tools; // a file tool's name spelled differently is refused; the answer names the file tools
 mod sessions; // the skill host's sessions and tools over HTTP
+mod signal_sender; // a sandbox killed from outside says so; a command that kills itself claims no sender
 mod signals; // SIGHUP is logged and ignored; SIGUSR1 drains like SIGTERM, with a log line
 mod streams; // NDJSON events in order, re-attached readers, heartbeats, stalled readers
+mod tracing; // each execution exported over OTLP/HTTP as spans under the caller's traceparent
 mod workspaces; // managed session workspaces: files in and out over HTTP, jobs in order, attacks refused
 
 use std::os::unix::fs::PermissionsExt;

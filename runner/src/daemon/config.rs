@@ -396,6 +396,13 @@ settings! {
         default: 1 << 30,
         check: at_least(4096),
     }
+    otlp_endpoint: Option<String> {
+        /// Export a trace of each execution over OTLP/HTTP (JSON) to this base
+        /// URL (http://HOST:PORT; spans go to <URL>/v1/traces) [default: off].
+        flag: "otlp-endpoint" <"URL">,
+        env: "OTEL_EXPORTER_OTLP_ENDPOINT",
+        file: "otlp_endpoint",
+    }
     log_format: Option<LogFormat> {
         /// Log format [default: human].
         flag: "log-format" <"FORMAT">,
@@ -692,6 +699,8 @@ pub struct Config {
     /// Most a managed workspace may hold after an upload.
     pub workspace_bytes: u64,
     pub log_format: LogFormat,
+    /// Where execution traces are exported (OTLP/HTTP), when at all.
+    pub otlp: Option<super::trace::Endpoint>,
     /// What jobs' network allowlists may reach (docs/daemon.md).
     pub network: crate::sandbox::net::RunnerNetwork,
     /// Findings worth a warning in the log once logging is up.
@@ -935,6 +944,15 @@ impl Config {
             file_body_limit: s.file_body_limit()?,
             workspace_bytes: s.workspace_bytes()?,
             log_format: s.log_format()?,
+            otlp: s
+                .otlp_endpoint()?
+                .filter(|u| !u.is_empty())
+                .map(|u| super::trace::Endpoint::parse(&u))
+                .transpose()
+                .map_err(|reason| ConfigError::Invalid {
+                    name: "otlp_endpoint",
+                    reason,
+                })?,
             network,
             data,
             warnings,

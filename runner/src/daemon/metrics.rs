@@ -1,25 +1,37 @@
-//! Daemon metrics, rendered in the Prometheus text format (`GET /metrics`).
+//! Daemon metrics, rendered in the Prometheus text format 0.0.4
+//! (`GET /metrics`) by the `prometheus-client` crate.
 //!
-//! Counters and histograms are plain atomics updated where the event
-//! happens; gauges that describe state (running, queued) are read from the
-//! registry at render time, so they can never drift.
+//! Counters, gauges and histograms are the crate's types, updated where
+//! the event happens and registered once, in the order `/metrics` renders
+//! them (`FAMILIES` names them, their labels and types, for the tests and
+//! docs/daemon.md). Values that describe state are read at render time so
+//! they can never drift: running and queued come from the registry, the
+//! store's skipped records from the store, and the standard `process_*`
+//! metrics from `/proc/self` ([`Process`]), which the crate has no
+//! collector for. `skill_runner_build_info` says which build answers.
 //!
-//! The metric set is one table, `FAMILIES`: each family's name, labels,
-//! help and reader, whose variant is its type. Rendering walks the table in
-//! order, so every family has one `# HELP` and one `# TYPE` line followed by
-//! its samples (none yet is fine), and a metric cannot be sampled without
-//! being declared. The tests hold the table to unique names, `_total` on
-//! counters, and the list in docs/daemon.md.
+//! The crate does the encoding: names (a counter's `_total`), label
+//! escaping, float spelling and the `# HELP`/`# TYPE` lines, so the text
+//! stays valid for every scraper.
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+
 use crate::exec::result::Status;
 
-/// Result statuses in the order they are rendered.
+/// The `Content-Type` of `/metrics`.
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// Result statuses in the order they are created (all of them exist from
+/// the start, at 0).
 const STATUSES: [(Status, &str); 7] = [
     (Status::Exited, "exited"),
     (Status::Signaled, "signaled"),
@@ -39,40 +51,202 @@ const BUCKETS: [f64; 14] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 ];
 
-/// A fixed-bucket histogram of durations.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    /// Per bucket (not cumulative), plus one for +Inf.
-    counts: [AtomicU64; BUCKETS.len() + 1],
-    sum_micros: AtomicU64,
-    count: AtomicU64,
+/// A metric's type, as its `# TYPE` line spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// One family of `/metrics`: its full name (a counter's with `_total`),
+/// label names, type and help, in render order.
+#[derive(Debug)]
+pub struct FamilyInfo {
+    pub name: &'static str,
+    pub labels: &'static [&'static str],
+    pub kind: Kind,
+    pub help: &'static str,
+}
+
+const fn family(
+    name: &'static str,
+    labels: &'static [&'static str],
+    kind: Kind,
+    help: &'static str,
+) -> FamilyInfo {
+    FamilyInfo {
+        name,
+        labels,
+        kind,
+        help,
+    }
+}
+
+/// Every family `/metrics` renders, in order. [`Metrics::default`]
+/// registers them from this table (a counter's name without `_total`,
+/// which the crate adds), so the two cannot disagree.
+pub const FAMILIES: &[FamilyInfo] = &[
+    family(
+        "skill_runner_executions_total",
+        &["status"],
+        Kind::Counter,
+        "Finished executions by result status.",
+    ),
+    family(
+        "skill_runner_execution_duration_seconds",
+        &[],
+        Kind::Histogram,
+        "Wall time of the sandboxed command.",
+    ),
+    family(
+        "skill_runner_queue_wait_seconds",
+        &[],
+        Kind::Histogram,
+        "Time admitted executions waited for a run slot.",
+    ),
+    family(
+        "skill_runner_staging_seconds",
+        &[],
+        Kind::Histogram,
+        "Time spent staging snapshot roots.",
+    ),
+    family(
+        "skill_runner_staging_bytes_total",
+        &[],
+        Kind::Counter,
+        "Bytes staged into snapshot roots.",
+    ),
+    family(
+        "skill_runner_executions_running",
+        &[],
+        Kind::Gauge,
+        "Executions running now.",
+    ),
+    family(
+        "skill_runner_executions_queued",
+        &[],
+        Kind::Gauge,
+        "Executions waiting for a run slot.",
+    ),
+    family(
+        "skill_runner_admissions_refused_total",
+        &["reason"],
+        Kind::Counter,
+        "Execution requests refused at admission.",
+    ),
+    family(
+        "skill_runner_packages_published_total",
+        &[],
+        Kind::Counter,
+        "Skills published through POST /v1/skill-packages.",
+    ),
+    family(
+        "skill_runner_http_responses_total",
+        &["code"],
+        Kind::Counter,
+        "HTTP responses by status code.",
+    ),
+    family(
+        "skill_runner_connections_open",
+        &[],
+        Kind::Gauge,
+        "Client connections open now.",
+    ),
+    family(
+        "skill_runner_network_requests_total",
+        &["host", "allowed"],
+        Kind::Counter,
+        "Requests through the network proxy, per host, allowed or refused.",
+    ),
+    family(
+        "skill_runner_network_requests_dropped_total",
+        &[],
+        Kind::Counter,
+        "Proxy requests not listed in their result.",
+    ),
+    family(
+        "skill_runner_data_dir_free_bytes",
+        &[],
+        Kind::Gauge,
+        "Bytes free on the data dir's file system (-1: cannot be read).",
+    ),
+    family(
+        "skill_runner_build_info",
+        &["version", "api_version", "os", "arch"],
+        Kind::Gauge,
+        "The build answering: always 1, its facts in the labels.",
+    ),
+    // Read at render time, by the collector.
+    family(
+        "skill_runner_store_records_skipped_total",
+        &[],
+        Kind::Counter,
+        "Unreadable binding records skipped by store listings (each logged at ERROR).",
+    ),
+    family(
+        "process_cpu_seconds_total",
+        &[],
+        Kind::Counter,
+        "Total user and system CPU time spent in seconds.",
+    ),
+    family(
+        "process_resident_memory_bytes",
+        &[],
+        Kind::Gauge,
+        "Resident memory size in bytes.",
+    ),
+    family(
+        "process_virtual_memory_bytes",
+        &[],
+        Kind::Gauge,
+        "Virtual memory size in bytes.",
+    ),
+    family(
+        "process_open_fds",
+        &[],
+        Kind::Gauge,
+        "Number of open file descriptors.",
+    ),
+    family(
+        "process_max_fds",
+        &[],
+        Kind::Gauge,
+        "Maximum number of open file descriptors.",
+    ),
+    family(
+        "process_start_time_seconds",
+        &[],
+        Kind::Gauge,
+        "Start time of the process since unix epoch in seconds.",
+    ),
+];
+
+/// A fixed-bucket histogram of durations, in seconds.
+#[derive(Debug, Clone)]
+pub struct Histogram(prometheus_client::metrics::histogram::Histogram);
+
+impl Default for Histogram {
+    fn default() -> Histogram {
+        Histogram(prometheus_client::metrics::histogram::Histogram::new(
+            BUCKETS,
+        ))
+    }
 }
 
 impl Histogram {
     pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        let i = BUCKETS
-            .iter()
-            .position(|b| secs <= *b)
-            .unwrap_or(BUCKETS.len());
-        self.counts[i].fetch_add(1, Ordering::Relaxed);
-        self.sum_micros
-            .fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-        self.count.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The cumulative buckets, sum and count under `name`.
-    fn samples(&self, out: &mut String, name: &str) {
-        let mut cumulative = 0;
-        for (i, bound) in BUCKETS.iter().enumerate() {
-            cumulative += self.counts[i].load(Ordering::Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {cumulative}");
-        }
-        cumulative += self.counts[BUCKETS.len()].load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
-        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum {sum}");
-        let _ = writeln!(out, "{name}_count {}", self.count.load(Ordering::Relaxed));
+        self.0.observe(d.as_secs_f64());
     }
 }
 
@@ -83,32 +257,147 @@ pub enum Refusal {
     Draining,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabel {
+    status: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabel {
+    code: u16,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HostLabel {
+    host: String,
+    allowed: bool,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabel {
+    version: &'static str,
+    api_version: &'static str,
+    os: &'static str,
+    arch: &'static str,
+}
+
 /// Everything `/metrics` reports.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metrics {
-    executions: [AtomicU64; STATUSES.len()],
+    registry: Registry,
+    executions: Family<StatusLabel, Counter>,
     pub duration: Histogram,
     pub queue_wait: Histogram,
     pub staging: Histogram,
-    staging_bytes: AtomicU64,
-    refused_busy: AtomicU64,
-    refused_draining: AtomicU64,
-    published: AtomicU64,
-    connections: AtomicI64,
-    responses: Mutex<BTreeMap<u16, u64>>,
-    /// (host, allowed) → requests.
-    network: Mutex<BTreeMap<(String, bool), u64>>,
-    network_dropped: AtomicU64,
+    staging_bytes: Counter,
+    running: Gauge,
+    queued: Gauge,
+    refused: Family<ReasonLabel, Counter>,
+    published: Counter,
+    responses: Family<CodeLabel, Counter>,
+    connections: Gauge,
+    network: Family<HostLabel, Counter>,
+    /// Distinct (host, allowed) pairs counted by name, for the cap.
+    hosts: Mutex<usize>,
+    network_dropped: Counter,
     /// Bytes free for the daemon on the data dir's file system, as last
     /// read (by health or `/metrics`); -1 when unknown.
-    data_dir_free: AtomicI64,
+    data_dir_free: Gauge,
+    /// Renders, one at a time: the registry's gauges are set, then read.
+    render: Mutex<()>,
+}
+
+impl Default for Metrics {
+    fn default() -> Metrics {
+        let m = Metrics {
+            registry: Registry::default(),
+            executions: Family::default(),
+            duration: Histogram::default(),
+            queue_wait: Histogram::default(),
+            staging: Histogram::default(),
+            staging_bytes: Counter::default(),
+            running: Gauge::default(),
+            queued: Gauge::default(),
+            refused: Family::default(),
+            published: Counter::default(),
+            responses: Family::default(),
+            connections: Gauge::default(),
+            network: Family::default(),
+            hosts: Mutex::new(0),
+            network_dropped: Counter::default(),
+            data_dir_free: Gauge::default(),
+            render: Mutex::new(()),
+        };
+        for (_, status) in STATUSES {
+            let _ = m.executions.get_or_create(&StatusLabel { status });
+        }
+        for reason in ["busy", "draining"] {
+            let _ = m.refused.get_or_create(&ReasonLabel { reason });
+        }
+        let build = Info::new(BuildLabel {
+            version: env!("CARGO_PKG_VERSION"),
+            api_version: super::wire::API_VERSION,
+            os: std::env::consts::OS,
+            arch: std::env::consts::ARCH,
+        });
+        let mut registry = m.registry;
+        let mut names = FAMILIES
+            .iter()
+            .map(|f| (registered_name(f), strip_period(f.help)));
+        // In the table's order; the collector's families are its last.
+        macro_rules! register {
+            ($($metric:expr),* $(,)?) => {
+                $(if let Some((name, help)) = names.next() {
+                    registry.register(name, help, $metric);
+                })*
+            };
+        }
+        register!(
+            m.executions.clone(),
+            m.duration.0.clone(),
+            m.queue_wait.0.clone(),
+            m.staging.0.clone(),
+            m.staging_bytes.clone(),
+            m.running.clone(),
+            m.queued.clone(),
+            m.refused.clone(),
+            m.published.clone(),
+            m.responses.clone(),
+            m.connections.clone(),
+            m.network.clone(),
+            m.network_dropped.clone(),
+            m.data_dir_free.clone(),
+            build,
+        );
+        registry.register_collector(Box::new(Process));
+        Metrics { registry, ..m }
+    }
+}
+
+/// The name a family is registered under: the crate adds `_total` to a
+/// counter's and `_info` to an info's.
+fn registered_name(f: &FamilyInfo) -> &'static str {
+    match f.kind {
+        Kind::Counter => f.name.strip_suffix("_total").unwrap_or(f.name),
+        _ => f.name.strip_suffix("_info").unwrap_or(f.name),
+    }
+}
+
+/// The help as given to the crate, which adds the final period.
+fn strip_period(help: &'static str) -> &'static str {
+    help.strip_suffix('.').unwrap_or(help)
 }
 
 impl Metrics {
     /// Counts a finished execution.
     pub fn execution(&self, status: Status, duration: Duration) {
-        if let Some(i) = STATUSES.iter().position(|(s, _)| *s == status) {
-            self.executions[i].fetch_add(1, Ordering::Relaxed);
+        if let Some((_, status)) = STATUSES.iter().find(|(s, _)| *s == status) {
+            self.executions.get_or_create(&StatusLabel { status }).inc();
         }
         if status != Status::Rejected {
             self.duration.observe(duration);
@@ -116,253 +405,184 @@ impl Metrics {
     }
 
     pub fn staged(&self, bytes: u64, took: Duration) {
-        self.staging_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.staging_bytes.inc_by(bytes);
         self.staging.observe(took);
     }
 
     pub fn refused(&self, why: Refusal) {
-        match why {
-            Refusal::Busy => &self.refused_busy,
-            Refusal::Draining => &self.refused_draining,
-        }
-        .fetch_add(1, Ordering::Relaxed);
+        let reason = match why {
+            Refusal::Busy => "busy",
+            Refusal::Draining => "draining",
+        };
+        self.refused.get_or_create(&ReasonLabel { reason }).inc();
     }
 
     pub fn published(&self, skills: u64) {
-        self.published.fetch_add(skills, Ordering::Relaxed);
+        self.published.inc_by(skills);
     }
 
     pub fn connection_opened(&self) {
-        self.connections.fetch_add(1, Ordering::Relaxed);
+        self.connections.inc();
     }
 
     pub fn connection_closed(&self) {
-        self.connections.fetch_sub(1, Ordering::Relaxed);
+        self.connections.dec();
     }
 
     /// Counts the proxy requests of a finished execution.
     pub fn network(&self, info: &crate::sandbox::net::NetworkInfo) {
-        let mut map = self.network.lock().unwrap_or_else(|e| e.into_inner());
+        let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
         for r in &info.requests {
-            let known = map.len() < 2 * MAX_HOSTS
-                || map.contains_key(&(r.host.clone(), r.allowed))
-                || map.contains_key(&(r.host.clone(), !r.allowed));
-            let host = if known { r.host.as_str() } else { OTHER_HOST };
-            *map.entry((host.to_owned(), r.allowed)).or_default() += 1;
+            let known = *hosts < 2 * MAX_HOSTS
+                || [r.allowed, !r.allowed].iter().any(|&allowed| {
+                    self.network
+                        .get(&HostLabel {
+                            host: r.host.clone(),
+                            allowed,
+                        })
+                        .is_some()
+                });
+            let label = HostLabel {
+                host: if known {
+                    r.host.clone()
+                } else {
+                    OTHER_HOST.into()
+                },
+                allowed: r.allowed,
+            };
+            if self.network.get(&label).is_none() {
+                *hosts += 1;
+            }
+            self.network.get_or_create(&label).inc();
         }
-        self.network_dropped
-            .fetch_add(info.dropped, Ordering::Relaxed);
+        self.network_dropped.inc_by(info.dropped);
     }
 
     /// Records the data dir's free bytes (`None`: could not be read).
     pub fn data_dir_free(&self, bytes: Option<u64>) {
         let v = bytes.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX));
-        self.data_dir_free.store(v, Ordering::Relaxed);
+        self.data_dir_free.set(v);
     }
 
     pub fn response(&self, code: u16) {
-        let mut map = self.responses.lock().unwrap_or_else(|e| e.into_inner());
-        *map.entry(code).or_default() += 1;
+        self.responses.get_or_create(&CodeLabel { code }).inc();
     }
 
     /// The Prometheus text exposition; `running` and `queued` come from the
     /// registry.
     pub fn render(&self, running: usize, queued: usize) -> String {
-        let now = Counts { running, queued };
-        let mut out = String::with_capacity(4096);
-        for f in FAMILIES {
-            let name = f.name;
-            let _ = writeln!(out, "# HELP {name} {}", f.help);
-            let _ = writeln!(out, "# TYPE {name} {}", f.read.kind());
-            match f.read {
-                Read::Counter(read) => {
-                    let _ = writeln!(out, "{name} {}", read(self));
-                }
-                Read::LabelledCounter(read) => {
-                    for (values, n) in read(self) {
-                        let pairs: Vec<String> = f
-                            .labels
-                            .iter()
-                            .zip(&values)
-                            .map(|(l, v)| format!("{l}=\"{}\"", label(v)))
-                            .collect();
-                        let _ = writeln!(out, "{name}{{{}}} {n}", pairs.join(","));
-                    }
-                }
-                Read::Gauge(read) => {
-                    let _ = writeln!(out, "{name} {}", read(self, now));
-                }
-                Read::Histogram(read) => read(self).samples(&mut out, name),
-            }
-        }
+        let _one = self.render.lock().unwrap_or_else(|e| e.into_inner());
+        self.running.set(running as i64);
+        self.queued.set(queued as i64);
+        let mut out = String::with_capacity(8192);
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
         out
     }
 }
 
-/// One metric family of `/metrics`.
-struct Family {
-    name: &'static str,
-    /// Label names, in the order a [`Read::LabelledCounter`] gives values.
-    labels: &'static [&'static str],
-    help: &'static str,
-    read: Read,
-}
+/// The families read at render time: the store's skipped records and the
+/// daemon process's own figures (Linux: `/proc/self`; elsewhere only CPU
+/// time and the descriptor limit).
+#[derive(Debug)]
+struct Process;
 
-/// How a family reads its samples at render time; the variant is the
-/// family's type, so the two cannot disagree.
-enum Read {
-    Counter(fn(&Metrics) -> u64),
-    LabelledCounter(fn(&Metrics) -> Vec<Sample>),
-    Gauge(fn(&Metrics, Counts) -> i64),
-    Histogram(fn(&Metrics) -> &Histogram),
-}
-
-impl Read {
-    /// The `# TYPE` word.
-    fn kind(&self) -> &'static str {
-        match self {
-            Read::Counter(_) | Read::LabelledCounter(_) => "counter",
-            Read::Gauge(_) => "gauge",
-            Read::Histogram(_) => "histogram",
+impl Collector for Process {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let p = ProcessStats::read();
+        let skipped = ConstCounter::new(crate::package::store::skipped_records());
+        let families = &FAMILIES[FAMILIES.len() - 7..];
+        let mut put = |i: usize, m: &dyn EncodeMetric| -> Result<(), std::fmt::Error> {
+            let f = &families[i];
+            // The collector's help is written as given, period included.
+            let e = encoder.encode_descriptor(registered_name(f), f.help, None, m.metric_type())?;
+            m.encode(e)
+        };
+        put(0, &skipped)?;
+        put(1, &ConstCounter::new(p.cpu_seconds))?;
+        for (i, v) in [
+            (2, p.resident_bytes),
+            (3, p.virtual_bytes),
+            (4, p.open_fds),
+            (5, p.max_fds),
+        ] {
+            if let Some(v) = v {
+                put(i, &ConstGauge::new(v))?;
+            }
         }
+        if let Some(start) = p.start_time {
+            put(6, &ConstGauge::new(start))?;
+        }
+        Ok(())
     }
 }
 
-/// One sample of a labelled counter: its label values, in the order of
-/// [`Family::labels`], and its count. Samples render in the order given.
-type Sample = (Vec<String>, u64);
-
-/// The registry's counts at render time.
-#[derive(Debug, Clone, Copy)]
-struct Counts {
-    running: usize,
-    queued: usize,
+/// The daemon process's figures, as the standard `process_*` metrics give
+/// them; `None` where this host cannot say.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ProcessStats {
+    pub cpu_seconds: f64,
+    pub resident_bytes: Option<i64>,
+    pub virtual_bytes: Option<i64>,
+    pub open_fds: Option<i64>,
+    pub max_fds: Option<i64>,
+    pub start_time: Option<f64>,
 }
 
-fn load(n: &AtomicU64) -> u64 {
-    n.load(Ordering::Relaxed)
+impl ProcessStats {
+    pub fn read() -> ProcessStats {
+        use nix::sys::resource::{getrlimit, getrusage, Resource, UsageWho};
+        let mut p = ProcessStats::default();
+        if let Ok(u) = getrusage(UsageWho::RUSAGE_SELF) {
+            let secs = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+            p.cpu_seconds = secs(u.user_time()) + secs(u.system_time());
+        }
+        if let Ok((soft, _)) = getrlimit(Resource::RLIMIT_NOFILE) {
+            p.max_fds = Some(i64::try_from(soft).unwrap_or(i64::MAX));
+        }
+        #[cfg(target_os = "linux")]
+        linux::read(&mut p);
+        p
+    }
 }
 
-/// Every metric, in the order `/metrics` renders them.
-const FAMILIES: &[Family] = &[
-    Family {
-        name: "skill_runner_executions_total",
-        labels: &["status"],
-        help: "Finished executions by result status.",
-        read: Read::LabelledCounter(|m| {
-            STATUSES
-                .iter()
-                .zip(&m.executions)
-                .map(|((_, status), n)| (vec![(*status).to_owned()], load(n)))
-                .collect()
-        }),
-    },
-    Family {
-        name: "skill_runner_execution_duration_seconds",
-        labels: &[],
-        help: "Wall time of the sandboxed command.",
-        read: Read::Histogram(|m| &m.duration),
-    },
-    Family {
-        name: "skill_runner_queue_wait_seconds",
-        labels: &[],
-        help: "Time admitted executions waited for a run slot.",
-        read: Read::Histogram(|m| &m.queue_wait),
-    },
-    Family {
-        name: "skill_runner_staging_seconds",
-        labels: &[],
-        help: "Time spent staging snapshot roots.",
-        read: Read::Histogram(|m| &m.staging),
-    },
-    Family {
-        name: "skill_runner_staging_bytes_total",
-        labels: &[],
-        help: "Bytes staged into snapshot roots.",
-        read: Read::Counter(|m| load(&m.staging_bytes)),
-    },
-    Family {
-        name: "skill_runner_executions_running",
-        labels: &[],
-        help: "Executions running now.",
-        read: Read::Gauge(|_, now| now.running as i64),
-    },
-    Family {
-        name: "skill_runner_executions_queued",
-        labels: &[],
-        help: "Executions waiting for a run slot.",
-        read: Read::Gauge(|_, now| now.queued as i64),
-    },
-    Family {
-        name: "skill_runner_admissions_refused_total",
-        labels: &["reason"],
-        help: "Execution requests refused at admission.",
-        read: Read::LabelledCounter(|m| {
-            vec![
-                (vec!["busy".to_owned()], load(&m.refused_busy)),
-                (vec!["draining".to_owned()], load(&m.refused_draining)),
-            ]
-        }),
-    },
-    Family {
-        name: "skill_runner_packages_published_total",
-        labels: &[],
-        help: "Skills published through POST /v1/skill-packages.",
-        read: Read::Counter(|m| load(&m.published)),
-    },
-    Family {
-        name: "skill_runner_store_records_skipped_total",
-        labels: &[],
-        help: "Unreadable binding records skipped by store listings (each logged at ERROR).",
-        read: Read::Counter(|_| crate::package::store::skipped_records()),
-    },
-    Family {
-        name: "skill_runner_http_responses_total",
-        labels: &["code"],
-        help: "HTTP responses by status code.",
-        read: Read::LabelledCounter(|m| {
-            let map = m.responses.lock().unwrap_or_else(|e| e.into_inner());
-            map.iter()
-                .map(|(code, n)| (vec![code.to_string()], *n))
-                .collect()
-        }),
-    },
-    Family {
-        name: "skill_runner_connections_open",
-        labels: &[],
-        help: "Client connections open now.",
-        read: Read::Gauge(|m, _| m.connections.load(Ordering::Relaxed)),
-    },
-    Family {
-        name: "skill_runner_network_requests_total",
-        labels: &["host", "allowed"],
-        help: "Requests through the network proxy, per host, allowed or refused.",
-        read: Read::LabelledCounter(|m| {
-            let map = m.network.lock().unwrap_or_else(|e| e.into_inner());
-            map.iter()
-                .map(|((host, allowed), n)| (vec![host.clone(), allowed.to_string()], *n))
-                .collect()
-        }),
-    },
-    Family {
-        name: "skill_runner_network_requests_dropped_total",
-        labels: &[],
-        help: "Proxy requests not listed in their result.",
-        read: Read::Counter(|m| load(&m.network_dropped)),
-    },
-    Family {
-        name: "skill_runner_data_dir_free_bytes",
-        labels: &[],
-        help: "Bytes free on the data dir's file system (-1: cannot be read).",
-        read: Read::Gauge(|m, _| m.data_dir_free.load(Ordering::Relaxed)),
-    },
-];
+#[cfg(target_os = "linux")]
+mod linux {
+    use super::ProcessStats;
+    use nix::unistd::{sysconf, SysconfVar};
 
-/// A label value escaped for the text format.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+    /// Reads `/proc/self/stat` (sizes, start), `/proc/self/fd` and
+    /// `/proc/stat` (boot time).
+    pub fn read(p: &mut ProcessStats) {
+        p.open_fds = std::fs::read_dir("/proc/self/fd")
+            .ok()
+            .map(|d| d.count() as i64 - 1); // less the one read_dir holds
+        let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+            return;
+        };
+        // The fields after the command name, which is in parentheses and
+        // may hold anything: field 3 (state) is the first of them.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<u64>().ok());
+        let page = sysconf(SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .unwrap_or(4096) as u64;
+        let ticks = sysconf(SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64;
+        p.virtual_bytes = field(23).map(|v| v as i64);
+        p.resident_bytes = field(24).map(|pages| (pages * page) as i64);
+        let boot = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("btime "))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        });
+        if let (Some(start), Some(boot)) = (field(22), boot) {
+            p.start_time = Some(boot as f64 + start as f64 / ticks);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 //! | [`events`] | an execution's event log and its shared result document |
 //! | [`stream`] | the output sink and the NDJSON event streams |
 //! | [`metrics`] | Prometheus text, from one table of families |
+//! | [`notify`] | systemd readiness, watchdog and stopping notices |
 //! | [`wire`] | the response bodies, field by field |
 //! | [`routes`] | the execution and package routes |
 //! | [`selfcheck`] | the sandbox verdict health answers from |
@@ -25,6 +26,7 @@
 //! | [`workspace`] | the order of managed session workspaces: one job at a time, in order of admission |
 //! | [`session_files`] | the file routes of managed session workspaces |
 //! | [`server`] | listening, connections, signals, graceful shutdown |
+//! | [`trace`] | OpenTelemetry spans of executions, exported over OTLP/HTTP |
 //!
 //! See `docs/daemon.md` for the user's view.
 
@@ -34,6 +36,7 @@ pub mod config;
 pub mod descriptors;
 pub mod events;
 pub mod metrics;
+pub mod notify;
 pub mod registry;
 pub mod routes;
 pub mod selfcheck;
@@ -41,6 +44,7 @@ pub mod server;
 pub mod session_files;
 pub mod sessions;
 pub mod stream;
+pub mod trace;
 pub mod wire;
 pub mod workspace;
 
@@ -83,11 +87,11 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
     let config = match Config::build(args, data_dir, std::env::var("SKILL_RUNNER_TOKEN").ok()) {
         Ok(c) => c,
         Err(e) => {
-            init_logging(early_format.unwrap_or_default());
+            init_logging(early_format.unwrap_or_default(), None);
             return Err(e.into());
         }
     };
-    init_logging(config.log_format);
+    init_logging(config.log_format, config.otlp.clone());
     for w in &config.warnings {
         tracing::warn!("{w}");
     }
@@ -170,6 +174,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         .map_err(DaemonError::Runtime)?;
     let result = rt.block_on(async {
         let (listener, socket) = server::bind(&config.listen)?;
+        trace::spawn_exporter();
         let runner = Arc::new(runner);
         tokio::spawn(
             selfcheck
@@ -216,6 +221,12 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
             lanes,
             config,
         });
+        if let Some(interval) = notify::watchdog_interval() {
+            tokio::spawn(notify::watchdog(
+                interval,
+                watchdog_check(app.registry.clone()),
+            ));
+        }
         let served = server::run(listener, app).await;
         drop(socket);
         served
@@ -227,15 +238,43 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
     result.map_err(DaemonError::from)
 }
 
+/// The watchdog's health check: the registry answers from a blocking
+/// thread (its lock is a plain mutex), so a lock that never comes free
+/// or a runtime that runs nothing more stops the pings.
+fn watchdog_check(
+    registry: Arc<registry::Registry>,
+) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> {
+    move || {
+        let registry = registry.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let _ = registry.counts();
+            })
+            .await
+            .is_ok()
+        })
+    }
+}
+
 /// Installs the global subscriber ([`crate::telemetry`]), at `info`
-/// unless `SKILL_RUNNER_LOG` says otherwise.
-fn init_logging(format: LogFormat) {
-    crate::telemetry::init(
+/// unless `SKILL_RUNNER_LOG` says otherwise; with an OTLP endpoint, the
+/// layer that times executions for it ([`trace`]).
+fn init_logging(format: LogFormat, otlp: Option<trace::Endpoint>) {
+    use tracing_subscriber::Layer as _;
+    let extra = otlp.map(|endpoint| {
+        trace::enable(endpoint)
+            .with_filter(tracing_subscriber::filter::filter_fn(
+                trace::SpanLayer::wants,
+            ))
+            .boxed()
+    });
+    crate::telemetry::init_with(
         "info",
         match format {
             LogFormat::Human => crate::telemetry::Format::Human,
             LogFormat::Json => crate::telemetry::Format::Json,
         },
+        extra,
     );
 }
 

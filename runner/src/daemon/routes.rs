@@ -209,7 +209,7 @@ async fn metrics(State(app): State<App>) -> Response {
     (
         [(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            HeaderValue::from_static(super::metrics::CONTENT_TYPE),
         )],
         app.metrics.render(running, queued),
     )
@@ -404,6 +404,7 @@ async fn post_execution(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let received = std::time::SystemTime::now();
     // Refused before its body is read: the body is read and dropped
     // first, so the client sees the answer (and its Retry-After).
     let before = || -> Result<_, ApiError> {
@@ -463,6 +464,8 @@ async fn post_execution(
     // Its place in the session workspace's order, taken now: admission
     // order is run order (a refusal drops the ticket, and its entry).
     let place = super::session_files::place(&app, &job, queue)?;
+    let traceparent = headers.get("traceparent").map(|v| v.as_bytes());
+    super::trace::begin(&job.execution_id, traceparent, received);
     let span = tracing::info_span!("execution", id = %job.execution_id);
     if detached {
         let live = ticket.live();
@@ -623,6 +626,7 @@ async fn execute(
         // is: a client that has the result finds the workspace free.
         drop(place);
         super::app::log_rejection(&result);
+        super::trace::finish(&result);
         worker
             .metrics
             .execution(result.status, Duration::from_millis(result.duration_ms));
@@ -870,7 +874,7 @@ async fn openapi() -> Response {
 }
 
 /// The version of the HTTP API; additions keep it.
-pub const API_VERSION: &str = "1";
+pub use super::wire::API_VERSION;
 
 /// `GET /v1/version`: what this daemon is and can do here.
 async fn version(State(app): State<App>) -> Response {

@@ -252,6 +252,7 @@ pub async fn run(listener: Listener, app: App) -> Result<(), ServerError> {
         unproven: unproven.clone(),
     };
     tracing::info!("listening on {}", listener.describe());
+    super::notify::ready(&listener.describe());
 
     let signal = loop {
         // Full: close the oldest connection that never showed the token.
@@ -283,6 +284,7 @@ pub async fn run(listener: Listener, app: App) -> Result<(), ServerError> {
         }
     };
     drop(listener);
+    super::notify::stopping();
     shutdown(&app, signal).await;
     if tokio::time::timeout(FLUSH_WAIT, conns.graceful.shutdown())
         .await

@@ -16,6 +16,9 @@
 
 use serde::Serialize;
 
+/// The HTTP API's version (`GET /v1/version`); additions keep it.
+pub const API_VERSION: &str = "1";
+
 use crate::error::ErrorKind;
 use crate::package::hash;
 use crate::skillhost::session::Delivery;

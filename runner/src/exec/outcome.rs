@@ -12,7 +12,8 @@ use crate::exec::diagnose::SetupFailure;
 use crate::exec::job::{Job, Limits};
 use crate::exec::launch::Prepared;
 use crate::exec::result::{
-    AppliedLimits, ErrorInfo, ExecResult, SkillsInfo, Status, Usage, EXIT_NOT_FOUND, EXIT_RUNNER,
+    AppliedLimits, ErrorInfo, ExecResult, SignalSender, SkillsInfo, Status, Usage, EXIT_NOT_FOUND,
+    EXIT_RUNNER,
 };
 use crate::supervise::{self, ExecReport};
 
@@ -189,6 +190,43 @@ fn ran(
     }
 }
 
+/// Who sent the signal that ended the command, where the runner can know
+/// it; `None` when it cannot (or no signal ended it).
+///
+/// The supervisor sees bubblewrap's exit status, not the command's: a
+/// command killed by signal N reaches it as exit code 128+N, and waitid's
+/// siginfo names only the child that died, never who signalled it (the
+/// sender's pid reaches only the receiver, and SIGKILL cannot be caught).
+/// So:
+/// - the runner knows its own kills (timeout, cancellation, disk watcher);
+/// - it knows the kernel's at a limit: the cgroup counted an OOM kill
+///   (SIGKILL), `cpu_ms` was spent (SIGXCPU, or SIGKILL at the hard
+///   limit), or SIGXFSZ at `file_size_bytes`;
+/// - it knows a signal came from outside the sandbox when bubblewrap
+///   itself died by it: bubblewrap runs in the host's pid namespace,
+///   which no process in the sandbox can see, and the runner sent
+///   nothing;
+/// - it cannot tell apart the command signalling itself, another of its
+///   processes doing so, the kernel for a fault (SIGSEGV) and a host
+///   process signalling the command directly: these carry no sender.
+pub fn sender(o: &supervise::Outcome, ended: &Ended) -> Option<SignalSender> {
+    let signal = ended.signal?;
+    match (&ended.status, &ended.error) {
+        (Status::TimedOut | Status::Cancelled, _) => Some(SignalSender::Runner),
+        (Status::LimitExceeded, Some(EndError::DiskBytes { .. })) => Some(SignalSender::Runner),
+        (Status::LimitExceeded, Some(EndError::Limits { hit })) => {
+            let by =
+                |limit: &str, signals: &[i32]| hit.contains(&limit) && signals.contains(&signal);
+            (by("memory_bytes", &[libc::SIGKILL])
+                || by("cpu_ms", &[libc::SIGXCPU, libc::SIGKILL])
+                || by("file_size_bytes", &[libc::SIGXFSZ]))
+            .then_some(SignalSender::Kernel)
+        }
+        (Status::Signaled, _) if o.status.is_err() => Some(SignalSender::Outside),
+        _ => None,
+    }
+}
+
 /// What the result of a launched execution is made of, besides the
 /// supervisor's outcome.
 #[derive(Debug)]
@@ -213,6 +251,7 @@ pub fn result(job: &Job, p: &Prepared, outcome: &supervise::Outcome, f: Finished
         network,
     } = f;
     let finished_at = outcome.started_at + outcome.duration;
+    let signal_sender = sender(outcome, &ended);
     // The packages' warnings, then those of limits weaker than asked.
     let mut warnings = p.lease.snapshot.warnings.clone();
     warnings.extend(applied.warnings());
@@ -221,6 +260,7 @@ pub fn result(job: &Job, p: &Prepared, outcome: &supervise::Outcome, f: Finished
         status: ended.status,
         exit_code: ended.exit_code,
         signal: ended.signal,
+        signal_sender,
         stdout: String::from_utf8_lossy(&outcome.stdout.bytes).into_owned(),
         stderr: String::from_utf8_lossy(&outcome.stderr.bytes).into_owned(),
         stdout_truncated: outcome.stdout.truncated,
@@ -273,5 +313,104 @@ mod tests {
         assert_eq!(denied.info().kind, ErrorKind::NotExecutable);
         let setup = EndError::Setup(SetupFailure::Silent { code: 1 });
         assert_eq!(setup.kind(), ErrorKind::SandboxFailed);
+    }
+
+    fn outcome(status: Result<i32, i32>, timed_out: bool) -> supervise::Outcome {
+        supervise::Outcome {
+            status,
+            timed_out,
+            cancelled: false,
+            exec: ExecReport::Executed,
+            launcher_stderr: Vec::new(),
+            stdout: Default::default(),
+            stderr: Default::default(),
+            started_at: std::time::SystemTime::now(),
+            duration: std::time::Duration::ZERO,
+            cpu_ms: 0,
+            max_rss_bytes: 0,
+        }
+    }
+
+    /// Who sent the signal, for every way a run ends by one.
+    #[test]
+    fn a_signal_names_its_sender_where_the_runner_can_know_it() {
+        let l = Limits {
+            timeout_ms: 1000,
+            output_bytes: 1 << 20,
+            memory_bytes: 1 << 30,
+            pids: 64,
+            cpu_ms: None,
+            file_size_bytes: 1 << 30,
+            tmp_bytes: 1 << 20,
+            open_files: 64,
+            disk_bytes: 1 << 30,
+        };
+        let none = Hits::default();
+        let oom = Hits {
+            memory: true,
+            ..Hits::default()
+        };
+        let cases = [
+            // bubblewrap itself killed, the runner sent nothing: outside.
+            (
+                outcome(Err(libc::SIGKILL), false),
+                none,
+                Status::Signaled,
+                Some(SignalSender::Outside),
+            ),
+            (
+                outcome(Err(libc::SIGTERM), false),
+                none,
+                Status::Signaled,
+                Some(SignalSender::Outside),
+            ),
+            // The command killed (by itself, its sandbox or anyone): unknown.
+            (
+                outcome(Ok(128 + libc::SIGKILL), false),
+                none,
+                Status::Signaled,
+                None,
+            ),
+            (
+                outcome(Ok(128 + libc::SIGTERM), false),
+                none,
+                Status::Signaled,
+                None,
+            ),
+            // The runner's timeout.
+            (
+                outcome(Err(libc::SIGKILL), true),
+                none,
+                Status::TimedOut,
+                Some(SignalSender::Runner),
+            ),
+            // The OOM killer, at the command or at bubblewrap.
+            (
+                outcome(Ok(128 + libc::SIGKILL), false),
+                oom,
+                Status::LimitExceeded,
+                Some(SignalSender::Kernel),
+            ),
+            (
+                outcome(Err(libc::SIGKILL), false),
+                oom,
+                Status::LimitExceeded,
+                Some(SignalSender::Kernel),
+            ),
+            (
+                outcome(Ok(128 + libc::SIGXFSZ), false),
+                none,
+                Status::LimitExceeded,
+                Some(SignalSender::Kernel),
+            ),
+            // No signal, no sender.
+            (outcome(Ok(0), false), none, Status::Exited, None),
+            (outcome(Ok(3), false), oom, Status::LimitExceeded, None),
+        ];
+        for (o, hits, status, sender_is) in cases {
+            let ended = classify(&o, &l, hits);
+            assert_eq!(ended.status, status, "{:?}", o.status);
+            assert_eq!(sender(&o, &ended), sender_is, "{:?} {hits:?}", o.status);
+        }
     }
 }

@@ -172,6 +172,22 @@ pub struct Usage {
     pub max_rss_bytes: u64,
 }
 
+/// Who sent the signal that ended the command (docs/formats.md, "Who
+/// sent the signal").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SignalSender {
+    /// The runner itself: its timeout, a cancellation, the disk watcher.
+    Runner,
+    /// The kernel, enforcing a limit: the OOM killer at `memory_bytes`,
+    /// `RLIMIT_CPU`, `RLIMIT_FSIZE`.
+    Kernel,
+    /// A process outside the sandbox: bubblewrap, which no process in the
+    /// sandbox can see or signal, was killed by a signal the runner did
+    /// not send.
+    Outside,
+}
+
 /// The result document.
 #[derive(Debug, Clone, Serialize)]
 pub struct ExecResult {
@@ -179,6 +195,10 @@ pub struct ExecResult {
     pub status: Status,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
+    /// Who sent `signal`, where the runner can know it
+    /// ([`crate::exec::outcome::sender`]); absent when it cannot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal_sender: Option<SignalSender>,
     pub stdout: String,
     pub stderr: String,
     pub stdout_truncated: bool,
@@ -218,6 +238,7 @@ impl ExecResult {
             status: Status::Rejected,
             exit_code: None,
             signal: None,
+            signal_sender: None,
             stdout: String::new(),
             stderr: String::new(),
             stdout_truncated: false,

@@ -276,7 +276,9 @@ impl Runner {
         let selected = self.select(job)?;
         let staging_started = std::time::Instant::now();
         let limits = &self.config.package_limits;
-        let lease = launch::lease(&self.roots, &selected, dir.as_ref(), limits)?;
+        // TRACE spans: timed for the daemon's trace export, never in logs.
+        let lease = tracing::trace_span!("stage")
+            .in_scope(|| launch::lease(&self.roots, &selected, dir.as_ref(), limits))?;
         let staging = staging_started.elapsed();
         // The environment the job names or its skills declare, checked
         // and leased until the execution ends.
@@ -483,6 +485,7 @@ impl Runner {
         opts: RunOptions<'_>,
     ) -> Result<ExecResult, ExecError> {
         let l = job.limits;
+        let launch_span = tracing::trace_span!("launch").entered();
         let (cgroup, cg_note) = self.cgroup(&p, &l)?;
         let cgroup_procs = cgroup.as_ref().map(Cgroup::procs_files).transpose();
         let cgroup_procs = cgroup_procs
@@ -504,7 +507,10 @@ impl Runner {
             capture: opts.output == OutputMode::Capture,
         };
         let timeout = Duration::from_millis(l.timeout_ms);
-        let outcome = supervise::supervise(spawn, timeout, output, opts.sink, cancel.as_deref());
+        drop(launch_span);
+        let outcome = tracing::trace_span!("wait").in_scope(|| {
+            supervise::supervise(spawn, timeout, output, opts.sink, cancel.as_deref())
+        });
         let verdict = disk_watch.map(DiskWatch::stop);
         let outcome = outcome.map_err(|source| ExecError::Start { program, source })?;
         tracing::debug!("supervised");

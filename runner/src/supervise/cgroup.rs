@@ -685,6 +685,18 @@ impl Cgroup {
             .collect()
     }
 
+    /// Sets its folders' mtime to now: [`sweep_others`] reads it as the
+    /// time it was last in use. (cgroupfs keeps the times set on its
+    /// folders.) A failure only leaves the creation time there.
+    fn touch(&self) {
+        let now = std::time::SystemTime::now();
+        for dir in self.dirs() {
+            if let Ok(f) = fs::File::open(dir) {
+                let _ = f.set_modified(now);
+            }
+        }
+    }
+
     fn dirs(&self) -> impl Iterator<Item = &PathBuf> {
         let pids = self
             .pids
@@ -864,7 +876,8 @@ pub const REUSE_MAX_CHARGED: u64 = 8 << 20;
 pub struct Pool {
     support: Support,
     prefix: String,
-    idle: std::sync::Mutex<Vec<Cgroup>>,
+    /// Idle cgroups, each with when it went idle.
+    idle: std::sync::Mutex<Vec<(std::time::Instant, Cgroup)>>,
     made: std::sync::atomic::AtomicU64,
     keep: usize,
 }
@@ -884,7 +897,18 @@ impl Pool {
     pub fn take(&self, memory_bytes: u64, pids: u64) -> io::Result<Cgroup> {
         loop {
             let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-            let Some(mut cg) = idle else { break };
+            let Some((since, mut cg)) = idle else { break };
+            // Idle long enough that another data dir's sweep may take it
+            // for abandoned (`sweep_others`, which reads the folder's
+            // mtime): never reused, so the sweep can never remove a
+            // cgroup between its reuse and the sandbox joining it (the
+            // launch would fail, 503 sandbox_unavailable). Dropping it
+            // removes it.
+            if since.elapsed() >= REUSE_IDLE {
+                continue;
+            }
+            // The folder's mtime says it is in use (`sweep_others`).
+            cg.touch();
             if cg.reuse(memory_bytes, pids).is_ok() {
                 return Ok(cg);
             }
@@ -925,9 +949,13 @@ impl Pool {
                 return; // dropped: removed (its charge moves to the parent)
             }
         }
+        // Its mtime is when it went idle: another data dir's sweep takes
+        // only a cgroup idle for `ABANDONED_AFTER` for abandoned, and the
+        // pool never reuses one idle for `REUSE_IDLE`, half that.
+        cg.touch();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < self.keep {
-            idle.push(cg);
+            idle.push((std::time::Instant::now(), cg));
         }
     }
 }
@@ -984,13 +1012,24 @@ fn parents(support: &Support) -> Vec<&PathBuf> {
 }
 
 /// How long an execution cgroup of another data dir must have been empty
-/// before [`sweep_others`] removes it. A `run`'s cgroup is empty only for
-/// the instants between its creation and the sandbox joining it, and
-/// between the sandbox's end and its removal; a daemon's pooled cgroup
-/// (`<owner>+<n>`) can be idle for longer, and a sweep may then remove it
-/// under a live daemon, whose pool notices and makes a new one
-/// (`Cgroup::reuse`).
+/// before [`sweep_others`] removes it, read as its folder's mtime. A
+/// `run`'s cgroup is empty only for the instants between its creation and
+/// the sandbox joining it, and between the sandbox's end and its removal.
+/// A daemon's pooled cgroup (`<owner>+<n>`) is empty between executions:
+/// its pool sets the folder's mtime when it gives it back and when it
+/// takes it (`Cgroup::touch`), and never reuses one idle for
+/// [`REUSE_IDLE`], so a sweep removes only pooled cgroups their pool will
+/// not hand out again. (Before, a sweep by any other daemon's start could
+/// remove a pooled cgroup created over ten minutes earlier in the instant
+/// between its reuse and the sandbox joining it: a plain command's launch
+/// failed, 503 `sandbox_unavailable`, once in a 20-minute soak.)
 const ABANDONED_AFTER: Duration = Duration::from_secs(600);
+
+/// How long a pooled cgroup may have been idle and still be reused: half
+/// of [`ABANDONED_AFTER`], so a cgroup the pool reuses was in use (its
+/// mtime set, `Cgroup::touch`) less than that long ago, and no sweep of
+/// another data dir can take it for abandoned.
+pub const REUSE_IDLE: Duration = Duration::from_secs(300);
 
 /// Sweeps what runners of *other* data dirs left (a data dir that was
 /// deleted never sweeps itself): execution cgroups that hold no process and

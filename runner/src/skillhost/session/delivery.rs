@@ -11,7 +11,12 @@
 //! | no file tool | at least one needs files | refused: `composition_rejected` |
 //!
 //! File tools are `bash`, `read`, `write`, `edit`, `glob` and `grep`,
-//! compared without regard to case (`Read` is `read`). A skill needs files
+//! spelled exactly so. Any other name is the agent's own tool
+//! (`web_search`), but one that is a file tool's name only after case
+//! folding or trimming (`Bash`, `read `) is refused when the session is
+//! made ([`near_file_tool`]): counted as a file tool it could hide that
+//! the agent has none, and not counted it would silently change the
+//! delivery mode, so the caller must say which it meant. A skill needs files
 //! when its package holds any file besides `SKILL.md`: its scripts and
 //! references are useless to an agent that cannot read or run them, so the
 //! composition is refused rather than silently served without them.
@@ -25,12 +30,23 @@ use super::SessionError;
 use crate::sandbox::paths::SKILLS_VAR;
 use crate::skillhost::catalog::SkillKind;
 
-/// The tools that give an agent the file system.
-pub const FILE_TOOLS: [&str; 6] = ["bash", "read", "write", "edit", "glob", "grep"];
+/// The tools that give an agent the file system (kept with the session
+/// documents, which list them).
+pub use super::records::{file_tools, FILE_TOOLS};
 
-/// True when `tool` is one of [`FILE_TOOLS`] (any case).
+/// True when `tool` is one of [`FILE_TOOLS`], spelled exactly.
 pub fn is_file_tool(tool: &str) -> bool {
-    FILE_TOOLS.iter().any(|f| f.eq_ignore_ascii_case(tool))
+    FILE_TOOLS.contains(&tool)
+}
+
+/// The file tool `tool` names once case-folded and trimmed, when it is not
+/// spelled exactly so (`"Bash"`, `"read "`, `" GREP"`).
+pub fn near_file_tool(tool: &str) -> Option<&'static str> {
+    if is_file_tool(tool) {
+        return None;
+    }
+    let folded = tool.trim().to_lowercase();
+    FILE_TOOLS.iter().copied().find(|f| *f == folded)
 }
 
 /// Decides the delivery mode, or refuses the composition.
@@ -230,5 +246,32 @@ pub fn tool_schemas(delivery: Delivery, skills: &[SessionSkill]) -> Vec<Value> {
                 },
             }),
         ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_tool_is_spelled_exactly_and_a_near_miss_is_named() {
+        for f in FILE_TOOLS {
+            assert!(is_file_tool(f));
+            assert_eq!(near_file_tool(f), None);
+        }
+        for (near, meant) in [
+            ("Bash", "bash"),
+            ("read ", "read"),
+            (" GREP", "grep"),
+            ("\tEdit\n", "edit"),
+        ] {
+            assert!(!is_file_tool(near), "{near:?}");
+            assert_eq!(near_file_tool(near), Some(meant), "{near:?}");
+        }
+        for other in ["web_search", "bash2", "re ad", "readfile", ""] {
+            assert_eq!(near_file_tool(other), None, "{other:?}");
+        }
+        let tools: Vec<String> = ["web_search", "read", "bash"].map(String::from).into();
+        assert_eq!(file_tools(&tools), ["read", "bash"]);
     }
 }

@@ -69,6 +69,9 @@ impl SessionHost {
             if t.is_empty() || t.chars().count() > 64 || t.chars().any(char::is_control) {
                 return Err(SessionError::ToolName(t));
             }
+            if let Some(meant) = super::delivery::near_file_tool(&t) {
+                return Err(SessionError::NearFileTool { tool: t, meant });
+            }
             if !tools.contains(&t) {
                 tools.push(t);
             }

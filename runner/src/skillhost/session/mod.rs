@@ -91,6 +91,8 @@ pub enum SessionError {
     SkillArg(String),
     #[error("tool name {0:?} is not admissible: use 1 to 64 printable characters")]
     ToolName(String),
+    #[error("tool name {tool:?} is not a file tool, but {meant:?} spelled differently; file tools are named exactly {}: write {meant:?} for the file tool, or give your own tool another name", FILE_TOOLS.join(", "))]
+    NearFileTool { tool: String, meant: &'static str },
     #[error("skill {0:?} is selected twice; select each skill once")]
     DuplicateSkill(String),
     #[error("session id {0:?} is not admissible: session ids are ses- and 32 lowercase hex digits, as POST /v1/sessions returns them")]
@@ -215,6 +217,7 @@ impl SessionError {
             E::Request(_)
             | E::SkillArg(_)
             | E::ToolName(_)
+            | E::NearFileTool { .. }
             | E::DuplicateSkill(_)
             | E::BadId(_)
             | E::BadSection { .. }

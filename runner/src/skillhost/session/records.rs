@@ -114,6 +114,19 @@ pub struct SessionRecord {
     pub workspace: Option<WorkspaceKind>,
 }
 
+/// The tools that give an agent the file system, spelled exactly so
+/// (docs/skill-host.md, "Delivery mode").
+pub const FILE_TOOLS: [&str; 6] = ["bash", "read", "write", "edit", "glob", "grep"];
+
+/// The enabled tools that count as file tools, in their order.
+pub fn file_tools(tools: &[String]) -> Vec<String> {
+    tools
+        .iter()
+        .filter(|t| FILE_TOOLS.contains(&t.as_str()))
+        .cloned()
+        .collect()
+}
+
 /// The answer of `POST /v1/sessions` and `GET /v1/sessions/{id}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SessionDoc {
@@ -127,6 +140,9 @@ pub struct SessionDoc {
     pub identity: String,
     pub created_at: String,
     pub enabled_tools: Vec<String>,
+    /// The enabled tools that counted as file tools (they decided the
+    /// delivery mode).
+    pub file_tools: Vec<String>,
     pub provenance: Vec<Provenance>,
     pub warnings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -144,6 +160,7 @@ impl From<&SessionRecord> for SessionDoc {
             identity: r.identity.clone(),
             created_at: r.created_at.clone(),
             enabled_tools: r.enabled_tools.clone(),
+            file_tools: file_tools(&r.enabled_tools),
             provenance: r.skills.iter().map(|s| s.provenance.clone()).collect(),
             warnings: r.warnings.clone(),
             workspace: r.workspace,
