@@ -147,6 +147,9 @@ pub enum EnvCommand {
         /// Wall-clock limit of the install step, in seconds.
         #[arg(long, value_name = "SECONDS", default_value_t = 600)]
         install_timeout: u64,
+        /// Wall-clock limit of the fetch step, in seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+        fetch_timeout: u64,
         #[command(flatten)]
         limits: EnvLimitArgs,
     },
