@@ -118,6 +118,8 @@ pub enum ApiError {
     UnknownTool(String),
     #[error(transparent)]
     Session(#[from] crate::skillhost::session::SessionError),
+    #[error(transparent)]
+    Environment(#[from] super::environments::EnvApiError),
 }
 
 impl ApiError {
@@ -131,6 +133,7 @@ impl ApiError {
             ApiError::Bundle(e) => e.kind(),
             ApiError::Store(e) => e.kind(),
             ApiError::Session(e) => e.kind(),
+            ApiError::Environment(e) => e.kind(),
             ApiError::Admission(RegistryError::Busy { .. } | RegistryError::Switch(_))
             | ApiError::UploadsBusy
             | ApiError::SessionsBusy => K::Busy,

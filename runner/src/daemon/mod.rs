@@ -30,6 +30,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod descriptors;
+pub mod environments;
 pub mod events;
 pub mod metrics;
 pub mod registry;

@@ -16,6 +16,7 @@
 //! | `DELETE /v1/executions/{id}` | cancel a queued or running execution |
 //! | `GET /metrics` | Prometheus text |
 //! | `/v1/sessions…` | the skill host, docs/skill-host.md ([`super::sessions`]) |
+//! | `/v1/environments…` | the environment store, docs/environments.md ([`super::environments`]) |
 //!
 //! Invariants:
 //! - every error is `{"error": {"kind", "message"}}` with a fitting status,
@@ -81,6 +82,7 @@ pub fn router(app: App) -> Router {
         )
         .route("/v1/executions/{id}/events", get(execution_events))
         .merge(super::sessions::routes())
+        .merge(super::environments::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(bad_method)
         .layer(middleware::from_fn_with_state(app.clone(), guard))
@@ -330,7 +332,7 @@ async fn resolve_session(app: &App, mut job: Job) -> Result<Job, ApiError> {
 
 /// A body with a `Content-Type` must say JSON (`application/json` or a
 /// `+json` type); one without is read as JSON.
-fn json_content(headers: &HeaderMap) -> Result<(), ApiError> {
+pub(super) fn json_content(headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(v) = headers.get(header::CONTENT_TYPE) else {
         return Ok(());
     };
