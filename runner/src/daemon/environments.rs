@@ -178,7 +178,12 @@ fn check_upload(raw: RawEnvRequest, limits: &EnvLimits) -> Result<Upload, EnvApi
     for f in raw_files {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(&f.content)
-            .map_err(|e| bad(format!("the content of {:?} is not standard base64: {e}", f.path)))?;
+            .map_err(|e| {
+                bad(format!(
+                    "the content of {:?} is not standard base64: {e}",
+                    f.path
+                ))
+            })?;
         total += bytes.len() as u64;
         if bytes.len() as u64 > limits.max_file_bytes {
             return Err(EnvError::FileTooLarge {
@@ -197,7 +202,9 @@ fn check_upload(raw: RawEnvRequest, limits: &EnvLimits) -> Result<Upload, EnvApi
         files.push((f.path, bytes, f.executable));
     }
     if files.is_empty() {
-        return Err(bad("the tree holds no file; an environment needs at least one"));
+        return Err(bad(
+            "the tree holds no file; an environment needs at least one",
+        ));
     }
     let symlinks: Vec<(String, String)> = raw
         .symlinks
@@ -205,7 +212,11 @@ fn check_upload(raw: RawEnvRequest, limits: &EnvLimits) -> Result<Upload, EnvApi
         .map(|s| (s.path, s.target))
         .collect();
     let mut seen = std::collections::HashSet::new();
-    for path in files.iter().map(|f| &f.0).chain(symlinks.iter().map(|s| &s.0)) {
+    for path in files
+        .iter()
+        .map(|f| &f.0)
+        .chain(symlinks.iter().map(|s| &s.0))
+    {
         if !seen.insert(path.as_str()) {
             return Err(bad(format!("{path:?} is listed twice")));
         }
@@ -213,15 +224,7 @@ fn check_upload(raw: RawEnvRequest, limits: &EnvLimits) -> Result<Upload, EnvApi
     let actual = tree::tree_hash(
         files
             .iter()
-            .map(|(p, b, x)| {
-                (
-                    p.as_str(),
-                    Content::File {
-                        bytes: b,
-                        exec: *x,
-                    },
-                )
-            })
+            .map(|(p, b, x)| (p.as_str(), Content::File { bytes: b, exec: *x }))
             .chain(
                 symlinks
                     .iter()
@@ -246,10 +249,15 @@ fn check_upload(raw: RawEnvRequest, limits: &EnvLimits) -> Result<Upload, EnvApi
 /// --interpreter` does: the lock must be strict, the interpreter exist.
 type Provenance = (Vec<crate::package::environment::Base>, Vec<LockRef>);
 
-fn provenance(interpreter: Option<&str>, lock_text: Option<&str>) -> Result<Provenance, EnvApiError> {
+fn provenance(
+    interpreter: Option<&str>,
+    lock_text: Option<&str>,
+) -> Result<Provenance, EnvApiError> {
     let Some(text) = lock_text else {
         if interpreter.is_some() {
-            return Err(bad("\"interpreter\" goes with \"python\" (the lock the tree was built from)"));
+            return Err(bad(
+                "\"interpreter\" goes with \"python\" (the lock the tree was built from)",
+            ));
         }
         return Ok((Vec::new(), Vec::new()));
     };
@@ -462,7 +470,12 @@ mod tests {
                     exec: false,
                 },
             ),
-            ("bin/x", Content::Symlink { target: "../python/x.py" }),
+            (
+                "bin/x",
+                Content::Symlink {
+                    target: "../python/x.py",
+                },
+            ),
         ])
         .unwrap();
         let files = serde_json::json!([{"path": "python/x.py", "content": b64(b"X = 1\n")}]);
