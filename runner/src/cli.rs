@@ -245,6 +245,10 @@ pub enum SessionCommand {
         /// A tool the agent has enabled (bash, read, write, edit, glob, grep, …).
         #[arg(long = "tool", value_name = "TOOL")]
         tools: Vec<String>,
+        /// The environment every job of the session runs with, ID@HASH
+        /// (default: the one its skills declare).
+        #[arg(long, value_name = "ID@HASH")]
+        environment: Option<String>,
     },
     /// Print a session as created.
     Show {

@@ -384,14 +384,26 @@ fn host_err(e: SessionError) -> anyhow::Error {
 fn session_cmd(cmd: SessionCommand, data_dir: &DataDir) -> anyhow::Result<i32> {
     let host = SessionHost::open(data_dir, catalog_config(data_dir)?).map_err(host_err)?;
     let doc = match cmd {
-        SessionCommand::Create { skills, tools } => {
+        SessionCommand::Create {
+            skills,
+            tools,
+            environment,
+        } => {
             let skills = skills
                 .iter()
                 .map(|s| SkillSpec::from_arg(s, host.store()))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(host_err)?;
+            let environment = environment
+                .as_deref()
+                .map(skill_runner::package::environment::declare::parse)
+                .transpose()?;
             let created = host
-                .create(SessionRequest { skills, tools })
+                .create(SessionRequest {
+                    skills,
+                    tools,
+                    environment,
+                })
                 .map_err(host_err)?;
             for w in &created.warnings {
                 eprintln!("skill-runner: warning: {w}");

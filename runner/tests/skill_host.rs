@@ -130,6 +130,7 @@ fn req(skills: &[&str], t: &[&str]) -> SessionRequest {
     SessionRequest {
         skills: names(skills),
         tools: tools(t),
+        environment: None,
     }
 }
 
@@ -446,6 +447,7 @@ fn bindings_from_the_store_are_served_as_pinned() {
         .create(SessionRequest {
             skills: vec![SkillSpec::Binding(published.binding.clone())],
             tools: tools(&["read"]),
+            environment: None,
         })
         .unwrap();
     assert_eq!(s.skills, vec![published.binding.clone()]);
@@ -462,6 +464,7 @@ fn bindings_from_the_store_are_served_as_pinned() {
     let r = host.create(SessionRequest {
         skills: vec![SkillSpec::Binding(missing)],
         tools: vec![],
+        environment: None,
     });
     let (kind, status, _) = kind_of(r);
     assert_eq!((kind, status), ("not_in_store", 404));
@@ -472,6 +475,7 @@ fn bindings_from_the_store_are_served_as_pinned() {
     let (kind, ..) = kind_of(host.create(SessionRequest {
         skills: vec![SkillSpec::Binding(wrong)],
         tools: vec![],
+        environment: None,
     }));
     assert_eq!(kind, "hash_mismatch");
     // `ID@REV` on the command line names the same binding.

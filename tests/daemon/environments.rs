@@ -233,3 +233,140 @@ fn the_environment_routes_need_the_token_on_tcp() {
     assert_eq!(d.get("/v1/environments").status, 200);
     assert!(records(&d).is_empty());
 }
+
+/// Uploads a one-module environment `id` whose module `module` holds
+/// `NAME = 'text'`; returns `{id, hash}`.
+fn upload_module(d: &Daemon, id: &str, module: &str, text: &str) -> Value {
+    let bytes = format!("NAME = '{text}'\n");
+    let path = format!("python/{module}.py");
+    let hash = tree_hash([(
+        path.as_str(),
+        Content::File {
+            bytes: bytes.as_bytes(),
+            exec: false,
+        },
+    )])
+    .unwrap();
+    let body = json!({
+        "id": id,
+        "hash": hash,
+        "files": [{"path": path, "content": base64::engine::general_purpose::STANDARD.encode(&bytes)}],
+        "python": SIX,
+    });
+    let r = d.post("/v1/environments", &body);
+    assert_eq!(r.status, 201, "{}", String::from_utf8_lossy(&r.body));
+    json!({"id": id, "hash": hash})
+}
+
+fn publish_skill(d: &Daemon, w: &World, id: &str, environment: Option<&Value>) -> Value {
+    let meta = environment.map_or_else(String::new, |e| {
+        format!(
+            "metadata:\n  environment: \"{}@{}\"\n",
+            e["id"].as_str().unwrap(),
+            e["hash"].as_str().unwrap()
+        )
+    });
+    let skill_md = format!("---\nname: {id}\ndescription: Test skill {id}.\n{meta}---\n# {id}\n");
+    let dir = w.skill(
+        id,
+        &[
+            ("SKILL.md", skill_md.as_bytes()),
+            ("scripts/run.sh", b"echo run\n"),
+        ],
+    );
+    let (bundle, binding) = bundle_of(id, &dir);
+    assert_eq!(d.post("/v1/skill-packages", &bundle).status, 200);
+    binding
+}
+
+/// A session freezes its environment: the one its skills declare, or the
+/// one it names, recorded and given to every job of the session; a job
+/// naming another is refused with a sentence, and a session whose request
+/// contradicts a skill's declaration is never created.
+#[test]
+fn a_session_freezes_its_environment_and_refuses_a_job_naming_another() {
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let d = Daemon::start(&w, &[]);
+    let pdf = upload_module(&d, "pdf-env", "pdf_env", "pdf libraries");
+    let gif = upload_module(&d, "gif-env", "gif_env", "gif libraries");
+    let declaring = publish_skill(&d, &w, "reader", Some(&pdf));
+    let plain = publish_skill(&d, &w, "plain", None);
+    let import = |module: &str| {
+        json!([
+            "python3",
+            "-c",
+            format!("import {module}; print({module}.NAME)")
+        ])
+    };
+
+    // Declared by a skill: recorded, shown, used by a job naming none.
+    let r = d.post(
+        "/v1/sessions",
+        &json!({"skills": [declaring, plain], "tools": ["bash"]}),
+    );
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    let session = r.json();
+    assert_eq!(session["environment"], pdf);
+    let sid = session["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        d.get(&format!("/v1/sessions/{sid}")).json()["environment"],
+        pdf
+    );
+    let r = d.post(
+        "/v1/executions",
+        &json!({"session": sid, "argv": import("pdf_env")}),
+    );
+    let result = r.json();
+    assert_eq!(result["stdout"], "pdf libraries\n", "{result:#}");
+    assert_eq!(result["skills"]["environment"], pdf);
+    // Naming the same one is fine; naming another is refused, naming both.
+    let r = d.post(
+        "/v1/executions",
+        &json!({"session": sid, "argv": import("pdf_env"), "environment": pdf}),
+    );
+    assert_eq!(r.json()["stdout"], "pdf libraries\n");
+    let msg = d
+        .post(
+            "/v1/executions",
+            &json!({"session": sid, "argv": import("gif_env"), "environment": gif}),
+        )
+        .assert_error(400, "bad_job");
+    assert!(
+        msg.contains(&sid) && msg.contains("pdf-env@") && msg.contains("gif-env@"),
+        "{msg}"
+    );
+
+    // Named by the session, its skills declaring none: every job gets it.
+    let r = d.post(
+        "/v1/sessions",
+        &json!({"skills": [plain], "tools": ["bash"], "environment": gif}),
+    );
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    assert_eq!(r.json()["environment"], gif);
+    let sid2 = r.json()["id"].as_str().unwrap().to_owned();
+    let r = d.post(
+        "/v1/executions",
+        &json!({"session": sid2, "argv": import("gif_env")}),
+    );
+    assert_eq!(r.json()["stdout"], "gif libraries\n", "{:#}", r.json());
+
+    // A request contradicting a skill's declaration creates nothing.
+    let before = d.get("/v1/sessions").json();
+    let msg = d
+        .post(
+            "/v1/sessions",
+            &json!({"skills": [declaring], "tools": ["bash"], "environment": gif}),
+        )
+        .assert_error(400, "bad_request");
+    assert!(msg.contains("reader") && msg.contains("gif-env@"), "{msg}");
+    assert_eq!(d.get("/v1/sessions").json(), before);
+    // A session without an environment shows none.
+    let r = d.post(
+        "/v1/sessions",
+        &json!({"skills": [plain], "tools": ["bash"]}),
+    );
+    assert!(r.json().get("environment").is_none(), "{:#}", r.json());
+}

@@ -67,3 +67,15 @@ def test_a_build_is_refused_where_builds_are_off(client: Client) -> None:
     with pytest.raises(SkillRunnerError) as e:
         client.build_environment("six-env", SIX)
     assert e.value.status == 400 and "--env-builds true" in str(e.value)
+
+
+def test_a_session_named_with_an_environment_gives_it_to_its_jobs(client: Client, tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    (tree / "python").mkdir(parents=True)
+    (tree / "python" / "session_env.py").write_text("NAME = 'from the session'\n")
+    record = client.publish_environment_folder(str(tree), "session-env", python=SIX)
+    env = {"id": "session-env", "hash": record["hash"]}
+    session = client.create_session([], ["bash"], environment=env)
+    assert session["environment"] == env
+    result = client.run({"argv": ["python3", "-c", "import session_env; print(session_env.NAME)"], "session": session["id"]})
+    assert result["stdout"] == "from the session\n", result

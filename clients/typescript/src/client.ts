@@ -220,8 +220,8 @@ export class Client {
   // -- sessions (docs/skill-host.md) ------------------------------------------
 
   /** `POST /v1/sessions`: skills as `{name}` or bindings, and the agent's enabled tools. */
-  createSession(skills: SessionSkill[], tools: string[]): Promise<JsonObject> {
-    return this.json("POST", "/v1/sessions", { skills, tools });
+  createSession(skills: SessionSkill[], tools: string[], environment?: { id: string; hash: string }): Promise<JsonObject> {
+    return this.json("POST", "/v1/sessions", environment === undefined ? { skills, tools } : { skills, tools, environment });
   }
 
   /** `GET /v1/sessions`: `{sessions: [{id, delivery, created_at, last_used_at, skills}]}`, newest first. */

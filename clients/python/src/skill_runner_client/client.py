@@ -232,9 +232,18 @@ class Client:
 
     # -- sessions (docs/skill-host.md) ------------------------------------
 
-    def create_session(self, skills: Sequence[Mapping[str, Any]], tools: Sequence[str]) -> Document:
-        """``POST /v1/sessions``: skills as ``{"name"}`` or bindings, the agent's enabled tools."""
-        return self._json("POST", "/v1/sessions", {"skills": list(skills), "tools": list(tools)})
+    def create_session(
+        self,
+        skills: Sequence[Mapping[str, Any]],
+        tools: Sequence[str],
+        environment: Optional[Mapping[str, str]] = None,
+    ) -> Document:
+        """``POST /v1/sessions``: skills as ``{"name"}`` or bindings, the agent's enabled tools,
+        and optionally the environment ``{"id", "hash"}`` every job of the session runs with."""
+        body: Dict[str, Any] = {"skills": list(skills), "tools": list(tools)}
+        if environment is not None:
+            body["environment"] = dict(environment)
+        return self._json("POST", "/v1/sessions", body)
 
     def sessions(self) -> Document:
         """``GET /v1/sessions``: ``{sessions: [{id, delivery, created_at, last_used_at, skills}]}``, newest first."""

@@ -225,10 +225,13 @@ impl Sessions {
     /// the job then runs (a job naming none is left as it is). Both front
     /// ends call this before the job is queued, so an unknown session is
     /// [`SessionError::NotFound`] there, never a refusal after queueing.
+    /// A session with an environment gives it to the job; a job naming
+    /// another one is refused ([`super::environment::for_job`]).
     pub fn resolve(&self, job: &mut crate::exec::job::Job) -> Result<(), SessionError> {
-        if let Some(id) = job.unresolved_session() {
-            let bindings = self.bindings(id)?;
-            job.resolve_session(bindings);
+        if let Some(id) = job.unresolved_session().map(str::to_owned) {
+            let record = self.read(&id)?;
+            super::environment::for_job(&id, record.environment.as_ref(), job)?;
+            job.resolve_session(record.skills.into_iter().map(|s| s.binding).collect());
         }
         Ok(())
     }

@@ -106,6 +106,10 @@ pub struct SessionRecord {
     pub prompt: Prompt,
     pub tools: Vec<Value>,
     pub warnings: Vec<String>,
+    /// The environment every job of the session runs with (the one named
+    /// or declared when it was created); absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<crate::package::environment::EnvRef>,
 }
 
 /// The answer of `POST /v1/sessions` and `GET /v1/sessions/{id}`.
@@ -123,6 +127,9 @@ pub struct SessionDoc {
     pub enabled_tools: Vec<String>,
     pub provenance: Vec<Provenance>,
     pub warnings: Vec<String>,
+    /// The session's environment, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<crate::package::environment::EnvRef>,
 }
 
 impl From<&SessionRecord> for SessionDoc {
@@ -138,6 +145,7 @@ impl From<&SessionRecord> for SessionDoc {
             enabled_tools: r.enabled_tools.clone(),
             provenance: r.skills.iter().map(|s| s.provenance.clone()).collect(),
             warnings: r.warnings.clone(),
+            environment: r.environment.clone(),
         }
     }
 }

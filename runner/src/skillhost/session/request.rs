@@ -17,6 +17,10 @@ use crate::package::store::{Store, StoreError};
 pub struct SessionRequest {
     pub skills: Vec<SkillSpec>,
     pub tools: Vec<String>,
+    /// The environment every job of the session runs with; by default
+    /// the one its skills declare ([`super::environment`]).
+    #[serde(default)]
+    pub environment: Option<crate::package::environment::EnvRef>,
 }
 
 /// One requested skill: a frozen binding, or a catalog name to freeze now.
