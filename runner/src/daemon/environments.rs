@@ -35,63 +35,12 @@ use axum::{Json, Router};
 use base64::Engine as _;
 use serde::Deserialize;
 
-use super::app::{check_length, read_body, refuse_unread, ApiError, App, UrlPath};
-use crate::error::ErrorKind;
-use crate::exec::envfetch::{BuildRequest, EnvFetchError};
-use crate::package::environment::build::BuildError;
+use super::app::{check_length, json_content, read_body, refuse_unread, ApiError, App, UrlPath};
+pub use super::env_error::EnvApiError;
+use crate::exec::envfetch::BuildRequest;
 use crate::package::environment::store::{EnvError, EnvLimits};
-use crate::package::environment::tree::{self, Content, TreeError};
+use crate::package::environment::tree::{self, Content};
 use crate::package::environment::{base, lock, EnvRef, LockRef, Record};
-
-/// Why an environment request failed.
-#[derive(Debug, thiserror::Error)]
-pub enum EnvApiError {
-    #[error(transparent)]
-    Store(#[from] EnvError),
-    #[error("the environment upload is not admissible: {reason}")]
-    Upload { reason: String },
-    #[error("the environment upload: {0}")]
-    Tree(#[from] TreeError),
-    #[error("the uploaded tree hashes to {actual}, not the claimed {claimed}; nothing was published: send the tree's own environment hash (docs/formats.md, \"Environments\")")]
-    ClaimedHash { claimed: String, actual: String },
-    #[error("this daemon does not build environments (env_builds is false): build with skill-runner env build and upload the tree, or start the daemon with --env-builds true")]
-    BuildsOff,
-    #[error("another environment build is running in this daemon; retry when it is done")]
-    BuildBusy,
-    #[error(transparent)]
-    Build(#[from] EnvFetchError),
-    #[error("cannot write the uploaded tree into {path}: {source}")]
-    Write {
-        path: std::path::PathBuf,
-        source: io::Error,
-    },
-}
-
-impl EnvApiError {
-    pub fn kind(&self) -> ErrorKind {
-        use ErrorKind as K;
-        match self {
-            EnvApiError::Store(e) => e.kind(),
-            EnvApiError::Upload { .. } | EnvApiError::Tree(_) => K::BadBundle,
-            EnvApiError::ClaimedHash { .. } => K::HashMismatch,
-            EnvApiError::BuildsOff => K::BadRequest,
-            EnvApiError::BuildBusy => K::Busy,
-            EnvApiError::Write { .. } => K::StoreFailed,
-            EnvApiError::Build(e) => match e {
-                EnvFetchError::Unavailable { .. } | EnvFetchError::RootMapped => {
-                    K::SandboxUnavailable
-                }
-                EnvFetchError::Build(BuildError::Lock { .. } | BuildError::ReadLock { .. }) => {
-                    K::BadRequest
-                }
-                EnvFetchError::Build(BuildError::Wheel { .. }) => K::HashMismatch,
-                EnvFetchError::Build(BuildError::FetchSandbox { .. }) => K::SandboxUnavailable,
-                EnvFetchError::Build(BuildError::Publish(e)) => e.kind(),
-                _ => K::StagingFailed,
-            },
-        }
-    }
-}
 
 /// The environment routes, merged into the daemon's router.
 pub fn routes() -> Router<App> {
@@ -379,7 +328,7 @@ async fn post_environment(
     body: Body,
 ) -> Result<Response, ApiError> {
     let timeout = app.config.body_timeout;
-    if let Err(e) = super::routes::json_content(&headers) {
+    if let Err(e) = json_content(&headers) {
         return Err(refuse_unread(&headers, body, timeout, e).await);
     }
     let limit = app.config.package_body_limit;

@@ -30,6 +30,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod descriptors;
+pub mod env_error;
 pub mod environments;
 pub mod events;
 pub mod metrics;

@@ -52,7 +52,9 @@ use axum::routing::get;
 use axum::{Json, Router};
 use tracing::Instrument;
 
-use super::app::{check_length, params, read_body, refuse_unread, status, ApiError, App, UrlPath};
+use super::app::{
+    check_length, json_content, params, read_body, refuse_unread, status, ApiError, App, UrlPath,
+};
 use super::events::{exit_line, Chunks, Encoded};
 use super::metrics::Refusal;
 use super::registry::{status_name, Admitted, Done, Lookup, RegistryError, StatusFilter, Ticket};
@@ -328,30 +330,6 @@ async fn resolve_session(app: &App, mut job: Job) -> Result<Job, ApiError> {
     })
     .await
     .map_err(|e| ApiError::Internal(format!("resolving a session: {e}")))?
-}
-
-/// A body with a `Content-Type` must say JSON (`application/json` or a
-/// `+json` type); one without is read as JSON.
-pub(super) fn json_content(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(v) = headers.get(header::CONTENT_TYPE) else {
-        return Ok(());
-    };
-    let essence = v
-        .to_str()
-        .unwrap_or("")
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    if essence == "application/json"
-        || (essence.starts_with("application/") && essence.ends_with("+json"))
-    {
-        return Ok(());
-    }
-    Err(ApiError::MediaType(crate::text::single_line(
-        &String::from_utf8_lossy(v.as_bytes()),
-    )))
 }
 
 fn wants_ndjson(headers: &HeaderMap) -> bool {

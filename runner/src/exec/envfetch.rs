@@ -30,7 +30,9 @@ use crate::exec::runner::Runner;
 use crate::package::environment::build::{
     last_lines, FetchFailed, FetchFolders, SandboxFetch, FETCH_PROGRAM_WORDS, WHEELS,
 };
-use crate::sandbox::fetchbox::{fetch_args, FetchPlan, FD_CONFIG_BASE, FD_PROGRAM, PROGRAM_PATH};
+use crate::sandbox::fetchbox::{
+    fetch_args, FetchPlan, FD_CONFIG_BASE, FD_PROGRAM, FD_STAGING, PROGRAM_PATH,
+};
 use crate::sandbox::profile::{Mount, Profile};
 use crate::supervise::{NoSink, OutputPolicy, Spawn};
 
@@ -385,7 +387,7 @@ impl SandboxFetch for SandboxFetcher {
                     reason: format!("cannot open {} for the fetch sandbox: {e}", p.display()),
                 })
         };
-        let mut fds = Vec::new();
+        let mut fds = vec![(open(&self.staging)?, FD_STAGING)];
         if let Some(program) = &self.program {
             fds.push((open(program)?, FD_PROGRAM));
         }

@@ -19,7 +19,8 @@
 //!   runner starts bubblewrap as the sandbox user, who may not be able to
 //!   pass the folders above them (`/root`);
 //! - a fresh `/proc` and `/dev`, read-only;
-//! - the staging folder, writable, at its own path: the only writable
+//! - the staging folder, writable, at its own path (from the descriptor
+//!   [`FD_STAGING`]): the only writable
 //!   folder (no `/tmp`, no home; `--remount-ro /` makes the root
 //!   read-only, with every folder bubblewrap made in it);
 //! - the argv run directly (no exec shim: no package code runs here, and
@@ -53,11 +54,14 @@ pub const NET_FILES: &[&str] = &[
 /// Where a test-only replacement of pip appears in the fetch sandbox.
 pub const PROGRAM_PATH: &str = "/opt/skill-fetch-program";
 
+/// The descriptor of the staging folder, in bubblewrap (bound at its own
+/// path: the sandbox user need not pass the folders above it).
+pub const FD_STAGING: i32 = 3;
 /// The descriptor of the test-only program, in bubblewrap.
-pub const FD_PROGRAM: i32 = 3;
+pub const FD_PROGRAM: i32 = 4;
 /// The descriptor of the first of [`FetchPlan::config`], in bubblewrap;
 /// the others follow in order.
-pub const FD_CONFIG_BASE: i32 = 4;
+pub const FD_CONFIG_BASE: i32 = 5;
 
 /// What the fetch sandbox is made of.
 #[derive(Debug, Clone)]
@@ -130,7 +134,8 @@ pub fn fetch_args(plan: &FetchPlan<'_>) -> Vec<OsString> {
         push(&[os("--ro-bind-fd"), &fd, os(PROGRAM_PATH)]);
     }
     let staging = plan.staging.as_os_str();
-    push(&[os("--bind"), staging, staging]);
+    let fd = OsString::from(FD_STAGING.to_string());
+    push(&[os("--bind-fd"), &fd, staging]);
     push(&[os("--remount-ro"), os("/"), os("--chdir"), staging]);
     for (k, v) in plan.env {
         push(&[os("--setenv"), k.as_ref(), v.as_ref()]);
@@ -183,8 +188,8 @@ mod tests {
         let want = format!(
             "--unshare-all --share-net --unshare-user --disable-userns --die-with-parent \
              --new-session --cap-drop ALL --clearenv --ro-bind /usr /usr --symlink usr/bin /bin \
-             {} --ro-bind-fd 4 /etc/pip.conf --proc /proc --remount-ro /proc \
-             --dev /dev --remount-ro /dev --bind /tmp/b/fetch /tmp/b/fetch --remount-ro / \
+             {} --ro-bind-fd 5 /etc/pip.conf --proc /proc --remount-ro /proc \
+             --dev /dev --remount-ro /dev --bind-fd 3 /tmp/b/fetch --remount-ro / \
              --chdir /tmp/b/fetch --setenv PIP_CERT /etc/ssl/c.pem -- /usr/bin/python3 -I",
             net.join(" ")
         );
