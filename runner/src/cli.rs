@@ -147,6 +147,9 @@ pub enum EnvCommand {
         /// Wall-clock limit of the install step, in seconds.
         #[arg(long, value_name = "SECONDS", default_value_t = 600)]
         install_timeout: u64,
+        /// Wall-clock limit of the fetch step, in seconds.
+        #[arg(long, value_name = "SECONDS", default_value_t = 600)]
+        fetch_timeout: u64,
         #[command(flatten)]
         limits: EnvLimitArgs,
     },
@@ -242,6 +245,10 @@ pub enum SessionCommand {
         /// A tool the agent has enabled (bash, read, write, edit, glob, grep, …).
         #[arg(long = "tool", value_name = "TOOL")]
         tools: Vec<String>,
+        /// The environment every job of the session runs with, ID@HASH
+        /// (default: the one its skills declare).
+        #[arg(long, value_name = "ID@HASH")]
+        environment: Option<String>,
     },
     /// Print a session as created.
     Show {

@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 mod cli;
+mod progress;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -384,17 +385,26 @@ fn host_err(e: SessionError) -> anyhow::Error {
 fn session_cmd(cmd: SessionCommand, data_dir: &DataDir) -> anyhow::Result<i32> {
     let host = SessionHost::open(data_dir, catalog_config(data_dir)?).map_err(host_err)?;
     let doc = match cmd {
-        SessionCommand::Create { skills, tools } => {
+        SessionCommand::Create {
+            skills,
+            tools,
+            environment,
+        } => {
             let skills = skills
                 .iter()
                 .map(|s| SkillSpec::from_arg(s, host.store()))
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(host_err)?;
+            let environment = environment
+                .as_deref()
+                .map(skill_runner::package::environment::declare::parse)
+                .transpose()?;
             let created = host
                 .create(SessionRequest {
                     skills,
                     tools,
                     workspace: None,
+                    environment,
                 })
                 .map_err(host_err)?;
             for w in &created.warnings {
@@ -457,74 +467,42 @@ fn pretty<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<String> {
 /// Writes `text` to stdout; a reader that went away (`| head`) is not an
 /// error.
 /// `skill-runner env …`: the environment store (docs/environments.md).
-/// `env build`: the install step runs as a job of a runner on this data
-/// dir (no network); progress goes to stderr, the record to stdout.
+/// `env build`: the fetch step in a sandbox sharing only the host's
+/// network, the install step as a job of a runner on this data dir (no
+/// network); progress goes to stderr (a bar on a terminal), the record to
+/// stdout.
 fn env_build(
     cfg: RunnerConfig,
     lock: &Path,
     id: &str,
     interpreter: Option<&str>,
-    install_timeout: u64,
+    timeouts: (u64, u64),
     limits: &cli::EnvLimitArgs,
 ) -> anyhow::Result<i32> {
-    use skill_runner::exec::envbuild::{BuildDir, SandboxInstall};
-    use skill_runner::package::environment::{base, build, store::EnvLimits};
+    use skill_runner::exec::envfetch::{build, BuildRequest};
+    use skill_runner::package::environment::{base, lock::parse_python, store::EnvLimits};
+    use std::time::Duration;
     // A loose lock is refused before anything else is looked at.
     let bytes =
         std::fs::read(lock).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", lock.display()))?;
-    skill_runner::package::environment::lock::parse_python(&bytes)
-        .map_err(|e| anyhow::anyhow!("lock {}: {e}", lock.display()))?;
+    parse_python(&bytes).map_err(|e| anyhow::anyhow!("lock {}: {e}", lock.display()))?;
     let runner = Runner::new(cfg)?;
-    let python = interpreter.unwrap_or(base::DEFAULT_PYTHON);
-    let identity = runner.host.identity.clone()?;
-    if identity.root_mapped {
-        // pip sets the modes of what it installs; such a sandbox refuses
-        // every mode change (docs/sandbox.md).
-        anyhow::bail!(
-            "env build cannot install here: this runner is root of a user namespace that maps no other uid, whose sandbox refuses the mode changes pip makes; build as root of the host or as an unprivileged user, or build elsewhere and publish the tree with env add"
-        );
-    }
-    let owner = identity.switch_to();
-    let dir = BuildDir::create(owner)?;
-    let mut sandbox = SandboxInstall {
-        runner: &runner,
-        timeout_ms: install_timeout.saturating_mul(1000).max(1),
-        owner,
-    };
-    let limits = EnvLimits {
-        max_entries: limits.max_entries,
-        max_file_bytes: limits.max_file_bytes,
-        max_bytes: limits.max_bytes,
-    };
-    let started = std::time::Instant::now();
-    let mut progress = |step: build::Step| {
-        let what = match step {
-            build::Step::Lock => "lock: checked; interpreter named",
-            build::Step::Fetch => "fetch: the pinned wheels, with pip's own index configuration",
-            build::Step::Install => "install: offline, in the sandbox (no network)",
-            build::Step::Hash => "hash: the tree, sealed while copied into the store",
-            build::Step::Publish => "publish: recorded",
-            build::Step::FromStore => {
-                "publish: this lock was built for this interpreter before: served from the store, nothing fetched"
-            }
-        };
-        let _ = writeln!(
-            std::io::stderr(),
-            "skill-runner: env build {id}: {what} ({:.1} s)",
-            started.elapsed().as_secs_f64()
-        );
-    };
-    let built = build::build_python_in(
-        &runner.environments,
+    let req = BuildRequest {
         lock,
         id,
-        python,
-        &dir.folders(),
-        &mut sandbox,
-        &limits,
-        &mut progress,
-    )?;
-    drop(dir);
+        python: interpreter.unwrap_or(base::DEFAULT_PYTHON),
+        fetch_timeout: Duration::from_secs(timeouts.0.max(1)),
+        install_timeout: Duration::from_secs(timeouts.1.max(1)),
+        limits: EnvLimits {
+            max_entries: limits.max_entries,
+            max_file_bytes: limits.max_file_bytes,
+            max_bytes: limits.max_bytes,
+        },
+    };
+    let mut shown = progress::BuildProgress::new(id);
+    let built = build(&runner, &req, &mut |step| shown.step(step));
+    shown.finish();
+    let built = built?;
     emit(&format!(
         "{}\n",
         serde_json::to_string(&built.published.record)?
@@ -541,6 +519,7 @@ fn env_cmd(cmd: EnvCommand, data_dir: Option<PathBuf>) -> anyhow::Result<i32> {
         id,
         interpreter,
         install_timeout,
+        fetch_timeout,
         limits,
     } = cmd
     {
@@ -549,7 +528,7 @@ fn env_cmd(cmd: EnvCommand, data_dir: Option<PathBuf>) -> anyhow::Result<i32> {
             &python,
             &id,
             interpreter.as_deref(),
-            install_timeout,
+            (fetch_timeout, install_timeout),
             &limits,
         );
     }

@@ -52,7 +52,7 @@ impl Crate {
             if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
                 parts.pop();
             }
-            if parts == ["main"] || parts == ["cli"] {
+            if parts == ["main"] || parts == ["cli"] || parts == ["progress"] {
                 continue; // the binary, above every room
             }
             if parts.last().is_some_and(|p| p.ends_with("_tests")) {

@@ -19,6 +19,7 @@ fn folders() -> Folders {
         extensions: PathBuf::from(EXEC).join("workspace/.sciencediscovery/skill-extensions"),
         tmp: PathBuf::from(EXEC).join("tmp"),
         proxy_port: None,
+        environment: None,
     }
 }
 
@@ -121,6 +122,7 @@ fn tmp_and_var_are_canonicalized() {
         extensions: "/var/tmp/ws/ext".into(),
         tmp: "/tmp/sr/tmp".into(),
         proxy_port: None,
+        environment: None,
     };
     let (rendered, _) = macos::plan(&job("default").seatbelt_request(), &f).unwrap();
     let p = |k: &str| {
@@ -190,4 +192,44 @@ fn golden_an_allowlist_opens_the_proxy_port_and_nothing_else() {
     // Without an allowlist, no port opens even when one is given.
     let (offline, _) = macos::plan(&self::job("default").seatbelt_request(), &f).unwrap();
     assert!(!offline.profile.contains("PROXY_ADDRESS"));
+}
+
+/// A job with an environment under Seatbelt: the tree's host path is one
+/// read-only parameter of the profile (golden), `PATH` starts with its
+/// `bin/` and `PYTHONPATH` names its `python/`, both host paths; the
+/// profile differs from the one without an environment only by the
+/// environment's rules and the ancestors that lead to it.
+#[test]
+fn golden_an_environment_is_a_read_only_parameter_with_host_paths_in_the_variables() {
+    let tree = "/private/var/folders/ab/T/sr/data/environments/trees/4d46/tree";
+    let f = Folders {
+        environment: Some(macos::EnvFolder {
+            tree: tree.into(),
+            variables: vec![("PYTHONPATH".into(), "/python".into())],
+        }),
+        ..folders()
+    };
+    let job = job("default");
+    let (rendered, argv) = macos::plan(&job.seatbelt_request(), &f).unwrap();
+    let params: String = rendered
+        .params
+        .iter()
+        .map(|(k, v)| format!("{k}={v}\n"))
+        .collect();
+    golden("builtin-default-environment.sbpl", &rendered.profile);
+    golden("builtin-default-environment.params", &params);
+    assert!(argv.contains(&format!("ENVIRONMENT={tree}")), "{argv:?}");
+    assert!(!rendered.profile.contains(tree));
+    let env = macos::environment(&job.seatbelt_request(), &f).unwrap();
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    assert_eq!(
+        get("PATH"),
+        Some(format!("{tree}/bin:/usr/bin:/bin").as_str())
+    );
+    assert_eq!(get("PYTHONPATH"), Some(format!("{tree}/python").as_str()));
+    // Without one: no such rule, variable or parameter.
+    let (plain, _) = macos::plan(&job.seatbelt_request(), &folders()).unwrap();
+    assert!(!plain.profile.contains("ENVIRONMENT"));
+    let env = macos::environment(&job.seatbelt_request(), &folders()).unwrap();
+    assert!(!env.iter().any(|(k, _)| k == "PYTHONPATH"));
 }

@@ -131,6 +131,7 @@ fn req(skills: &[&str], t: &[&str]) -> SessionRequest {
         skills: names(skills),
         tools: tools(t),
         workspace: None,
+        environment: None,
     }
 }
 
@@ -444,6 +445,7 @@ fn bindings_from_the_store_are_served_as_pinned() {
             skills: vec![SkillSpec::Binding(published.binding.clone())],
             tools: tools(&["read"]),
             workspace: None,
+            environment: None,
         })
         .unwrap();
     assert_eq!(s.skills, vec![published.binding.clone()]);
@@ -461,6 +463,7 @@ fn bindings_from_the_store_are_served_as_pinned() {
         skills: vec![SkillSpec::Binding(missing)],
         tools: vec![],
         workspace: None,
+        environment: None,
     });
     let (kind, status, _) = kind_of(r);
     assert_eq!((kind, status), ("not_in_store", 404));
@@ -472,6 +475,7 @@ fn bindings_from_the_store_are_served_as_pinned() {
         skills: vec![SkillSpec::Binding(wrong)],
         tools: vec![],
         workspace: None,
+        environment: None,
     }));
     assert_eq!(kind, "hash_mismatch");
     // `ID@REV` on the command line names the same binding.

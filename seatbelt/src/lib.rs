@@ -37,6 +37,7 @@
 //!     extensions_dir: canon("/var/folders/ab/T/sr/exec1/workspace/.sciencediscovery/skill-extensions")?,
 //!     workspace: canon("/var/folders/ab/T/sr/exec1/workspace")?,
 //!     tmp_dir: canon("/var/folders/ab/T/sr/exec1/tmp")?,
+//!     environment: None,
 //! };
 //! let policy = SystemPolicy {
 //!     read_only_subpaths: vec!["/usr".into(), "/bin".into(), "/System".into()],
@@ -62,5 +63,6 @@ pub use argv::{sandbox_exec_argv, SANDBOX_EXEC};
 pub use path::{canonicalize, CanonicalizeError, MAX_SYMLINK_FOLLOWS};
 pub use render::{
     render, Network, RenderError, Rendered, Roots, SystemPolicy, BASE_POLICY, NETWORK_HOST_POLICY,
-    PARAM_EXTENSIONS_DIR, PARAM_PROXY_ADDRESS, PARAM_SNAPSHOT_ROOT, PARAM_TMPDIR, PARAM_WORKSPACE,
+    PARAM_ENVIRONMENT, PARAM_EXTENSIONS_DIR, PARAM_PROXY_ADDRESS, PARAM_SNAPSHOT_ROOT,
+    PARAM_TMPDIR, PARAM_WORKSPACE,
 };

@@ -7,7 +7,8 @@
 //!    realpath(3) and getcwd can walk down to them;
 //! 2. read access to the read-only system folders and files of the profile
 //!    data;
-//! 3. read access to the snapshot root (the skill packages);
+//! 3. read access to the snapshot root (the skill packages), and to the
+//!    job's environment (its libraries) when it names one;
 //! 4. read and write access to the extensions dir, the workspace and the
 //!    private temp folder;
 //! 5. `network_host.sbpl`, only when the profile data asks for the network;
@@ -15,7 +16,7 @@
 //!    TCP connections to the runner's proxy on loopback and nowhere else;
 //! 6. last, the snapshot protection: no write, unlink, rename or hard link
 //!    inside the snapshot root, and no write (so no rename or unlink) of any of
-//!    its ancestors.
+//!    its ancestors; and no write or hard link inside the environment.
 //!
 //! Invariants:
 //! - No host path is ever written into the profile text. Each is a
@@ -50,6 +51,9 @@ pub const PARAM_EXTENSIONS_DIR: &str = "EXTENSIONS_DIR";
 pub const PARAM_WORKSPACE: &str = "WORKSPACE";
 /// Parameter holding the private temp folder (writable).
 pub const PARAM_TMPDIR: &str = "TMPDIR";
+/// Parameter holding the job's environment tree (read-only), when it
+/// names one.
+pub const PARAM_ENVIRONMENT: &str = "ENVIRONMENT";
 
 /// Prefix of the parameters naming the snapshot root's ancestors, top down
 /// (`SNAPSHOT_ANCESTOR_0` is the one just below `/`).
@@ -108,6 +112,9 @@ pub struct Roots {
     pub workspace: String,
     /// The private temp folder of this execution: writable.
     pub tmp_dir: String,
+    /// The job's environment (the sealed tree of its libraries in the
+    /// runner's store), when it names one: read-only, like the snapshot.
+    pub environment: Option<String>,
 }
 
 /// A rendered profile and the values of the parameters it references.
@@ -117,6 +124,7 @@ pub struct Rendered {
     pub profile: String,
     /// `(name, value)` for every `(param "name")` in the profile, in this
     /// fixed order: `SNAPSHOT_ROOT`, `EXTENSIONS_DIR`, `WORKSPACE`, `TMPDIR`,
+    /// `ENVIRONMENT` (when [`Roots::environment`] is set),
     /// `SNAPSHOT_ANCESTOR_0..`, `ANCESTOR_0..`, `RO_SUBPATH_0..`,
     /// `RO_LITERAL_0..`, and `PROXY_ADDRESS` with [`Network::Proxy`].
     pub params: Vec<(String, String)>,
@@ -128,7 +136,8 @@ pub enum RenderError {
     /// A root is not an absolute canonical path.
     #[error("the {root} {path:?} is not canonical ({reason}): pass it through seatbelt::canonicalize first")]
     RootNotCanonical {
-        /// Which root: `snapshot root`, `extensions dir`, `workspace`, `temp dir`.
+        /// Which root: `snapshot root`, `extensions dir`, `workspace`,
+        /// `temp dir`, `environment`.
         root: &'static str,
         /// The path as given.
         path: String,
@@ -157,6 +166,17 @@ pub enum RenderError {
     SnapshotOverlapsWritable {
         /// The snapshot root.
         snapshot_root: String,
+        /// Which writable root: `extensions dir`, `workspace`, `temp dir`.
+        root: &'static str,
+        /// Its path.
+        path: String,
+    },
+    /// The environment and a writable root contain one another (or are
+    /// equal), so the libraries would be writable.
+    #[error("the environment {environment:?} and the writable {root} {path:?} overlap: neither may contain the other")]
+    EnvironmentOverlapsWritable {
+        /// The environment's tree.
+        environment: String,
         /// Which writable root: `extensions dir`, `workspace`, `temp dir`.
         root: &'static str,
         /// Its path.
@@ -201,11 +221,16 @@ pub fn render(policy: &SystemPolicy, roots: &Roots) -> Result<Rendered, RenderEr
     for (_, name, path) in writable {
         writable_refs.push(params.define(name, path)?);
     }
+    let environment: Vec<String> = match &roots.environment {
+        Some(path) => vec![params.define(PARAM_ENVIRONMENT, path)?],
+        None => Vec::new(),
+    };
     let snapshot_ancestors =
         params.define_list(PARAM_SNAPSHOT_ANCESTOR, &ancestors(&roots.snapshot_root))?;
     let mut traversed = BTreeSet::new();
     let all_paths = [roots.snapshot_root.as_str()]
         .into_iter()
+        .chain(roots.environment.as_deref())
         .chain(writable.iter().map(|(_, _, path)| *path))
         .chain(subpaths.iter().copied())
         .chain(literals.iter().copied());
@@ -274,6 +299,17 @@ pub fn render(policy: &SystemPolicy, roots: &Roots) -> Result<Rendered, RenderEr
     push_rule(
         &mut profile,
         &[
+            "The job's environment (the sealed tree of its libraries): readable,",
+            "never writable. Its compiled modules (numpy, Pillow) are mapped",
+            "executable, its programs (bin/) may be exec'd.",
+        ],
+        "allow",
+        &["file-read*", "file-test-existence", "file-map-executable"],
+        &filters("subpath", &environment),
+    );
+    push_rule(
+        &mut profile,
+        &[
             "Writable roots: the extensions dir, the workspace and the private temp",
             "folder. file-map-executable because anything written here may be exec'd",
             "anyway (process-exec is allowed, inside this sandbox). Hard links",
@@ -333,6 +369,17 @@ pub fn render(policy: &SystemPolicy, roots: &Roots) -> Result<Rendered, RenderEr
         &["file-write*"],
         &filters("literal", &snapshot_ancestors),
     );
+    push_rule(
+        &mut profile,
+        &[
+            "Environment protection, last for the same reason: no write, unlink,",
+            "rename or hard link inside the environment's tree. render() refuses a",
+            "writable root inside or around it.",
+        ],
+        "deny",
+        &["file-write*", "file-link"],
+        &filters("subpath", &environment),
+    );
     // Each rule ends with a blank line; the profile ends with one newline.
     while profile.ends_with("\n\n") {
         profile.pop();
@@ -362,6 +409,22 @@ fn check_roots(
                 path: path.to_owned(),
                 reason: "it is inside /dev, which holds devices, not folders",
             });
+        }
+    }
+    if let Some(env) = &roots.environment {
+        check_host_path(env).map_err(|reason| RenderError::RootNotCanonical {
+            root: "environment",
+            path: env.clone(),
+            reason,
+        })?;
+        for (root, _, path) in writable {
+            if is_within(path, env) || is_within(env, path) {
+                return Err(RenderError::EnvironmentOverlapsWritable {
+                    environment: env.clone(),
+                    root,
+                    path: (*path).to_owned(),
+                });
+            }
         }
     }
     for (root, _, path) in writable {

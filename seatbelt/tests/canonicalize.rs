@@ -186,6 +186,7 @@ fn canonical_output_is_accepted_by_render() {
         extensions_dir: c("/Users/alice/proj/.sciencediscovery/skill-extensions/"),
         workspace: c("/Users/alice/proj"),
         tmp_dir: c("/tmp/sr/exec1/tmp"),
+        environment: None,
     };
     let out = render(&default_like_policy(Network::None), &roots).unwrap();
     check_profile(&out);

@@ -289,6 +289,7 @@ fn snapshot_just_below_root_has_no_ancestor_rule() {
         extensions_dir: "/private/var/ext".into(),
         workspace: "/private/var/ws".into(),
         tmp_dir: "/private/var/tmp1".into(),
+        environment: None,
     };
     let out = render(&SystemPolicy::default(), &roots).expect("renders");
     let exprs = check_profile(&out);
@@ -516,5 +517,91 @@ fn static_policy_files_parse_and_every_rule_has_a_reason() {
         ] {
             assert!(!code.contains(banned), "{file} has {banned} in a rule");
         }
+    }
+}
+
+/// Roots with an environment: the store's tree, outside the execution's
+/// folders, as the runner passes it.
+fn roots_with_environment() -> Roots {
+    Roots {
+        environment: Some(
+            "/Users/alice/Library/Application Support/skill-runner/environments/trees/4d46/tree"
+                .into(),
+        ),
+        ..roots()
+    }
+}
+
+#[test]
+fn golden_environment_profile_and_params() {
+    let out = render(
+        &default_like_policy(Network::None),
+        &roots_with_environment(),
+    )
+    .expect("renders");
+    check_profile(&out);
+    assert_golden("environment.sbpl", &out.profile);
+    assert_golden("environment.params", &params_text(&out));
+}
+
+/// A job's environment is one read-only parameter: readable and mappable
+/// (compiled modules), never written, unlinked, renamed or linked; its
+/// path is in no rule's text; and a profile without one is unchanged.
+#[test]
+fn an_environment_is_a_read_only_parameter_and_nothing_else_changes() {
+    let out = render(
+        &default_like_policy(Network::None),
+        &roots_with_environment(),
+    )
+    .unwrap();
+    let exprs = check_profile(&out);
+    assert!(!out.profile.contains("skill-runner/environments"));
+    assert_eq!(
+        param(&out, "ENVIRONMENT"),
+        Some("/Users/alice/Library/Application Support/skill-runner/environments/trees/4d46/tree")
+    );
+    let on_env: Vec<_> = rules(&exprs)
+        .into_iter()
+        .filter(|r| r.filters.iter().any(|f| refs(f).contains("ENVIRONMENT")))
+        .collect();
+    assert_eq!(on_env.len(), 2, "one allow, one deny");
+    let allow = on_env.iter().find(|r| r.action == "allow").unwrap();
+    assert_eq!(
+        allow.operations,
+        ["file-read*", "file-test-existence", "file-map-executable"]
+    );
+    assert!(!allow
+        .operations
+        .iter()
+        .any(|op| op.starts_with("file-write")));
+    let deny = on_env.iter().find(|r| r.action == "deny").unwrap();
+    assert_eq!(deny.operations, ["file-write*", "file-link"]);
+    // The deny is the last rule: nothing after it can re-open a write.
+    let all = rules(&exprs);
+    let last = all.last().unwrap();
+    assert_eq!(last.action, "deny");
+    assert!(last.filters.iter().any(|f| refs(f).contains("ENVIRONMENT")));
+    // The environment's ancestors are walkable (stat only).
+    assert!(out
+        .params
+        .iter()
+        .any(|(n, v)| n.starts_with("ANCESTOR_") && v == "/Users/alice/Library"));
+    // Without an environment: the offline profile, byte for byte.
+    let offline = rendered(Network::None);
+    assert!(!offline.profile.contains("ENVIRONMENT"));
+}
+
+#[test]
+fn an_environment_inside_or_around_a_writable_root_is_refused() {
+    for env in [
+        format!("{}/workspace/env", crate::common::EXEC_ROOT),
+        crate::common::EXEC_ROOT.to_owned(),
+    ] {
+        let roots = Roots {
+            environment: Some(env.clone()),
+            ..roots()
+        };
+        let err = render(&default_like_policy(Network::None), &roots).unwrap_err();
+        assert!(err.to_string().contains("overlap"), "{env}: {err}");
     }
 }

@@ -10,7 +10,7 @@ use skill_runner_tests::*;
 
 use super::*;
 
-fn openapi_doc() -> Value {
+pub(super) fn openapi_doc() -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/openapi.json");
     serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
 }
@@ -19,7 +19,12 @@ fn openapi_doc() -> Value {
 fn routes_in_source() -> std::collections::BTreeSet<(String, String)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../runner/src/daemon");
     let mut out = std::collections::BTreeSet::new();
-    for file in ["routes.rs", "sessions.rs", "session_files.rs"] {
+    for file in [
+        "routes.rs",
+        "sessions.rs",
+        "session_files.rs",
+        "environments.rs",
+    ] {
         let text = std::fs::read_to_string(dir.join(file)).unwrap();
         for piece in text.split(".route(").skip(1) {
             let path = piece.split('"').nth(1).unwrap().replace("{*", "{");
@@ -147,7 +152,7 @@ fn check_schema(doc: &Value, schema: &Value, v: &Value, at: &str) -> Result<(), 
 
 /// Checks a real response of `method` on the route `template` against the
 /// document: its status is listed, and its body matches the schema.
-fn conforms(doc: &Value, method: &str, template: &str, r: &Resp) {
+pub(super) fn conforms(doc: &Value, method: &str, template: &str, r: &Resp) {
     let op = &doc["paths"][template][method.to_lowercase()];
     assert!(op.is_object(), "{method} {template} is not in the document");
     let resp = &op["responses"][r.status.to_string()];

@@ -6,6 +6,7 @@
  * Node's own errors. Nothing is cached or retried: a method is one request.
  */
 import { bundleBytes, bundleFolder } from "./bundle.js";
+import { type Provenance, environmentUpload } from "./environment.js";
 import { SkillRunnerError } from "./errors.js";
 import { type Answer, type EventStream, Transport, type TransportOptions, errorOf } from "./transport.js";
 import type { Binding, Bundle, Job, JsonObject, Progress, Result } from "./types.js";
@@ -110,6 +111,36 @@ export class Client {
     return this.json("GET", `/v1/skill-packages/${seg(identity)}`);
   }
 
+  // -- environments ----------------------------------------------------------
+
+  /** `GET /v1/environments`: `{environments: [records]}`. */
+  listEnvironments(): Promise<JsonObject> {
+    return this.json("GET", "/v1/environments");
+  }
+
+  /** `GET /v1/environments/{id}/{hash}`: the record; rejects with 404 when absent. */
+  getEnvironment(id: string, hash: string): Promise<JsonObject> {
+    return this.json("GET", `/v1/environments/${seg(id)}/${seg(hash)}`);
+  }
+
+  /** `POST /v1/environments` with an upload (`environmentUpload`): the record. */
+  publishEnvironment(upload: Body): Promise<JsonObject> {
+    return this.json("POST", "/v1/environments", upload, [201]);
+  }
+
+  /** Uploads the tree at `folder` with its environment hash: the record. */
+  publishEnvironmentFolder(folder: string, id: string, provenance: Provenance = {}): Promise<JsonObject> {
+    return this.publishEnvironment(environmentUpload(folder, id, provenance));
+  }
+
+  /**
+   * `POST /v1/environments` with a build from the lock's text (the daemon
+   * must run with `--env-builds true`); resolves when the build is done.
+   */
+  buildEnvironment(id: string, lock: string, interpreter?: string): Promise<JsonObject> {
+    return this.json("POST", "/v1/environments", interpreter === undefined ? { id, python: lock } : { id, python: lock, interpreter }, [201]);
+  }
+
   // -- executions ------------------------------------------------------------
 
   /**
@@ -197,11 +228,22 @@ export class Client {
    * `POST /v1/sessions`: skills as `{name}` or bindings, and the agent's enabled tools.
    * `{workspace: "managed"}`: the daemon keeps a workspace for the session that every
    * job naming it runs in, one at a time (docs/workspaces.md); move files with
-   * `uploadFile`, `downloadFile`, `listFiles` and `deleteFile`.
+   * `uploadFile`, `downloadFile`, `listFiles` and `deleteFile`. `{environment}`: the
+   * environment `{id, hash}` every job of the session runs with.
    */
-  createSession(skills: SessionSkill[], tools: string[], options: { workspace?: "managed" } = {}): Promise<JsonObject> {
-    const doc: { skills: SessionSkill[]; tools: string[]; workspace?: "managed" } = { skills, tools };
+  createSession(
+    skills: SessionSkill[],
+    tools: string[],
+    options: { workspace?: "managed"; environment?: { id: string; hash: string } } = {},
+  ): Promise<JsonObject> {
+    const doc: {
+      skills: SessionSkill[];
+      tools: string[];
+      workspace?: "managed";
+      environment?: { id: string; hash: string };
+    } = { skills, tools };
     if (options.workspace !== undefined) doc.workspace = options.workspace;
+    if (options.environment !== undefined) doc.environment = options.environment;
     return this.json("POST", "/v1/sessions", doc);
   }
 

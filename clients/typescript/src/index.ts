@@ -5,6 +5,7 @@
  */
 export * from "./bundle.js";
 export { Client, type SessionSkill } from "./client.js";
+export * from "./environment.js";
 export { SkillRunnerError } from "./errors.js";
 export { EventStream, Transport, type TransportOptions } from "./transport.js";
 export * from "./types.js";

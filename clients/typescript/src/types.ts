@@ -46,6 +46,8 @@ export interface Job {
   session?: string;
   network?: "none" | { allow: string[]; private?: boolean };
   profile?: string;
+  /** An environment of the runner's store (docs/environments.md). */
+  environment?: { id: string; hash: string };
   limits?: Partial<Record<
     "timeout_ms" | "output_bytes" | "memory_bytes" | "pids" | "cpu_ms" | "file_size_bytes" | "tmp_bytes" | "disk_bytes",
     number

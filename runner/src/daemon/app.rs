@@ -124,6 +124,8 @@ pub enum ApiError {
     WorkspaceBusy(String),
     #[error(transparent)]
     Session(#[from] crate::skillhost::session::SessionError),
+    #[error(transparent)]
+    Environment(#[from] super::env_error::EnvApiError),
 }
 
 impl ApiError {
@@ -137,6 +139,7 @@ impl ApiError {
             ApiError::Bundle(e) => e.kind(),
             ApiError::Store(e) => e.kind(),
             ApiError::Session(e) => e.kind(),
+            ApiError::Environment(e) => e.kind(),
             ApiError::Admission(RegistryError::Busy { .. } | RegistryError::Switch(_))
             | ApiError::UploadsBusy
             | ApiError::SessionsBusy => K::Busy,
@@ -412,6 +415,30 @@ pub fn params(
         )));
     }
     Ok(map)
+}
+
+/// A body with a `Content-Type` must say JSON (`application/json` or a
+/// `+json` type); one without is read as JSON.
+pub fn json_content(headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(v) = headers.get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let essence = v
+        .to_str()
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+    {
+        return Ok(());
+    }
+    Err(ApiError::MediaType(crate::text::single_line(
+        &String::from_utf8_lossy(v.as_bytes()),
+    )))
 }
 
 #[cfg(test)]

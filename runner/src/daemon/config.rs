@@ -251,6 +251,15 @@ settings! {
         file: "strict_limits",
         default: false,
     }
+    env_builds: Option<bool> {
+        /// Let `POST /v1/environments` build from a lock (pip's fetch and
+        /// install in their sandboxes, one build at a time); off, only
+        /// uploads of a built tree are taken [default: false].
+        flag: "env-builds" <"BOOL">,
+        env: "SKILL_RUNNER_ENV_BUILDS",
+        file: "env_builds",
+        default: false,
+    }
     max_output_bytes: Option<u64> {
         /// Largest `limits.output_bytes` a job may ask for, per stream; output
         /// is held in memory [default: 16MiB].
@@ -684,6 +693,8 @@ pub struct Config {
     pub max_bundle_skills: usize,
     /// Refuse jobs whose memory or pids limit no cgroup would hold.
     pub strict_limits: bool,
+    /// `POST /v1/environments` may build from a lock.
+    pub env_builds: bool,
     pub max_output_bytes: u64,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
@@ -929,6 +940,7 @@ impl Config {
             package_body_limit: s.package_body_limit()?,
             max_bundle_skills: s.max_bundle_skills()?,
             strict_limits: s.strict_limits()?,
+            env_builds: s.env_builds()?,
             max_output_bytes: s.max_output_bytes()?,
             header_timeout: s.header_timeout()?,
             body_timeout: s.body_timeout()?,

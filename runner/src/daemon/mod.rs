@@ -34,6 +34,8 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod descriptors;
+pub mod env_error;
+pub mod environments;
 pub mod events;
 pub mod metrics;
 pub mod notify;

@@ -17,6 +17,7 @@
 //! | `GET /metrics` | Prometheus text |
 //! | `/v1/sessions…` | the skill host, docs/skill-host.md ([`super::sessions`]) |
 //! | `/v1/sessions/{id}/files…` | a managed session workspace's files, docs/workspaces.md ([`super::session_files`]) |
+//! | `/v1/environments…` | the environment store, docs/environments.md ([`super::environments`]) |
 //!
 //! Invariants:
 //! - every error is `{"error": {"kind", "message"}}` with a fitting status,
@@ -52,7 +53,9 @@ use axum::routing::get;
 use axum::{Json, Router};
 use tracing::Instrument;
 
-use super::app::{check_length, params, read_body, refuse_unread, status, ApiError, App, UrlPath};
+use super::app::{
+    check_length, json_content, params, read_body, refuse_unread, status, ApiError, App, UrlPath,
+};
 use super::events::{exit_line, Chunks, Encoded};
 use super::metrics::Refusal;
 use super::registry::{status_name, Admitted, Done, Lookup, RegistryError, StatusFilter, Ticket};
@@ -83,6 +86,7 @@ pub fn router(app: App) -> Router {
         .route("/v1/executions/{id}/events", get(execution_events))
         .merge(super::sessions::routes())
         .merge(super::session_files::routes())
+        .merge(super::environments::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(bad_method)
         .layer(middleware::from_fn_with_state(app.clone(), guard))
@@ -331,30 +335,6 @@ async fn resolve_session(app: &App, mut job: Job) -> Result<Job, ApiError> {
     })
     .await
     .map_err(|e| ApiError::Internal(format!("resolving a session: {e}")))?
-}
-
-/// A body with a `Content-Type` must say JSON (`application/json` or a
-/// `+json` type); one without is read as JSON.
-fn json_content(headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(v) = headers.get(header::CONTENT_TYPE) else {
-        return Ok(());
-    };
-    let essence = v
-        .to_str()
-        .unwrap_or("")
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    if essence == "application/json"
-        || (essence.starts_with("application/") && essence.ends_with("+json"))
-    {
-        return Ok(());
-    }
-    Err(ApiError::MediaType(crate::text::single_line(
-        &String::from_utf8_lossy(v.as_bytes()),
-    )))
 }
 
 fn wants_ndjson(headers: &HeaderMap) -> bool {

@@ -180,8 +180,6 @@ pub enum ExecError {
         #[source]
         source: crate::package::environment::store::EnvError,
     },
-    #[error("the job names environment {id:?}, and {sandbox} cannot mount environments yet; run it on Linux (bubblewrap)")]
-    EnvironmentUnsupported { id: String, sandbox: &'static str },
     #[error("cannot open the prepared /etc {}: {source}", path.display())]
     OpenEtc { path: PathBuf, source: io::Error },
     #[error("cannot hand over {}: {source}", path.display())]
@@ -222,7 +220,6 @@ impl ExecError {
             UseEnvironment { source } => source.kind(),
             OpenEnvironment { .. } => ErrorKind::HashMismatch,
             OpenEnvironments { source } => source.kind(),
-            EnvironmentUnsupported { .. } => ErrorKind::SandboxUnavailable,
             EnvironmentsDiffer { .. } | EnvironmentNotDeclared { .. } => ErrorKind::BadJob,
             DeclaredEnvironment { .. } => ErrorKind::BadPackage,
             ReadDeclaration { .. } => ErrorKind::StagingFailed,

@@ -372,12 +372,6 @@ impl fmt::Display for Bubblewrap {
 /// `explain --platform macos`: the plan with the per-execution folder
 /// shown under `<data-dir>/executions/<id>.RANDOM`.
 fn seatbelt(job: &Job, data_dir: &Path) -> Result<Seatbelt, ExecError> {
-    if let Some(env) = &job.environment {
-        return Err(ExecError::EnvironmentUnsupported {
-            id: env.id.clone(),
-            sandbox: "seatbelt",
-        });
-    }
     let exec = DataDir::unchecked(data_dir)
         .executions()
         .join(format!("{}.RANDOM", job.execution_id));
@@ -395,6 +389,19 @@ fn seatbelt(job: &Job, data_dir: &Path) -> Result<Seatbelt, ExecError> {
         tmp: exec.join("tmp"),
         // Chosen at launch; shown as such below.
         proxy_port: job.network.allowlist().map(|_| 1),
+        // The record tells the path variables; the tree is checked at
+        // launch, not here.
+        environment: job.environment.as_ref().map(|env| {
+            let store = EnvStore::at(&DataDir::unchecked(data_dir));
+            let tree = store.tree_path(&env.hash);
+            match store.record(env) {
+                Ok(record) => plan::seatbelt_environment(&record, tree),
+                Err(_) => crate::sandbox::macos::EnvFolder {
+                    tree,
+                    variables: Vec::new(),
+                },
+            }
+        }),
     };
     let (rendered, argv) = plan::seatbelt(job, &folders)?;
     let shown = "localhost:<port chosen at launch>";

@@ -8,7 +8,8 @@
 //! refusal is an [`error::ExecError`], made the result's `error` once, at
 //! the edge; [`diagnose`] turns a launcher's failure into a fix,
 //! [`doctor`] checks a host, [`envbuild`] runs an environment build's
-//! install step as a job.
+//! install step as a job, [`envfetch`] its fetch step in a sandbox that
+//! shares only the host's network.
 //!
 //! Invariants of the room:
 //! - fail closed: anything that cannot be set up as asked rejects the
@@ -26,6 +27,7 @@ pub mod confine;
 pub mod diagnose;
 pub mod doctor;
 pub mod envbuild;
+pub mod envfetch;
 pub mod error;
 pub mod explain;
 pub mod files;

@@ -94,6 +94,22 @@ impl EnvMount {
     }
 }
 
+/// A stored environment as a Seatbelt plan names it (no mount namespace):
+/// the tree's host path, read-only in the profile, and its path variables
+/// as suffixes of that path (`PYTHONPATH` = the tree's `python/`).
+pub fn seatbelt_environment(
+    record: &crate::package::environment::Record,
+    tree: PathBuf,
+) -> crate::sandbox::macos::EnvFolder {
+    crate::sandbox::macos::EnvFolder {
+        tree,
+        variables: crate::package::environment::resolve::variables(record, "")
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+    }
+}
+
 /// `PATH` in a sandbox with an environment: its `bin/` first, then the
 /// baseline's.
 fn environment_path(env: &mut [(String, String)]) {

@@ -55,7 +55,24 @@ pub struct Folders {
     /// The loopback port of the execution's proxy, for a job with a
     /// network allowlist (see [`crate::sandbox::net`]).
     pub proxy_port: Option<u16>,
+    /// The job's environment, when it names one.
+    pub environment: Option<EnvFolder>,
 }
+
+/// A job's environment under Seatbelt: no mount namespace, so its sealed
+/// tree stays at its host path, a read-only parameter of the profile
+/// (`ENVIRONMENT`), and the variables name host paths.
+#[derive(Debug, Clone)]
+pub struct EnvFolder {
+    /// The sealed tree in the runner's store.
+    pub tree: PathBuf,
+    /// The interpreters' path variables as suffixes of the tree's
+    /// canonical path (`("PYTHONPATH", "/python")`).
+    pub variables: Vec<(String, String)>,
+}
+
+/// The folder of a tree whose programs go first on `PATH` (its `bin/`).
+const ENV_BIN: &str = "/bin";
 
 /// What one execution asks of Seatbelt.
 #[derive(Debug, Clone, Copy)]
@@ -79,6 +96,11 @@ pub fn plan(job: &Request, f: &Folders) -> Result<(seatbelt::Rendered, Vec<Strin
         extensions_dir: canonical(&f.extensions)?,
         workspace: canonical(&f.workspace)?,
         tmp_dir: canonical(&f.tmp)?,
+        environment: f
+            .environment
+            .as_ref()
+            .map(|e| canonical(&e.tree))
+            .transpose()?,
     };
     let policy = seatbelt::SystemPolicy {
         read_only_subpaths: job.system.read_only_subpaths.clone(),
@@ -118,6 +140,21 @@ pub fn environment(job: &Request, f: &Folders) -> Result<Vec<(String, String)>, 
         env.extend(crate::sandbox::net::proxy_environment(&format!(
             "http://127.0.0.1:{port}"
         )));
+    }
+    if let Some(e) = &f.environment {
+        // As under bubblewrap: its bin/ first on PATH, then its variables,
+        // with the tree's host path where Linux has /opt/skill-env.
+        let tree = canonical(&e.tree)?;
+        for (k, v) in env.iter_mut() {
+            if k == "PATH" {
+                *v = format!("{tree}{ENV_BIN}:{v}");
+            }
+        }
+        env.extend(
+            e.variables
+                .iter()
+                .map(|(k, suffix)| (k.clone(), format!("{tree}{suffix}"))),
+        );
     }
     Ok(env)
 }

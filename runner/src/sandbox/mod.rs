@@ -26,6 +26,7 @@
 pub mod bwrap;
 pub mod etcview;
 pub mod fds;
+pub mod fetchbox;
 pub mod host;
 pub mod identity;
 pub mod macos;

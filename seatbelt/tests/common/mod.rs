@@ -26,6 +26,7 @@ pub fn roots_under(exec_root: &str) -> Roots {
         extensions_dir: format!("{exec_root}/workspace/.sciencediscovery/skill-extensions"),
         workspace: format!("{exec_root}/workspace"),
         tmp_dir: format!("{exec_root}/tmp"),
+        environment: None,
     }
 }
 

@@ -24,6 +24,7 @@ from .bundle import (
     utf16_order,
 )
 from .client import Client
+from .environment import environment_hash, environment_upload
 from .errors import SkillRunnerError
 from .transport import NdjsonStream, Transport
 from .types import Binding, Bundle, BundleFile, BundleSkill, Document, Event, Job
@@ -46,6 +47,8 @@ __all__ = [
     "bundle_bytes",
     "bundle_folder",
     "bundle_skill",
+    "environment_hash",
+    "environment_upload",
     "file_hash",
     "identity_text",
     "package_hash",

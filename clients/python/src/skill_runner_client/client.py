@@ -11,6 +11,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 from urllib.parse import quote, urlencode
 
 from .bundle import bundle_bytes, bundle_folder
+from .environment import environment_upload
 from .errors import SkillRunnerError
 from .transport import Answer, NdjsonStream, Transport, error_of
 from .types import Bundle, Document, Job
@@ -120,6 +121,44 @@ class Client:
         """``GET /v1/skill-packages/{identity}``: ``{identity, skills}`` of a published selection."""
         return self._json("GET", f"/v1/skill-packages/{_seg(identity)}")
 
+    # -- environments ------------------------------------------------------
+
+    def environments(self) -> Document:
+        """``GET /v1/environments``: ``{environments: [records]}``."""
+        return self._json("GET", "/v1/environments")
+
+    def environment(self, env_id: str, env_hash: str) -> Document:
+        """``GET /v1/environments/{id}/{hash}``: the record; 404 when absent."""
+        return self._json("GET", f"/v1/environments/{_seg(env_id)}/{_seg(env_hash)}")
+
+    def _created(self, body: JsonBody) -> Document:
+        doc = self._call("POST", "/v1/environments", body, ok=(201,)).json()
+        if not isinstance(doc, dict):
+            raise SkillRunnerError(201, "bad_answer", "POST /v1/environments answered with something other than a JSON object")
+        return doc
+
+    def publish_environment(self, upload: JsonBody) -> Document:
+        """``POST /v1/environments`` with an upload (:func:`environment_upload`): the record."""
+        return self._created(upload)
+
+    def publish_environment_folder(
+        self,
+        folder: str,
+        env_id: str,
+        python: Optional[str] = None,
+        interpreter: Optional[str] = None,
+    ) -> Document:
+        """Uploads the tree at ``folder`` with its environment hash; the record."""
+        return self.publish_environment(environment_upload(folder, env_id, python, interpreter))
+
+    def build_environment(self, env_id: str, lock: str, interpreter: Optional[str] = None) -> Document:
+        """``POST /v1/environments`` with a build from the lock's text (the daemon
+        must run with ``--env-builds true``); waits for the build: the record."""
+        body: Dict[str, Any] = {"id": env_id, "python": lock}
+        if interpreter is not None:
+            body["interpreter"] = interpreter
+        return self._created(body)
+
     # -- executions --------------------------------------------------------
 
     def run(self, job: JsonBody) -> Document:
@@ -205,18 +244,25 @@ class Client:
     # -- sessions (docs/skill-host.md) ------------------------------------
 
     def create_session(
-        self, skills: Sequence[Mapping[str, Any]], tools: Sequence[str], workspace: Optional[str] = None
+        self,
+        skills: Sequence[Mapping[str, Any]],
+        tools: Sequence[str],
+        workspace: Optional[str] = None,
+        environment: Optional[Mapping[str, str]] = None,
     ) -> Document:
         """``POST /v1/sessions``: skills as ``{"name"}`` or bindings, the agent's enabled tools.
 
         ``workspace="managed"``: the daemon keeps a workspace for the session
         that every job naming it runs in, one at a time (docs/workspaces.md);
         move files with :meth:`upload_file`, :meth:`download_file`,
-        :meth:`list_files` and :meth:`delete_file`.
+        :meth:`list_files` and :meth:`delete_file`. ``environment``: the
+        environment ``{"id", "hash"}`` every job of the session runs with.
         """
         doc: Dict[str, Any] = {"skills": list(skills), "tools": list(tools)}
         if workspace is not None:
             doc["workspace"] = workspace
+        if environment is not None:
+            doc["environment"] = dict(environment)
         return self._json("POST", "/v1/sessions", doc)
 
     def sessions(self) -> Document:

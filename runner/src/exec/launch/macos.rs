@@ -60,14 +60,11 @@ pub fn fresh_workspace(dir: Option<&PrivateDir>) -> Result<Option<PathBuf>, Exec
     Ok(Some(w))
 }
 
-/// Seatbelt has no mount namespace; its profile does not yet name an
-/// environment's tree: a job naming one is refused rather than run
-/// without its libraries.
-pub fn environments_supported(env: &crate::package::environment::EnvRef) -> Result<(), ExecError> {
-    Err(ExecError::EnvironmentUnsupported {
-        id: env.id.clone(),
-        sandbox: SANDBOX,
-    })
+/// Seatbelt has no mount namespace: an environment's sealed tree is a
+/// read-only parameter of the profile, at its host path
+/// ([`crate::exec::plan::seatbelt_environment`]).
+pub fn environments_supported(_env: &crate::package::environment::EnvRef) -> Result<(), ExecError> {
+    Ok(())
 }
 
 /// No prepared `/etc` under Seatbelt.
@@ -95,6 +92,9 @@ pub fn launcher(job: &Job, p: &Prepared, nproc: Option<u64>) -> Result<Launcher,
         })?,
         tmp,
         proxy_port: p.net.as_ref().and_then(|n| n.port),
+        environment: p.environment.as_ref().map(|ready| {
+            crate::exec::plan::seatbelt_environment(&ready.record, ready.host_tree().clone())
+        }),
     };
     let plan = crate::exec::plan::seatbelt_launch(job, &folders)?;
     Ok(Launcher {

@@ -1,27 +1,30 @@
 //! Building an environment from a lock, and the base it is built for
 //! (docs/environments.md, "Building from a lock").
 //!
-//! A build has two steps, each in a private staging folder of the store:
+//! A build has two steps, each through a sandbox the caller provides (this
+//! room knows no sandbox: the exec room does):
 //!
-//! 1. **fetch** ([`fetch_command`]): `pip download --require-hashes
-//!    --no-deps --only-binary=:all: -r LOCK -d WHEELS`, with pip's own
-//!    index configuration (its environment and `pip.conf`); no registry
-//!    host is written anywhere by the runner. Binary wheels only: nothing
-//!    of a package runs while it is fetched.
-//! 2. **install** ([`install`]): `pip install --no-index --find-links
-//!    WHEELS --require-hashes --no-deps --target TREE/python -r LOCK`,
-//!    which must run in the runner's sandbox with no network at all. This
-//!    module does not know sandboxes: [`install`] takes the sandbox as a
-//!    [`SandboxRun`] callback (the exec room provides it), and builds only
-//!    the argv and the folders it needs.
+//! 1. **fetch** ([`fetch_command`], run through a [`SandboxFetch`]): `pip
+//!    download --require-hashes --no-deps --only-binary=:all: -r LOCK -d
+//!    WHEELS` into a private staging folder, with pip's own index
+//!    configuration; no registry host is written anywhere by the runner.
+//!    Binary wheels only: nothing of a package runs while it is fetched.
+//!    The sandbox shares only the host's network; the staging folder is
+//!    the only thing it may write. What it left is then read by the
+//!    runner ([`take_wheels`]): regular files only, one wheel per
+//!    requirement with a SHA-256 the lock lists, copied from the very
+//!    bytes that were hashed.
+//! 2. **install** ([`install`], through a [`SandboxRun`]): `pip install
+//!    --no-index --find-links WHEELS --require-hashes --no-deps --target
+//!    TREE/python -r LOCK`, which must run in the runner's sandbox with no
+//!    network at all.
 //!
 //! The base the build records is named by [`crate::package::environment::base`].
 
 use std::ffi::OsString;
 use std::fs;
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use crate::package::environment::base::{probe_python, BaseError};
 use crate::package::environment::lock::{self, PythonLock};
@@ -33,14 +36,14 @@ use crate::package::environment::{LockRef, BIN_DIR, PYTHON_DIR};
 pub enum BuildError {
     #[error(transparent)]
     Base(#[from] BaseError),
-    #[error("cannot run pip ({argv}): {source}")]
-    SpawnPip { argv: String, source: io::Error },
     #[error("pip {step} failed ({status}): {stderr}")]
     Pip {
         step: &'static str,
         status: String,
         stderr: String,
     },
+    #[error("the fetch step's sandbox cannot be built here: {reason}")]
+    FetchSandbox { reason: String },
     #[error("the install step failed in the sandbox: {reason}")]
     Install { reason: String },
     #[error("cannot prepare {path}: {source}")]
@@ -59,15 +62,19 @@ pub enum BuildError {
 }
 
 /// The fetch step's argv: the pinned wheels of `lock` into `wheels`, with
-/// pip's own index configuration.
+/// pip's own index configuration (its environment and its configuration
+/// files, which the fetch sandbox passes through), and no cache: the
+/// sandbox may write nothing but its staging folder.
 pub fn fetch_command(python: &str, lock: &Path, wheels: &Path) -> Vec<OsString> {
     let mut argv: Vec<OsString> = [
         python,
+        "-I",
         "-m",
         "pip",
         "download",
         "--disable-pip-version-check",
         "--no-input",
+        "--no-cache-dir",
         "--require-hashes",
         "--no-deps",
         "--only-binary=:all:",
@@ -82,33 +89,46 @@ pub fn fetch_command(python: &str, lock: &Path, wheels: &Path) -> Vec<OsString> 
     argv
 }
 
-/// Runs the fetch step on the host (pip needs the network and its own
-/// configuration; it runs no package code with binary wheels only).
-pub fn fetch(python: &str, lock: &Path, wheels: &Path) -> Result<(), BuildError> {
-    let argv = fetch_command(python, lock, wheels);
-    let shown = argv
-        .iter()
-        .map(|a| a.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(" ");
-    let out = Command::new(&argv[0])
-        .args(&argv[1..])
-        .output()
-        .map_err(|source| BuildError::SpawnPip {
-            argv: shown,
-            source,
-        })?;
-    if !out.status.success() {
-        return Err(BuildError::Pip {
-            step: "download",
-            status: out.status.to_string(),
-            stderr: last_lines(&out.stderr, 5),
-        });
-    }
-    Ok(())
+/// The words of [`fetch_command`] that name the program (`PYTHON -I -m
+/// pip`), before pip's own arguments.
+pub const FETCH_PROGRAM_WORDS: usize = 4;
+
+/// The fetch step's private staging folder: it exists and is empty but
+/// for [`WHEELS`] (where pip saves the wheels), and it is the only folder
+/// the fetch may write. The build writes the lock into it as
+/// [`LOCK_FILE`] before the fetch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchFolders {
+    pub staging: PathBuf,
 }
 
-fn last_lines(bytes: &[u8], n: usize) -> String {
+impl FetchFolders {
+    pub fn wheels(&self) -> PathBuf {
+        self.staging.join(WHEELS)
+    }
+    pub fn lock(&self) -> PathBuf {
+        self.staging.join(LOCK_FILE)
+    }
+}
+
+/// How a sandboxed fetch failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetchFailed {
+    /// pip ran and failed (`status`, the last lines of its stderr).
+    Pip { status: String, stderr: String },
+    /// The sandbox could not be made: a sentence saying why and what to do.
+    Sandbox { reason: String },
+}
+
+/// The sandbox the fetch step runs in: it shares only the host's network;
+/// nothing but [`SandboxFetch::folders`]' staging folder is writable.
+pub trait SandboxFetch {
+    fn folders(&self) -> FetchFolders;
+    fn run_fetch(&mut self, argv: &[OsString]) -> Result<(), FetchFailed>;
+}
+
+/// The last `n` non-empty lines of a program's output, joined with ` / `.
+pub fn last_lines(bytes: &[u8], n: usize) -> String {
     let text = String::from_utf8_lossy(bytes);
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     lines[lines.len().saturating_sub(n)..].join(" / ")
@@ -190,16 +210,25 @@ pub fn install(
     Ok(())
 }
 
-/// Checks what the fetch step left: exactly one wheel per requirement,
-/// named for it, whose SHA-256 the lock lists (pip checked too; this is
-/// the runner's own word before anything is installed).
-pub fn check_wheels(lock: &PythonLock, wheels: &Path) -> Result<(), BuildError> {
+/// Takes what the fetch step left in `fetched` into `wheels`: exactly one
+/// wheel per requirement, a regular file (opened without following a
+/// symlink) of at most `max_bytes`, named for it, whose SHA-256 the lock
+/// lists. pip checked the hashes too; this is the runner's own word, and
+/// the copy is written from the very bytes that were hashed, so what the
+/// fetch sandbox could change afterwards is never installed.
+pub fn take_wheels(
+    lock: &PythonLock,
+    fetched: &Path,
+    wheels: &Path,
+    max_bytes: u64,
+) -> Result<(), BuildError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let read_err = |source| BuildError::Prepare {
-        path: wheels.to_owned(),
+        path: fetched.to_owned(),
         source,
     };
     let mut seen = std::collections::BTreeSet::new();
-    for entry in fs::read_dir(wheels).map_err(read_err)? {
+    for entry in fs::read_dir(fetched).map_err(read_err)? {
         let entry = entry.map_err(read_err)?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let bad = |reason: &str| BuildError::Wheel {
@@ -213,7 +242,21 @@ pub fn check_wheels(lock: &PythonLock, wheels: &Path) -> Result<(), BuildError> 
         let Some(req) = lock.requirements.iter().find(|r| r.normalized == project) else {
             return Err(bad("no requirement of the lock names it"));
         };
-        let bytes = fs::read(entry.path()).map_err(read_err)?;
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(entry.path())
+            .map_err(read_err)?;
+        if !file.metadata().map_err(read_err)?.is_file() {
+            return Err(bad("it is not a wheel file"));
+        }
+        let mut bytes = Vec::new();
+        file.take(max_bytes.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(read_err)?;
+        if bytes.len() as u64 > max_bytes {
+            return Err(bad(&format!("it is larger than {max_bytes} bytes")));
+        }
         let sha = format!("sha256:{}", crate::package::hash::file_hash(&bytes));
         if !req.hashes.contains(&sha) {
             return Err(bad("its SHA-256 is not among the lock's hashes for it"));
@@ -221,6 +264,9 @@ pub fn check_wheels(lock: &PythonLock, wheels: &Path) -> Result<(), BuildError> 
         if !seen.insert(project) {
             return Err(bad("a second wheel for the same requirement"));
         }
+        let dest = wheels.join(&name);
+        crate::fsx::write_new(&dest, &bytes, 0o644)
+            .map_err(|source| BuildError::Prepare { path: dest, source })?;
     }
     if let Some(missing) = lock
         .requirements
@@ -266,6 +312,34 @@ impl Step {
     }
 }
 
+/// The two sandboxes of a build: the fetch (the host's network, only its
+/// staging folder writable) and the install (no network at all).
+#[allow(missing_debug_implementations)] // holds trait objects
+pub struct Sandboxes<'a> {
+    pub fetch: &'a mut dyn SandboxFetch,
+    pub install: &'a mut dyn SandboxRun,
+}
+
+/// Runs the fetch step of `lock` (its bytes) through `sandbox`: the lock
+/// is written into its staging folder, and pip saves the wheels there.
+pub fn fetch(sandbox: &mut dyn SandboxFetch, python: &str, lock: &[u8]) -> Result<(), BuildError> {
+    let folders = sandbox.folders();
+    let lock_path = folders.lock();
+    fs::write(&lock_path, lock).map_err(|source| BuildError::Prepare {
+        path: lock_path.clone(),
+        source,
+    })?;
+    let argv = fetch_command(python, &lock_path, &folders.wheels());
+    sandbox.run_fetch(&argv).map_err(|failed| match failed {
+        FetchFailed::Pip { status, stderr } => BuildError::Pip {
+            step: "download",
+            status,
+            stderr,
+        },
+        FetchFailed::Sandbox { reason } => BuildError::FetchSandbox { reason },
+    })
+}
+
 /// What a build gave: the record, and whether it was served from the
 /// store (a build of the same lock for the same interpreter before).
 #[derive(Debug, Clone)]
@@ -283,7 +357,7 @@ pub fn build_python(
     lock_path: &Path,
     id: &str,
     python: &str,
-    sandbox: &mut dyn SandboxRun,
+    sandboxes: Sandboxes<'_>,
     limits: &EnvLimits,
 ) -> Result<Published, BuildError> {
     let staging = store.staging().map_err(|source| BuildError::Prepare {
@@ -300,7 +374,7 @@ pub fn build_python(
         id,
         python,
         &folders,
-        sandbox,
+        sandboxes,
         limits,
         &mut |_| {},
     )?;
@@ -320,7 +394,7 @@ pub fn build_python_in(
     id: &str,
     python: &str,
     folders: &InstallFolders,
-    sandbox: &mut dyn SandboxRun,
+    sandboxes: Sandboxes<'_>,
     limits: &EnvLimits,
     progress: &mut dyn FnMut(Step),
 ) -> Result<Built, BuildError> {
@@ -355,10 +429,11 @@ pub fn build_python_in(
     let lock_copy = folders.input.join(LOCK_FILE);
     fs::write(&lock_copy, &bytes).map_err(prepare(&lock_copy))?;
     progress(Step::Fetch);
-    fetch(python, &lock_copy, &wheels)?;
-    check_wheels(&lock, &wheels)?;
+    fetch(sandboxes.fetch, python, &bytes)?;
+    let fetched = sandboxes.fetch.folders().wheels();
+    take_wheels(&lock, &fetched, &wheels, limits.max_file_bytes)?;
     progress(Step::Install);
-    install(sandbox, python, folders)?;
+    install(sandboxes.install, python, folders)?;
     progress(Step::Hash);
     let published = store.add(&folders.tree, id, vec![base.clone()], locks, limits)?;
     store.record_build(&lock.sha256, &base, &published.record.env_ref())?;
@@ -408,6 +483,7 @@ fn from_store(
 mod tests {
     use super::*;
     use crate::package::environment::base::DEFAULT_PYTHON;
+    use std::process::Command;
 
     /// The install step asks for no index and writes only into the tree.
     #[test]
@@ -490,15 +566,71 @@ mod tests {
         ];
         for (i, (files, hash, want)) in cases.iter().enumerate() {
             let dir = t.path().join(format!("case{i}"));
+            let taken = t.path().join(format!("taken{i}"));
             fs::create_dir(&dir).unwrap();
+            fs::create_dir(&taken).unwrap();
             for (name, bytes) in *files {
                 fs::write(dir.join(name), bytes).unwrap();
             }
-            match (check_wheels(&lock_for(hash), &dir), want) {
-                (Ok(()), None) => {}
+            match (take_wheels(&lock_for(hash), &dir, &taken, 1 << 20), want) {
+                (Ok(()), None) => {
+                    let name = files[0].0;
+                    assert_eq!(fs::read(taken.join(name)).unwrap(), files[0].1);
+                }
                 (Err(e), Some(want)) => assert!(e.to_string().contains(want), "case {i}: {e}"),
                 (got, _) => panic!("case {i}: {got:?}"),
             }
+        }
+    }
+
+    /// A symlink to a file with the pinned bytes, or a wheel over the size
+    /// bound, is not taken: the fetch sandbox's folder is read as what it
+    /// is, never through a link.
+    #[test]
+    fn a_symlinked_or_oversized_fetched_wheel_is_not_taken() {
+        let t = tempfile::tempdir().unwrap();
+        let sha = format!("sha256:{}", crate::package::hash::file_hash(b"wheel bytes"));
+        let lock = lock::parse_python(format!("foo==1.0 --hash={sha}\n").as_bytes()).unwrap();
+        let (dir, taken) = (t.path().join("f"), t.path().join("w"));
+        fs::create_dir(&dir).unwrap();
+        fs::create_dir(&taken).unwrap();
+        fs::write(t.path().join("real"), b"wheel bytes").unwrap();
+        std::os::unix::fs::symlink(t.path().join("real"), dir.join("foo-1.0-py3-none-any.whl"))
+            .unwrap();
+        let err = take_wheels(&lock, &dir, &taken, 1 << 20).unwrap_err();
+        assert!(err.to_string().contains("not a wheel file"), "{err}");
+        fs::remove_file(dir.join("foo-1.0-py3-none-any.whl")).unwrap();
+        fs::write(dir.join("foo-1.0-py3-none-any.whl"), b"wheel bytes").unwrap();
+        let err = take_wheels(&lock, &dir, &taken, 4).unwrap_err();
+        assert!(err.to_string().contains("larger than 4 bytes"), "{err}");
+        assert!(fs::read_dir(&taken).unwrap().next().is_none());
+    }
+
+    /// Stands in for the fetch sandbox: runs pip on the host, in a staging
+    /// folder of its own. Only the pipeline is under test here.
+    struct HostFetch(tempfile::TempDir);
+    impl HostFetch {
+        fn new() -> HostFetch {
+            let t = tempfile::tempdir().unwrap();
+            fs::create_dir(t.path().join(WHEELS)).unwrap();
+            HostFetch(t)
+        }
+    }
+    impl SandboxFetch for HostFetch {
+        fn folders(&self) -> FetchFolders {
+            FetchFolders {
+                staging: self.0.path().to_owned(),
+            }
+        }
+        fn run_fetch(&mut self, argv: &[OsString]) -> Result<(), FetchFailed> {
+            let out = Command::new(&argv[0]).args(&argv[1..]).output().unwrap();
+            if out.status.success() {
+                return Ok(());
+            }
+            Err(FetchFailed::Pip {
+                status: out.status.to_string(),
+                stderr: last_lines(&out.stderr, 3),
+            })
         }
     }
 
@@ -544,7 +676,10 @@ mod tests {
                 &lock,
                 "six",
                 DEFAULT_PYTHON,
-                &mut HostRun,
+                Sandboxes {
+                    fetch: &mut HostFetch::new(),
+                    install: &mut HostRun,
+                },
                 &EnvLimits::default(),
             );
             let published = match built {
@@ -580,7 +715,10 @@ mod tests {
             &lock,
             "six",
             DEFAULT_PYTHON,
-            &mut HostRun,
+            Sandboxes {
+                fetch: &mut HostFetch::new(),
+                install: &mut HostRun,
+            },
             &EnvLimits::default(),
         )
         .unwrap_err();

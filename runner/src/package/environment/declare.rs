@@ -33,17 +33,22 @@ pub fn declared(metadata: Option<&serde_yaml_ng::Value>) -> Result<Option<EnvRef
             })
         }
     };
+    parse(&text).map(Some)
+}
+
+/// `ID@HASH`, as a skill declares it and `env list` prints it.
+pub fn parse(text: &str) -> Result<EnvRef, DeclareError> {
     let malformed = || DeclareError::Malformed {
-        value: text.clone(),
+        value: text.to_owned(),
     };
     let (id, hash) = text.split_once('@').ok_or_else(malformed)?;
     if crate::package::format::check_id(id).is_err() || !crate::package::hash::is_hex_digest(hash) {
         return Err(malformed());
     }
-    Ok(Some(EnvRef {
+    Ok(EnvRef {
         id: id.to_owned(),
         hash: hash.to_owned(),
-    }))
+    })
 }
 
 #[cfg(test)]

@@ -287,6 +287,8 @@ impl Sessions {
     /// the job then runs (a job naming none is left as it is). Both front
     /// ends call this before the job is queued, so an unknown session is
     /// [`SessionError::NotFound`] there, never a refusal after queueing.
+    /// A session with an environment gives it to the job; a job naming
+    /// another one is refused ([`super::environment::for_job`]).
     ///
     /// A session that keeps a managed workspace is refused here: only the
     /// daemon, which orders its jobs, runs them ([`Sessions::resolve_managed`]).
@@ -314,6 +316,7 @@ impl Sessions {
             return Ok(());
         };
         let record = self.read(&id)?;
+        super::environment::for_job(&id, record.environment.as_ref(), job)?;
         if record.workspace.is_some() {
             let Some(owner) = daemon else {
                 return Err(SessionError::ManagedByDaemon(id));

@@ -38,6 +38,8 @@ struct Pending {
     category: Option<String>,
     kind: SkillKind,
     warnings: Vec<String>,
+    /// The environment its `SKILL.md` declares.
+    environment: Option<crate::package::environment::EnvRef>,
     how: PendingBytes,
 }
 
@@ -52,6 +54,19 @@ enum PendingBytes {
         layer: Layer,
         path: Option<PathBuf>,
     },
+}
+
+/// The environment skill `id`'s `SKILL.md` declares, if any.
+fn declared_environment(
+    id: &str,
+    doc: &format::SkillDoc,
+) -> Result<Option<crate::package::environment::EnvRef>, SessionError> {
+    crate::package::environment::declare::declared(doc.front.metadata.as_ref()).map_err(|source| {
+        SessionError::Declaration {
+            skill: id.to_owned(),
+            source,
+        }
+    })
 }
 
 impl SessionHost {
@@ -95,6 +110,11 @@ impl SessionHost {
         let kinds: Vec<(&str, SkillKind)> =
             pending.iter().map(|p| (p.id.as_str(), p.kind)).collect();
         let delivery = delivery::decide(&tools, &kinds)?;
+        let declared: Vec<_> = pending
+            .iter()
+            .map(|p| (p.id.clone(), p.environment.clone()))
+            .collect();
+        let environment = super::environment::decide(req.environment, &declared)?;
 
         let mut skills = Vec::with_capacity(pending.len());
         let mut warnings = Vec::new();
@@ -149,6 +169,7 @@ impl SessionHost {
             skills,
             warnings,
             workspace: req.workspace,
+            environment,
         };
         self.sessions.create(&record)?;
         if record.workspace.is_some() {
@@ -180,6 +201,7 @@ impl SessionHost {
             category: catalog::metadata_str(&doc.front.metadata, "category"),
             kind: SkillKind::of(pkg.files.len()),
             warnings: Vec::new(),
+            environment: declared_environment(&b.id, &doc)?,
             how: PendingBytes::Stored(b),
         })
     }
@@ -221,6 +243,7 @@ impl SessionHost {
                 .or_else(|| entry.category.clone()),
             kind: SkillKind::of(files.len()),
             warnings: doc.warnings(Some(&entry.name)),
+            environment: declared_environment(&entry.name, &doc)?,
             how: PendingBytes::Read {
                 hash,
                 version,

@@ -48,6 +48,7 @@
 
 pub mod delivery;
 mod disk;
+pub mod environment;
 mod freeze;
 mod host;
 mod records;
@@ -85,6 +86,30 @@ pub use workspace::{WorkspaceError, WorkspaceKind};
 /// statuses.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
+    #[error("skills {first_skill:?} and {other_skill:?} declare different environments ({first} and {other}); a session runs with one: select skills that agree")]
+    EnvironmentsDiffer {
+        first_skill: String,
+        first: String,
+        other_skill: String,
+        other: String,
+    },
+    #[error("the session names environment {named}, but skill {skill:?} declares {declared}; name that one, or none")]
+    EnvironmentNotDeclared {
+        named: String,
+        skill: String,
+        declared: String,
+    },
+    #[error("session {session} runs with environment {frozen}, and the job names {asked}; drop the job's environment, or create a session with that one")]
+    JobEnvironment {
+        session: String,
+        frozen: String,
+        asked: String,
+    },
+    #[error("skill {skill:?}: {source}")]
+    Declaration {
+        skill: String,
+        source: crate::package::environment::declare::DeclareError,
+    },
     #[error("the session request is not valid: {}", single_line(&.0.to_string()))]
     Request(serde_json::Error),
     #[error("{0:?} is not a skill: give a catalog name, ID@REVISION of a stored binding, or a JSON binding")]
@@ -227,7 +252,11 @@ impl SessionError {
             | E::OffsetPastEnd { .. }
             | E::OffsetSplitsChar { .. }
             | E::LimitSplitsChar { .. }
-            | E::BadLimit { .. } => ErrorKind::BadRequest,
+            | E::BadLimit { .. }
+            | E::EnvironmentsDiffer { .. }
+            | E::EnvironmentNotDeclared { .. } => ErrorKind::BadRequest,
+            E::JobEnvironment { .. } => ErrorKind::BadJob,
+            E::Declaration { .. } => ErrorKind::BadPackage,
             E::NotFound(_)
             | E::UnknownSkill { .. }
             | E::UnknownSection { .. }

@@ -112,6 +112,10 @@ pub struct SessionRecord {
     /// session). A plain field: the folder is found from the id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<WorkspaceKind>,
+    /// The environment every job of the session runs with (the one named
+    /// or declared when it was created); absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub environment: Option<crate::package::environment::EnvRef>,
 }
 
 /// The tools that give an agent the file system, spelled exactly so
@@ -147,6 +151,9 @@ pub struct SessionDoc {
     pub warnings: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workspace: Option<WorkspaceKind>,
+    /// The session's environment, when it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub environment: Option<crate::package::environment::EnvRef>,
 }
 
 impl From<&SessionRecord> for SessionDoc {
@@ -164,6 +171,7 @@ impl From<&SessionRecord> for SessionDoc {
             provenance: r.skills.iter().map(|s| s.provenance.clone()).collect(),
             warnings: r.warnings.clone(),
             workspace: r.workspace,
+            environment: r.environment.clone(),
         }
     }
 }

@@ -20,6 +20,10 @@ pub struct SessionRequest {
     /// `"managed"`: the daemon keeps a workspace for the session's jobs.
     #[serde(default)]
     pub workspace: Option<super::workspace::WorkspaceKind>,
+    /// The environment every job of the session runs with; by default
+    /// the one its skills declare ([`super::environment`]).
+    #[serde(default)]
+    pub environment: Option<crate::package::environment::EnvRef>,
 }
 
 /// One requested skill: a frozen binding, or a catalog name to freeze now.

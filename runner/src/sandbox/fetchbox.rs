@@ -1,0 +1,201 @@
+//! The sandbox of an environment build's fetch step, as data
+//! (docs/environments.md, "The fetch sandbox").
+//!
+//! [`fetch_args`] is a pure function from a [`FetchPlan`] to the argument
+//! vector of `bwrap`. The fetch runs pip, which needs the host's network
+//! and its own configuration, and nothing else:
+//!
+//! - every namespace new but the network one (`--unshare-all
+//!   --share-net`): the host's network, and nothing else of the host's
+//!   processes, IPC or hostname; no capabilities, no nested user
+//!   namespaces, killed with the runner, no controlling terminal, nothing
+//!   of the runner's environment but what the plan names;
+//! - the profile's read-only system view (`/usr`, the `/bin`-style links,
+//!   the loader cache), name resolution and the CA certificates
+//!   ([`NET_FILES`]), and the files pip's configuration names (its
+//!   configuration files, certificate bundles, a local index), each
+//!   read-only at its own path; those are opened by the runner and reach
+//!   bubblewrap as descriptors ([`FD_CONFIG_BASE`] on), since a root
+//!   runner starts bubblewrap as the sandbox user, who may not be able to
+//!   pass the folders above them (`/root`);
+//! - a fresh `/proc` and `/dev`, read-only;
+//! - the staging folder, writable, at its own path (from the descriptor
+//!   [`FD_STAGING`]): the only writable
+//!   folder (no `/tmp`, no home; `--remount-ro /` makes the root
+//!   read-only, with every folder bubblewrap made in it);
+//! - the argv run directly (no exec shim: no package code runs here, and
+//!   the runner reads the staging folder's contents, not an exit report).
+//!
+//! Later operations win, in this order: namespaces and flags, the system
+//! view, the network files, the configuration files, `/proc`, `/dev`, an
+//! optional program, the staging folder, the read-only root.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use crate::sandbox::bwrap::BwrapFeatures;
+use crate::sandbox::profile::Mount;
+
+/// The host files name resolution and TLS need, bound read-only when
+/// they exist (a symlink such as a `resolv.conf` into `/run` is followed).
+pub const NET_FILES: &[&str] = &[
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/services",
+    "/etc/protocols",
+    "/etc/ssl",
+    "/etc/pki",
+    "/etc/ca-certificates",
+];
+
+/// Where a test-only replacement of pip appears in the fetch sandbox.
+pub const PROGRAM_PATH: &str = "/opt/skill-fetch-program";
+
+/// The descriptor of the staging folder, in bubblewrap (bound at its own
+/// path: the sandbox user need not pass the folders above it).
+pub const FD_STAGING: i32 = 3;
+/// The descriptor of the test-only program, in bubblewrap.
+pub const FD_PROGRAM: i32 = 4;
+/// The descriptor of the first of [`FetchPlan::config`], in bubblewrap;
+/// the others follow in order.
+pub const FD_CONFIG_BASE: i32 = 5;
+
+/// What the fetch sandbox is made of.
+#[derive(Debug, Clone)]
+pub struct FetchPlan<'a> {
+    /// The profile's system view, as resolved on this host.
+    pub mounts: &'a [Mount],
+    /// Host paths pip's configuration names (files or folders) that
+    /// exist, bound read-only at their own paths from the descriptors
+    /// [`FD_CONFIG_BASE`], `FD_CONFIG_BASE + 1`, … in this order.
+    pub config: &'a [PathBuf],
+    /// The staging folder: the only writable one, at its own path.
+    pub staging: &'a Path,
+    /// The whole environment of the command.
+    pub env: &'a [(String, String)],
+    /// A program bound read-only at [`PROGRAM_PATH`] from [`FD_PROGRAM`]
+    /// (tests only).
+    pub program: bool,
+    pub features: BwrapFeatures,
+    pub argv: &'a [OsString],
+}
+
+/// Renders the bwrap argv (without the program name).
+pub fn fetch_args(plan: &FetchPlan<'_>) -> Vec<OsString> {
+    let mut a: Vec<OsString> = Vec::new();
+    let mut push = |words: &[&std::ffi::OsStr]| a.extend(words.iter().map(|w| w.to_os_string()));
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    push(&[os("--unshare-all"), os("--share-net"), os("--unshare-user")]);
+    if plan.features.disable_userns {
+        push(&[os("--disable-userns")]);
+    }
+    push(&[
+        os("--die-with-parent"),
+        os("--new-session"),
+        os("--cap-drop"),
+        os("ALL"),
+        os("--clearenv"),
+    ]);
+    for m in plan.mounts {
+        match m {
+            Mount::RoBind { src, dest } => {
+                push(&[os("--ro-bind"), src.as_os_str(), dest.as_os_str()])
+            }
+            Mount::RoBindTry { src, dest } => {
+                push(&[os("--ro-bind-try"), src.as_os_str(), dest.as_os_str()])
+            }
+            Mount::Symlink { target, dest } => {
+                push(&[os("--symlink"), target.as_os_str(), dest.as_os_str()])
+            }
+        }
+    }
+    for f in NET_FILES {
+        push(&[os("--ro-bind-try"), os(f), os(f)]);
+    }
+    for (i, p) in plan.config.iter().enumerate() {
+        let fd = OsString::from((FD_CONFIG_BASE + i as i32).to_string());
+        push(&[os("--ro-bind-fd"), &fd, p.as_os_str()]);
+    }
+    push(&[
+        os("--proc"),
+        os("/proc"),
+        os("--remount-ro"),
+        os("/proc"),
+        os("--dev"),
+        os("/dev"),
+        os("--remount-ro"),
+        os("/dev"),
+    ]);
+    if plan.program {
+        let fd = OsString::from(FD_PROGRAM.to_string());
+        push(&[os("--ro-bind-fd"), &fd, os(PROGRAM_PATH)]);
+    }
+    let staging = plan.staging.as_os_str();
+    let fd = OsString::from(FD_STAGING.to_string());
+    push(&[os("--bind-fd"), &fd, staging]);
+    push(&[os("--remount-ro"), os("/"), os("--chdir"), staging]);
+    for (k, v) in plan.env {
+        push(&[os("--setenv"), k.as_ref(), v.as_ref()]);
+    }
+    push(&[os("--")]);
+    a.extend(plan.argv.iter().cloned());
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The whole argv: the network is the host's, every other namespace
+    /// new, the staging folder the only writable bind, the root read-only.
+    #[test]
+    fn the_fetch_sandbox_shares_only_the_network_and_writes_only_staging() {
+        let mounts = [
+            Mount::RoBind {
+                src: "/usr".into(),
+                dest: "/usr".into(),
+            },
+            Mount::Symlink {
+                target: "usr/bin".into(),
+                dest: "/bin".into(),
+            },
+        ];
+        let config = [PathBuf::from("/etc/pip.conf")];
+        let env = [("PIP_CERT".to_owned(), "/etc/ssl/c.pem".to_owned())];
+        let argv = [OsString::from("/usr/bin/python3"), OsString::from("-I")];
+        let plan = FetchPlan {
+            mounts: &mounts,
+            config: &config,
+            staging: Path::new("/tmp/b/fetch"),
+            env: &env,
+            program: false,
+            features: BwrapFeatures {
+                disable_userns: true,
+            },
+            argv: &argv,
+        };
+        let got: Vec<String> = fetch_args(&plan)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        let net: Vec<String> = NET_FILES
+            .iter()
+            .map(|f| format!("--ro-bind-try {f} {f}"))
+            .collect();
+        let want = format!(
+            "--unshare-all --share-net --unshare-user --disable-userns --die-with-parent \
+             --new-session --cap-drop ALL --clearenv --ro-bind /usr /usr --symlink usr/bin /bin \
+             {} --ro-bind-fd 5 /etc/pip.conf --proc /proc --remount-ro /proc \
+             --dev /dev --remount-ro /dev --bind-fd 3 /tmp/b/fetch --remount-ro / \
+             --chdir /tmp/b/fetch --setenv PIP_CERT /etc/ssl/c.pem -- /usr/bin/python3 -I",
+            net.join(" ")
+        );
+        assert_eq!(got.join(" "), want);
+        let binds = got.iter().filter(|a| *a == "--bind" || *a == "--bind-fd");
+        assert_eq!(binds.count(), 1, "one writable bind: the staging folder");
+        assert!(!got.iter().any(|a| a == "--tmpfs"), "no writable /tmp");
+    }
+}
