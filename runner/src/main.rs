@@ -485,6 +485,7 @@ fn env_build(
         runner: &runner,
         timeout_ms: install_timeout.saturating_mul(1000).max(1),
         owner,
+        disk_bytes: limits.max_bytes,
     };
     let limits = EnvLimits {
         max_entries: limits.max_entries,

@@ -98,6 +98,8 @@ pub enum EnvError {
     TooLarge { limit: u64 },
     #[error("{path} holds no file; an environment needs at least one")]
     Empty { path: PathBuf },
+    #[error("{path} has {links} hard links; an environment's files must have one each, so that no file outside the tree can be published through it: copy the tree (cp -r, or uv's --link-mode=copy) and add the copy")]
+    HardLinked { path: PathBuf, links: u64 },
     #[error("{path} changed while it was copied; publish a tree nothing is writing to")]
     Changed { path: PathBuf },
     #[error("environment id {id:?} is not admissible: ids match ^[a-z0-9]+(-[a-z0-9]+)*$")]
@@ -755,6 +757,14 @@ fn walk(
             walk(&path, &rel, limits, bytes, folders, out)?;
             continue;
         } else if ty.is_file() {
+            // A second name elsewhere could be a file the publisher may
+            // not read but the runner may (a root runner's `env add`).
+            if meta.nlink() > 1 {
+                return Err(EnvError::HardLinked {
+                    path,
+                    links: meta.nlink(),
+                });
+            }
             let size = meta.len();
             if size > limits.max_file_bytes {
                 return Err(EnvError::FileTooLarge {
@@ -835,6 +845,13 @@ fn hash_entries(src: &Path, entries: &[Entry], dest: Option<&Path>) -> Result<Ma
                 let meta = file.metadata().map_err(read_err)?;
                 if !meta.is_file() || meta.len() != *size {
                     return Err(EnvError::Changed { path });
+                }
+                // Linked since it was listed: the same refusal.
+                if meta.nlink() > 1 {
+                    return Err(EnvError::HardLinked {
+                        path,
+                        links: meta.nlink(),
+                    });
                 }
                 let mut copy = match &target {
                     Some(t) => Some(
