@@ -124,7 +124,7 @@ fn every_kind_of_change_to_a_stored_environment_is_refused_before_the_command_st
         let (env, tree) = published(&world);
         let ws = world.sandbox_folder("ws");
         let job = json!({
-            "argv": ["/bin/sh", "-c", "touch /workspace/ran"],
+            "argv": ["/bin/sh", "-c", "echo ran > /workspace/ran"],
             "workspace": ws,
             "environment": env,
         });
