@@ -199,7 +199,11 @@ fn install_on_host(lock: &Path, data_dir: &Path) -> Result<PathBuf, String> {
         if out.status.success() {
             Ok(())
         } else {
-            Err(format!("pip {:?}:{}", args.first(), show(&out)))
+            Err(format!(
+                "pip {} failed:{}",
+                args[0].to_string_lossy(),
+                show(&out)
+            ))
         }
     };
     let os = |s: &'static str| std::ffi::OsStr::new(s);
