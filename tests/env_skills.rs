@@ -29,9 +29,7 @@ fn ready(env: Result<&'static SharedEnv, String>) -> Option<&'static SharedEnv> 
     }
     match env {
         Ok(env) => Some(env),
-        Err(why)
-            if why.contains("pip download failed") || why.contains("pip Some(\"download\")") =>
-        {
+        Err(why) if why.contains("pip download failed") => {
             skip(format!("pip cannot fetch from its index here: {why}"));
             None
         }
