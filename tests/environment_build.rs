@@ -160,6 +160,7 @@ fn the_install_step_has_no_network_and_a_read_only_input() {
         runner: &runner,
         timeout_ms: 60_000,
         owner,
+        disk_bytes: 1 << 30,
     };
     let py = |code: &str, args: &[&Path]| -> Vec<OsString> {
         let mut argv: Vec<OsString> = vec![PYTHON.into(), "-I".into(), "-c".into(), code.into()];

@@ -13,6 +13,9 @@ mod cli; // the command line as a user meets it: run, explain, hash, pack, store
 mod daemon; // `skill-runner serve` over its socket or TCP, one file per promise
 mod datadir; // a data dir another local user could change is refused by every command; modes of what is made
 mod descriptors; // the daemon's descriptor budget: raised limit, refusal at start, nothing left by a refused admission
+mod env_attacks; // hostile wheels (paths outside the target, past the byte bound), an install step writing outside its tree, a hard-linked tree: refused or confined, nothing published
+mod env_skills; // real skills (skill-creator, slack-gif-creator) and our document scripts run with environments built once per run from hash-pinned locks; a built environment cannot be written from the sandbox
+mod env_tamper; // a stored environment changed on disk in any way (a byte, a removed, added or renamed-over file, a mode) is refused before the command starts; a mode set back runs
 mod environment_build; // env build: a one-wheel lock installed offline in the sandbox, imported by a job; a second build served from the store; the install step has no network
 mod environment_fetch; // env build's fetch step: only the staging folder is writable, no runner state or home is readable, only pip's variables pass, the network is the host's; progress lines when piped
 mod environment_use; // a job names an environment, or its skills declare one: imported read-only at /opt/skill-env, named in the result; a changed, unknown, stale or conflicting one refused before the command starts

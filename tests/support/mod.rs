@@ -13,6 +13,7 @@
 //! or fails under `SKILL_RUNNER_MUST_WORK` (CI sets it).
 
 pub mod daemon;
+pub mod envs;
 
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};

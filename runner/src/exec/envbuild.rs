@@ -99,6 +99,10 @@ pub struct SandboxInstall<'a> {
     /// The sandbox user of a root runner, who must own what it writes
     /// into (the build made the tree's folders as the runner).
     pub owner: Option<(u32, u32)>,
+    /// What the install may write (the tree's byte bound, `--max-bytes`):
+    /// a wheel that unpacks past it is stopped while it is installed,
+    /// before it fills the host's temporary folder.
+    pub disk_bytes: u64,
 }
 
 /// Gives `dir` and the folders below it to `uid:gid` (nothing but folders
@@ -137,7 +141,7 @@ impl SandboxInstall<'_> {
             "limits": {
                 "timeout_ms": self.timeout_ms,
                 "memory_bytes": 4u64 << 30,
-                "disk_bytes": 16u64 << 30,
+                "disk_bytes": self.disk_bytes.max(1),
                 "output_bytes": 1u64 << 20,
             },
         });

@@ -106,6 +106,7 @@ pub fn build(
             .unwrap_or(u64::MAX)
             .max(1),
         owner,
+        disk_bytes: req.limits.max_bytes,
     };
     let built = build::build_python_in(
         &runner.environments,

@@ -32,6 +32,7 @@ pub mod build;
 pub mod declare;
 pub mod lock;
 pub mod resolve;
+pub mod stamp;
 pub mod store;
 pub mod tree;
 

@@ -105,7 +105,7 @@ pub fn prepare(store: &EnvStore, env: &EnvRef) -> Result<Ready, ResolveError> {
     let checked = if store.stamp_matches(&env.hash).map_err(store_err)? {
         Checked::Stamp
     } else {
-        store.verify(&env.hash).map_err(store_err)?;
+        store.verify_and_restamp(&env.hash).map_err(store_err)?;
         Checked::Rehashed
     };
     for base in &record.base {
@@ -191,6 +191,11 @@ mod tests {
         assert_eq!(
             prepare(&store, &rec.env_ref()).unwrap().checked,
             Checked::Rehashed
+        );
+        // Sound: stamped again, so the next use is cheap again.
+        assert_eq!(
+            prepare(&store, &rec.env_ref()).unwrap().checked,
+            Checked::Stamp
         );
         // A changed byte is refused before any use.
         crate::fsx::chmod(&file, 0o644).unwrap();

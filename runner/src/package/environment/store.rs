@@ -6,7 +6,7 @@
 //! trees/<hash>/tree/…          the sealed tree: files 0444 (0555 when
 //!                              executable), folders 0555, symlinks as made
 //! trees/<hash>/manifest.json   every entry, with each file's SHA-256
-//! trees/<hash>/stamp.json      a cheap fingerprint of the sealed tree
+//! trees/<hash>/stamp.bin       the per-use fingerprint of the sealed tree
 //! records/<id>/<hash>.json     the record of {id, hash}
 //! leases/<hash>.lock           shared flock while in use or being published
 //! tmp/<random>/ + .lock        publishes in progress
@@ -36,6 +36,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::ErrorKind;
 use crate::fsx;
+use crate::package::environment::stamp;
 use crate::package::environment::tree::{self, Entry, EntryKind, TreeError, TreeHasher};
 use crate::package::environment::{Base, EnvRef, LockRef, Record};
 use crate::package::format;
@@ -97,6 +98,8 @@ pub enum EnvError {
     TooLarge { limit: u64 },
     #[error("{path} holds no file; an environment needs at least one")]
     Empty { path: PathBuf },
+    #[error("{path} has {links} hard links; an environment's files must have one each, so that no file outside the tree can be published through it: copy the tree (cp -r, or uv's --link-mode=copy) and add the copy")]
+    HardLinked { path: PathBuf, links: u64 },
     #[error("{path} changed while it was copied; publish a tree nothing is writing to")]
     Changed { path: PathBuf },
     #[error("environment id {id:?} is not admissible: ids match ^[a-z0-9]+(-[a-z0-9]+)*$")]
@@ -304,10 +307,11 @@ impl EnvStore {
             false
         } else {
             seal(&staged, &entries)?;
-            let stamp = stamp(&staged)?;
+            let stamp = take_stamp(&staged, entries.iter().map(|e| e.path.as_str()))?;
             write_json(&private.path.join("manifest.json"), &manifest)?;
-            write_json(&private.path.join("stamp.json"), &stamp)?;
-            for name in ["manifest.json", "stamp.json"] {
+            let stamp_path = private.path.join(stamp::FILE);
+            fs::write(&stamp_path, stamp).map_err(io_err(&stamp_path))?;
+            for name in ["manifest.json", stamp::FILE] {
                 let p = private.path.join(name);
                 fsx::chmod(&p, 0o444).map_err(io_err(&p))?;
             }
@@ -457,15 +461,68 @@ impl EnvStore {
         Ok(got)
     }
 
-    /// A cheap check of a stored tree: every entry's inode, mode, size and
-    /// change time as sealed. Any write, `chmod`, added or removed entry
-    /// changes it; it proves nothing against someone who can set the
-    /// clock, which only [`verify`](Self::verify) does.
+    /// The per-use check of a stored tree ([`stamp`]): the device, inode,
+    /// mode, owner, size and change time of its root, every folder and
+    /// every entry, as sealed. Any write, truncation, `chmod`, added,
+    /// removed or replaced entry changes it, without reading a byte or a
+    /// listing; it proves nothing against someone who can set the clock,
+    /// which only [`verify`](Self::verify) does.
     pub fn stamp_matches(&self, hash: &str) -> Result<bool, EnvError> {
-        let path = self.tree_dir(hash).join("stamp.json");
+        let path = self.tree_dir(hash).join(stamp::FILE);
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            // A tree sealed before this stamp existed: re-hashed, then stamped.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        let tree = self.tree_path(hash);
+        let Ok(root) = fsx::open_dir_nofollow(&tree) else {
+            return Ok(false);
+        };
+        Ok(stamp::holds(&root, &bytes))
+    }
+
+    /// [`verify`](Self::verify), and when the tree is sound, a new stamp
+    /// for it, taken before its bytes were re-hashed (so a change made
+    /// meanwhile shows at the next use): a tree whose stamp no longer
+    /// matched but whose bytes did (a `chmod` set back, a tree sealed by
+    /// an older runner) is cheap to check again. Failing to write the
+    /// stamp is not an error: the next use re-hashes.
+    pub fn verify_and_restamp(&self, hash: &str) -> Result<Manifest, EnvError> {
+        let fresh = self.read_manifest(hash).ok().and_then(|m| {
+            let paths: Vec<&str> = m.entries.iter().map(|e| e.path.as_str()).collect();
+            take_stamp(&self.tree_path(hash), paths.into_iter()).ok()
+        });
+        let manifest = self.verify(hash)?;
+        if let Some(stamp) = fresh {
+            if let Err(e) = self.save_stamp(hash, &stamp) {
+                tracing::debug!(%hash, error = %e, "could not record the environment's new stamp");
+            }
+        }
+        Ok(manifest)
+    }
+
+    fn read_manifest(&self, hash: &str) -> Result<Manifest, EnvError> {
+        let path = self.tree_dir(hash).join("manifest.json");
         let text = fs::read(&path).map_err(io_err(&path))?;
-        let want: Stamp = serde_json::from_slice(&text).map_err(|e| corrupt(&path, e))?;
-        Ok(stamp(&self.tree_path(hash)).ok() == Some(want))
+        serde_json::from_slice(&text).map_err(|e| corrupt(&path, e))
+    }
+
+    /// Replaces `trees/<hash>/stamp.bin` (the folder is 0555: opened for
+    /// the write, sealed again after).
+    fn save_stamp(&self, hash: &str, stamp: &[u8]) -> io::Result<()> {
+        let dir = self.tree_dir(hash);
+        let path = dir.join(stamp::FILE);
+        let tmp = dir.join(format!(".{}.{}", stamp::FILE, fsx::random_hex()));
+        fsx::chmod(&dir, 0o755)?;
+        let written = fs::write(&tmp, stamp)
+            .and_then(|()| fsx::chmod(&tmp, 0o444))
+            .and_then(|()| fs::rename(&tmp, &path));
+        if written.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        let sealed = fsx::chmod(&dir, 0o555);
+        written.and(sealed)
     }
 
     /// Takes a shared lease on a held tree.
@@ -700,6 +757,14 @@ fn walk(
             walk(&path, &rel, limits, bytes, folders, out)?;
             continue;
         } else if ty.is_file() {
+            // A second name elsewhere could be a file the publisher may
+            // not read but the runner may (a root runner's `env add`).
+            if meta.nlink() > 1 {
+                return Err(EnvError::HardLinked {
+                    path,
+                    links: meta.nlink(),
+                });
+            }
             let size = meta.len();
             if size > limits.max_file_bytes {
                 return Err(EnvError::FileTooLarge {
@@ -780,6 +845,13 @@ fn hash_entries(src: &Path, entries: &[Entry], dest: Option<&Path>) -> Result<Ma
                 let meta = file.metadata().map_err(read_err)?;
                 if !meta.is_file() || meta.len() != *size {
                     return Err(EnvError::Changed { path });
+                }
+                // Linked since it was listed: the same refusal.
+                if meta.nlink() > 1 {
+                    return Err(EnvError::HardLinked {
+                        path,
+                        links: meta.nlink(),
+                    });
                 }
                 let mut copy = match &target {
                     Some(t) => Some(
@@ -982,59 +1054,14 @@ fn describe(kind: &str) -> &'static str {
     }
 }
 
-/// A fingerprint of a sealed tree's metadata.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Stamp {
-    entries: u64,
-    sha256: String,
-}
-
-fn stamp(root: &Path) -> Result<Stamp, EnvError> {
-    let mut sha = Sha256::new();
-    let mut entries = 0u64;
-    let mut stack = vec![(root.to_owned(), String::new())];
-    let mut lines = Vec::new();
-    while let Some((dir, rel)) = stack.pop() {
-        let meta = fs::symlink_metadata(&dir).map_err(io_err(&dir))?;
-        lines.push(stamp_line(&rel, &meta));
-        for entry in fs::read_dir(&dir).map_err(io_err(&dir))? {
-            let entry = entry.map_err(io_err(&dir))?;
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let child = if rel.is_empty() {
-                name
-            } else {
-                format!("{rel}/{name}")
-            };
-            let meta = entry.metadata().map_err(io_err(&dir))?;
-            if meta.is_dir() {
-                stack.push((entry.path(), child));
-            } else {
-                lines.push(stamp_line(&child, &meta));
-            }
-        }
-    }
-    lines.sort();
-    for line in lines {
-        entries += 1;
-        sha.update(line.as_bytes());
-    }
-    Ok(Stamp {
-        entries,
-        sha256: crate::text::to_hex(&sha.finalize()),
-    })
-}
-
-fn stamp_line(rel: &str, m: &fs::Metadata) -> String {
-    format!(
-        "{}\0{}\0{:o}\0{}\0{}.{}\n",
-        rel,
-        m.ino(),
-        m.mode(),
-        m.size(),
-        m.ctime(),
-        m.ctime_nsec()
-    )
+/// The stamp of the sealed tree at `tree` over its root, every folder the
+/// entries imply and every entry.
+fn take_stamp<'a>(tree: &Path, paths: impl Iterator<Item = &'a str>) -> Result<Vec<u8>, EnvError> {
+    let paths: Vec<&str> = paths.collect();
+    let mut all = folders_of(paths.iter().copied());
+    all.extend(paths.iter().map(|p| (*p).to_owned()));
+    let root = fsx::open_dir_nofollow(tree).map_err(io_err(tree))?;
+    stamp::take(&root, all.iter().map(String::as_str)).map_err(io_err(tree))
 }
 
 #[cfg(test)]

@@ -124,6 +124,22 @@ fn bad_trees_are_refused_and_leave_nothing() {
             "is a socket",
         ),
         (
+            "hard link to a file outside the tree",
+            &|d| {
+                let outside = d.parent().unwrap().join("secret");
+                fs::write(&outside, "secret\n").unwrap();
+                fs::hard_link(&outside, d.join("python/secret")).unwrap();
+            },
+            "has 2 hard links",
+        ),
+        (
+            "two names for one file inside the tree",
+            &|d| {
+                fs::hard_link(d.join("python/pkg/__init__.py"), d.join("python/again.py")).unwrap()
+            },
+            "has 2 hard links",
+        ),
+        (
             "backslash name",
             &|d| fs::write(d.join("a\\b"), "").unwrap(),
             "backslash",
