@@ -32,6 +32,7 @@ pub mod config;
 pub mod descriptors;
 pub mod events;
 pub mod metrics;
+pub mod outputs;
 pub mod registry;
 pub mod routes;
 pub mod selfcheck;

@@ -871,6 +871,37 @@ impl<'a> Keeper<'a> {
     }
 }
 
+/// Checks `--output-dir` before the job runs: the job names outputs, and
+/// the folder is missing or an empty folder (not a symlink).
+pub fn check_output_dir(dest: &Path, outputs: &[Glob]) -> Result<(), WriteOutputsError> {
+    if outputs.is_empty() {
+        return Err(WriteOutputsError::NoOutputs);
+    }
+    match crate::fsx::open_dir_nofollow(dest) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(WriteOutputsError::Open {
+            path: dest.to_owned(),
+            source,
+        }),
+        Ok(root) => {
+            let bounds = beneath::Bounds {
+                entries: 1,
+                depth: 0,
+            };
+            match beneath::list(&root, "", bounds) {
+                Ok(l) if l.entries.is_empty() => Ok(()),
+                Ok(_) => Err(WriteOutputsError::NotEmpty {
+                    path: dest.to_owned(),
+                }),
+                Err(e) => Err(WriteOutputsError::Open {
+                    path: dest.to_owned(),
+                    source: io::Error::other(e.to_string()),
+                }),
+            }
+        }
+    }
+}
+
 /// Writes every kept output of `store` below the folder `dest` (made if
 /// missing, refused when it holds anything: nothing is overwritten),
 /// at its path, never following a link. Returns the number written.
@@ -924,6 +955,8 @@ pub fn write_outputs(store: &OutputStore, dest: &Path) -> Result<usize, WriteOut
 /// Why `--output-dir` could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteOutputsError {
+    #[error("--output-dir is given but the job names no outputs; list the files to collect in the job's outputs (e.g. [\"out/*\"])")]
+    NoOutputs,
     #[error("cannot use the output folder {}: {source}", path.display())]
     Open { path: PathBuf, source: io::Error },
     #[error("the output folder {} is not empty; name a new or empty folder, so nothing in it is overwritten", path.display())]
