@@ -10,8 +10,8 @@ mod lifecycle; // start, stop, crash and restart; bad settings; a private socket
 mod logged; // a job rejected at launch and a refused request are each logged once with their sentence
 mod memory; // memory and retention stay bounded whatever a job or client does
 mod metrics;
-mod outputs; // files in and kept outputs out through the daemon alone: served as bytes, removed with their record, bounded // Prometheus metrics, JSON logs, and job text that cannot forge log lines
 mod openapi; // docs/openapi.json matches the router and every real response
+mod outputs; // files in and kept outputs out through the daemon alone: served as bytes, removed with their record, bounded // Prometheus metrics, JSON logs, and job text that cannot forge log lines
 mod overload; // a full or crowded daemon answers every client: 429 read by http.client, idle sockets evicted
 mod packages; // published bundles run by binding; lying hashes are refused naming the skill
 mod pinned; // a live stream always ends with its exit and its output, whatever retention sheds meanwhile

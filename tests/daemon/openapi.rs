@@ -19,7 +19,7 @@ fn openapi_doc() -> Value {
 fn routes_in_source() -> std::collections::BTreeSet<(String, String)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../runner/src/daemon");
     let mut out = std::collections::BTreeSet::new();
-    for file in ["routes.rs", "sessions.rs"] {
+    for file in ["routes.rs", "sessions.rs", "outputs.rs"] {
         let text = std::fs::read_to_string(dir.join(file)).unwrap();
         for piece in text.split(".route(").skip(1) {
             let path = piece.split('"').nth(1).unwrap().replace("{*", "{");
@@ -296,6 +296,18 @@ fn the_openapi_document_matches_the_router_and_real_responses() {
         &d.get("/v1/executions/oa-1/events?after=1"),
     );
     conforms(&doc, "GET", events, &d.get("/v1/executions/nobody/events"));
+    let outs = "/v1/executions/{id}/outputs/{path}";
+    let script = "echo x > o.txt; ln -s o.txt l";
+    let job =
+        json!({"execution_id": "oa-3", "argv": ["sh", "-c", script], "outputs": ["o.txt", "l"]});
+    conforms(&doc, "POST", exec, &d.post(exec, &job));
+    conforms(
+        &doc,
+        "GET",
+        outs,
+        &d.get("/v1/executions/oa-3/outputs/o.txt"),
+    );
+    conforms(&doc, "GET", outs, &d.get("/v1/executions/oa-3/outputs/l"));
 
     let s = d.post(
         "/v1/sessions",

@@ -46,7 +46,10 @@ fn kept_outputs_are_served_as_bytes_and_nothing_else_is() {
     assert_eq!(sorted["content"], b64(b"a\nb\n"));
     let big_out = list.iter().find(|o| o["path"] == "out/big.bin").unwrap();
     assert_eq!(big_out["truncated"], true);
-    assert_eq!(big_out["sha256"], skill_runner::package::hash::file_hash(&big));
+    assert_eq!(
+        big_out["sha256"],
+        skill_runner::package::hash::file_hash(&big)
+    );
 
     let got = d.get("/v1/executions/files-1/outputs/out/big.bin");
     assert_eq!(got.status, 200);
@@ -66,7 +69,8 @@ fn kept_outputs_are_served_as_bytes_and_nothing_else_is() {
         assert_eq!(r.status, 404, "{path}: {:?}", text(&r.body));
         r.assert_error(404, "not_found");
     }
-    d.get("/v1/executions/nope/outputs/x").assert_error(404, "not_found");
+    d.get("/v1/executions/nope/outputs/x")
+        .assert_error(404, "not_found");
     assert_eq!(kept_folders(&w), 1);
 }
 
@@ -89,8 +93,15 @@ fn kept_outputs_are_removed_with_their_record() {
     }
     d.get("/v1/executions/first/outputs/o.txt")
         .assert_error(404, "not_found");
-    assert_eq!(d.get("/v1/executions/second/outputs/o.txt").body, b"second\n");
-    assert_eq!(kept_folders(&w), 1, "the first execution's outputs are left");
+    assert_eq!(
+        d.get("/v1/executions/second/outputs/o.txt").body,
+        b"second\n"
+    );
+    assert_eq!(
+        kept_folders(&w),
+        1,
+        "the first execution's outputs are left"
+    );
 }
 
 /// The daemon's bounds on `files` are its flags; a job over them is
@@ -114,7 +125,10 @@ fn files_over_the_daemons_bounds_are_refused_and_leave_nothing() {
         let doc = r.json();
         assert_eq!(doc["status"], "rejected", "{doc:#}");
         assert_eq!(doc["error"]["kind"], "bad_job");
-        assert!(doc["error"]["message"].as_str().unwrap().contains(want), "{doc:#}");
+        assert!(
+            doc["error"]["message"].as_str().unwrap().contains(want),
+            "{doc:#}"
+        );
     }
     assert!(w.executions_left().is_empty(), "{:?}", w.executions_left());
     assert_eq!(kept_folders(&w), 0);
