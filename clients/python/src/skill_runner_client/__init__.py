@@ -23,10 +23,10 @@ from .bundle import (
     set_identity,
     utf16_order,
 )
-from .client import Client
+from .client import Client, input_file
 from .errors import SkillRunnerError
 from .transport import NdjsonStream, Transport
-from .types import Binding, Bundle, BundleFile, BundleSkill, Document, Event, Job
+from .types import Binding, Bundle, BundleFile, BundleSkill, Document, Event, InputFile, Job, Output
 
 __all__ = [
     "Binding",
@@ -36,7 +36,9 @@ __all__ = [
     "Client",
     "Document",
     "Event",
+    "InputFile",
     "Job",
+    "Output",
     "NdjsonStream",
     "PackageError",
     "SkillRunnerError",
@@ -48,6 +50,7 @@ __all__ = [
     "bundle_skill",
     "file_hash",
     "identity_text",
+    "input_file",
     "package_hash",
     "read_package",
     "set_identity",
