@@ -396,3 +396,40 @@ fn a_hundred_thousand_small_files_are_bounded() {
     );
     assert_nothing_left(&w);
 }
+
+/// A folder with more subfolders than the runner may open descriptors is
+/// listed whole: the listing holds no descriptor per folder waiting its
+/// turn (it held one each, so 600 folders under a limit of 256 ended the
+/// listing, and in a daemon would have starved every other request).
+#[test]
+fn many_subfolders_do_not_exhaust_the_runners_descriptors() {
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let script = "mkdir d && cd d && seq 600 | xargs mkdir && echo deep > 600/x.txt";
+    let job = json!({"argv": ["/bin/sh", "-c", script], "outputs": ["d/**/*.txt"]});
+    let path = w.job("job", &job);
+    let mut cmd = runner_command();
+    cmd.env("SKILL_RUNNER_DATA_DIR", w.data_dir());
+    let program = cmd.get_program().to_owned();
+    let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
+    let mut limited = std::process::Command::new("/bin/sh");
+    limited
+        .arg("-c")
+        .arg("ulimit -Sn 256 && exec \"$@\"")
+        .arg("sh")
+        .arg(program)
+        .args(args)
+        .args(["run", "--json"])
+        .arg(&path)
+        .env("SKILL_RUNNER_DATA_DIR", w.data_dir())
+        .stdin(std::process::Stdio::null());
+    let out = limited.output().unwrap();
+    let doc: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", show(&out)));
+    assert_eq!(doc["exit_code"], 0, "{doc:#}");
+    let got = outputs(&doc);
+    assert_eq!(got["d/600/x.txt"]["content"], b64(b"deep\n"), "{doc:#}");
+    assert_nothing_left(&w);
+}

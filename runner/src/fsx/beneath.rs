@@ -331,7 +331,8 @@ impl AtomicFile {
         let parts = check(rel)?;
         let (name, folders) = parts.split_last().expect("check gives one part at least");
         let dir = walk(root, folders, Some(create), rel)?;
-        let tmp = OsString::from(format!(".{name}.{}.part", super::random_hex()));
+        // A fixed-length name: a long final name must not make it too long.
+        let tmp = OsString::from(format!(".sr-{}.part", super::random_hex()));
         let flags =
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let fd = openat(
@@ -570,10 +571,30 @@ pub struct Listing {
 pub fn list(root: &File, rel: &str, bounds: Bounds) -> Result<Listing, BeneathError> {
     let top = open_dir(root, rel)?;
     let mut listing = Listing::default();
-    // (folder handle, its path relative to the listed one, depth)
-    let mut stack: Vec<(File, String, usize)> = vec![(top, String::new(), 0)];
-    while let Some((dir, prefix, depth)) = stack.pop() {
+    // (a folder's path relative to the listed one, its depth). Folders
+    // waiting their turn are paths, not open handles: a folder with more
+    // subfolders than the process may open descriptors must not exhaust
+    // them (a daemon serving others shares its limit). Each is opened
+    // again from the top, one component at a time, when its turn comes.
+    let mut stack: Vec<(String, usize)> = vec![(String::new(), 0)];
+    while let Some((prefix, depth)) = stack.pop() {
         let shown = if prefix.is_empty() { rel } else { &prefix };
+        let dir = if prefix.is_empty() {
+            top.try_clone()
+                .map_err(|e| BeneathError::io("open", shown, e))?
+        } else {
+            let parts: Vec<&str> = prefix.split('/').collect();
+            match walk(&top, &parts, None, shown) {
+                Ok(d) => d,
+                // Swapped for something else since it was listed: not entered.
+                Err(
+                    BeneathError::Symlink { .. }
+                    | BeneathError::NotFolder { .. }
+                    | BeneathError::Missing { .. },
+                ) => continue,
+                Err(e) => return Err(e),
+            }
+        };
         let mut names = read_names(&dir, shown)?;
         names.sort();
         let mut below = Vec::new();
@@ -617,12 +638,7 @@ pub fn list(root: &File, rel: &str, bounds: Bounds) -> Result<Listing, BeneathEr
                     listing.truncated = true;
                     continue;
                 }
-                match openat(dir.as_fd(), name.as_os_str(), DIR_FLAGS, Mode::empty()) {
-                    Ok(fd) => below.push((File::from(fd), path, depth + 1)),
-                    // Swapped for something else since the stat: not entered.
-                    Err(Errno::ENOTDIR | Errno::ELOOP | Errno::ENOENT) => {}
-                    Err(e) => return Err(BeneathError::io("open", &path, e)),
-                }
+                below.push((path, depth + 1));
             }
         }
         stack.extend(below.into_iter().rev());
