@@ -433,3 +433,28 @@ fn many_subfolders_do_not_exhaust_the_runners_descriptors() {
     assert_eq!(got["d/600/x.txt"]["content"], b64(b"deep\n"), "{doc:#}");
     assert_nothing_left(&w);
 }
+
+/// `explain` shows the launch a job with files gets: its workspace is a
+/// host folder of the execution (bound from a descriptor), not a tmpfs.
+#[test]
+fn explain_shows_the_host_workspace_of_a_job_with_files() {
+    let w = World::new();
+    let job = json!({"execution_id": "ex-files", "argv": ["/bin/true"],
+                     "files": [{"path": "a", "content": b64(b"x")}]});
+    let path = w.job("job", &job);
+    let out = w.cmd().arg("explain").arg(&path).output().unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("<data-dir>/executions/ex-files.<random>/workspace,"),
+        "{shown}"
+    );
+    let plain = json!({"execution_id": "ex-plain", "argv": ["/bin/true"]});
+    let out = w
+        .cmd()
+        .arg("explain")
+        .arg(w.job("plain", &plain))
+        .output()
+        .unwrap();
+    assert!(!text(&out.stdout).contains("/workspace,"), "{}", show(&out));
+}
