@@ -458,3 +458,41 @@ fn explain_shows_the_host_workspace_of_a_job_with_files() {
         .unwrap();
     assert!(!text(&out.stdout).contains("/workspace,"), "{}", show(&out));
 }
+
+/// Files go into a named workspace too, where they stay after the run,
+/// owned by the user the command runs as (it may rewrite them).
+#[test]
+fn files_are_written_into_a_named_workspace_as_the_sandbox_user_owns_it() {
+    use std::os::unix::fs::MetadataExt;
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let ws = w.sandbox_folder("ws");
+    let owner = std::fs::metadata(&ws).unwrap().uid();
+    let job = json!({
+        "argv": ["/bin/sh", "-c", "echo more >> in/data.txt && cat in/data.txt"],
+        "workspace": ws,
+        "files": [{"path": "in/data.txt", "content": b64(b"given\n")}],
+    });
+    let (code, doc, _) = w.run_json(&job);
+    assert_eq!(code, 0, "{doc:#}");
+    assert_eq!(doc["stdout"], "given\nmore\n");
+    assert_eq!(
+        std::fs::read(ws.join("in/data.txt")).unwrap(),
+        b"given\nmore\n"
+    );
+    for p in ["in", "in/data.txt"] {
+        assert_eq!(std::fs::metadata(ws.join(p)).unwrap().uid(), owner, "{p}");
+    }
+    assert_eq!(
+        tree(&ws),
+        vec![
+            ".sciencediscovery",
+            ".sciencediscovery/skill-extensions",
+            "in",
+            "in/data.txt"
+        ]
+    );
+    assert_nothing_left(&w);
+}
