@@ -129,6 +129,24 @@ fn a_job_file_alone_carries_its_inputs_and_gets_its_outputs_back() {
         "the job ran: {}",
         show(&again)
     );
+
+    // A folder whose parent is missing, or a symlink: refused before the job runs.
+    std::os::unix::fs::symlink(w.path(), w.path().join("link")).unwrap();
+    for bad in [w.path().join("no/such/dir"), w.path().join("link")] {
+        let out = w
+            .cmd()
+            .args(["run", "--output-dir"])
+            .arg(&bad)
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{}", show(&out));
+        assert!(
+            !text(&out.stdout).contains("ran"),
+            "the job ran: {}",
+            show(&out)
+        );
+    }
 }
 
 #[test]

@@ -963,7 +963,20 @@ pub fn check_output_dir(dest: &Path, outputs: &[Glob]) -> Result<(), WriteOutput
         return Err(WriteOutputsError::NoOutputs);
     }
     match crate::fsx::open_dir_nofollow(dest) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        // Made after the run: its parent must be there now.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let parent = match dest.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            match parent.is_dir() {
+                true => Ok(()),
+                false => Err(WriteOutputsError::Open {
+                    path: dest.to_owned(),
+                    source: e,
+                }),
+            }
+        }
         Err(source) => Err(WriteOutputsError::Open {
             path: dest.to_owned(),
             source,
