@@ -103,6 +103,11 @@ pub struct Create {
     pub dir_mode: u32,
     /// Owner of each file and folder created (`None`: the caller's).
     pub owner: Option<(u32, u32)>,
+    /// Sync the bytes and the folder, so a write survives a crash once
+    /// committed. Atomicity (old file or new, never torn) holds either
+    /// way; scratch space that dies with a crash (an execution's fresh
+    /// workspace) can skip the cost (a sync per file).
+    pub durable: bool,
 }
 
 impl Default for Create {
@@ -111,6 +116,7 @@ impl Default for Create {
             mode: 0o644,
             dir_mode: 0o755,
             owner: None,
+            durable: true,
         }
     }
 }
@@ -321,6 +327,7 @@ pub struct AtomicFile {
     name: String,
     shown: String,
     file: Option<File>,
+    durable: bool,
 }
 
 impl AtomicFile {
@@ -348,6 +355,7 @@ impl AtomicFile {
             name: (*name).to_owned(),
             shown: rel.to_owned(),
             file: Some(File::from(fd)),
+            durable: create.durable,
         };
         let file = atomic.file.as_ref().expect("just set");
         set_owner_mode(file, create.owner, create.mode, rel)?;
@@ -363,7 +371,9 @@ impl AtomicFile {
     /// there (a symlink as a name; a folder there is refused by the kernel).
     pub fn commit(mut self) -> Result<(), BeneathError> {
         let file = self.file.take().expect("open until committed");
-        fsync(&file).map_err(|e| BeneathError::io("sync", &self.shown, e))?;
+        if self.durable {
+            fsync(&file).map_err(|e| BeneathError::io("sync", &self.shown, e))?;
+        }
         drop(file);
         renameat(
             self.dir.as_fd(),
@@ -381,7 +391,9 @@ impl AtomicFile {
         self.tmp.clear();
         // The rename is durable once the folder is; a failed sync of the
         // folder does not undo it.
-        let _ = fsync(&self.dir);
+        if self.durable {
+            let _ = fsync(&self.dir);
+        }
         Ok(())
     }
 }
