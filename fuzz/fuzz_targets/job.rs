@@ -3,7 +3,8 @@
 //! folder), down to the bubblewrap argv it becomes.
 //!
 //! Invariants: no panic; a refusal is one line; an accepted job holds only
-//! what validation promises; the raw document survives serialize → parse
+//! what validation promises (files and output patterns below the
+//! workspace); the raw document survives serialize → parse
 //! unchanged and validates to the same job; the argv rewrite and the
 //! bubblewrap argv are built without panic and end with the command.
 #![no_main]
@@ -65,6 +66,22 @@ fn check(job: &Job) {
     for p in [&job.workspace, &job.extensions_dir].into_iter().flatten() {
         assert!(p.is_absolute(), "{}", p.display());
     }
+    // Files and output patterns stay below the workspace, each path once.
+    let below = |p: &str| {
+        !p.is_empty()
+            && !p.starts_with('/')
+            && !p.contains(['\\', '\0'])
+            && p.split('/').all(|s| !matches!(s, "" | "." | ".."))
+    };
+    for (i, f) in job.files.iter().enumerate() {
+        assert!(below(&f.path), "{:?}", f.path);
+        assert!(f.mode <= 0o777, "{:o}", f.mode);
+        assert!(job.files[..i].iter().all(|o| o.path != f.path));
+    }
+    assert!(job.outputs.len() <= skill_runner::exec::files::MAX_PATTERNS);
+    for g in &job.outputs {
+        assert!(below(g.as_str()), "{:?}", g.as_str());
+    }
 }
 
 /// parse → serialize → parse gives the same raw document, and it
@@ -83,6 +100,8 @@ fn round_trip(data: &[u8], base: Option<&Path>, job: &Job) {
     assert_eq!(other.limits, job.limits);
     assert_eq!(other.workspace, job.workspace);
     assert_eq!(other.extensions_dir, job.extensions_dir);
+    assert_eq!(other.files, job.files);
+    assert_eq!(other.outputs, job.outputs);
     if !job.generated_id {
         assert_eq!(other.execution_id, job.execution_id);
     }

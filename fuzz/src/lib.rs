@@ -215,6 +215,7 @@ impl Fixture {
             reuse_cgroups: false,
             strict_limits: false,
             network: Default::default(),
+            files: Default::default(),
         })
         .expect("open the runner");
         // The fuzz harness never launches a sandbox.

@@ -50,6 +50,10 @@ pub enum Command {
         /// pids limit would be held per process by an rlimit, not by a cgroup.
         #[arg(long, env = "SKILL_RUNNER_STRICT_LIMITS")]
         strict_limits: bool,
+        /// Write the job's collected `outputs` into this folder, at their
+        /// paths; it must not exist or be empty (nothing is overwritten).
+        #[arg(long, value_name = "DIR")]
+        output_dir: Option<PathBuf>,
     },
     /// Print what a job would run, without running it.
     Explain {

@@ -90,10 +90,12 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
             keep,
             confine,
             strict_limits,
+            output_dir,
         } => run(
             &job,
             json,
             confine.as_deref(),
+            output_dir.as_deref(),
             config_strict(data_dir, keep, strict_limits),
         ),
         Command::Explain {
@@ -217,12 +219,19 @@ fn run(
     job_path: &Path,
     json: bool,
     confine: Option<&Path>,
+    output_dir: Option<&Path>,
     cfg: RunnerConfig,
 ) -> anyhow::Result<i32> {
     let mut job = match admit(job_path, confine) {
         Ok(j) => j,
         Err(e) => return Ok(report_rejected("", e, json)),
     };
+    if let Some(dir) = output_dir {
+        if let Err(e) = exec::files::check_output_dir(dir, &job.outputs) {
+            let info = ErrorInfo::new(ErrorKind::BadJob, e.to_string());
+            return Ok(report_rejected(&job.execution_id, info, json));
+        }
+    }
     let runner = match Runner::new(cfg) {
         Ok(r) => r,
         Err(m) => {
@@ -257,6 +266,13 @@ fn run(
             },
         )
     };
+    let store = result.outputs.as_ref().and_then(|c| c.store.clone());
+    if let (Some(dir), Some(store)) = (output_dir, &store) {
+        if let Err(e) = exec::files::write_outputs(store, dir) {
+            eprintln!("skill-runner: {e}");
+            return Ok(exec::result::EXIT_RUNNER);
+        }
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&result)?);
     } else {

@@ -13,6 +13,7 @@ mod memory; // memory and retention stay bounded whatever a job or client does
 mod metrics; // Prometheus metrics, JSON logs, and job text that cannot forge log lines
 mod notify; // systemd hears READY=1 once it listens, WATCHDOG=1 pings, STOPPING=1 at a drain
 mod openapi; // docs/openapi.json matches the router and every real response
+mod outputs; // files in and kept outputs out through the daemon alone: served as bytes, removed with their record, bounded
 mod overload; // a full or crowded daemon answers every client: 429 read by http.client, idle sockets evicted
 mod packages; // published bundles run by binding; lying hashes are refused naming the skill
 mod pinned; // a live stream always ends with its exit and its output, whatever retention sheds meanwhile

@@ -24,6 +24,7 @@ fn routes_in_source() -> std::collections::BTreeSet<(String, String)> {
         "sessions.rs",
         "session_files.rs",
         "environments.rs",
+        "outputs.rs",
     ] {
         let text = std::fs::read_to_string(dir.join(file)).unwrap();
         for piece in text.split(".route(").skip(1) {
@@ -301,6 +302,18 @@ fn the_openapi_document_matches_the_router_and_real_responses() {
         &d.get("/v1/executions/oa-1/events?after=1"),
     );
     conforms(&doc, "GET", events, &d.get("/v1/executions/nobody/events"));
+    let outs = "/v1/executions/{id}/outputs/{path}";
+    let script = "echo x > o.txt; ln -s o.txt l";
+    let job =
+        json!({"execution_id": "oa-3", "argv": ["sh", "-c", script], "outputs": ["o.txt", "l"]});
+    conforms(&doc, "POST", exec, &d.post(exec, &job));
+    conforms(
+        &doc,
+        "GET",
+        outs,
+        &d.get("/v1/executions/oa-3/outputs/o.txt"),
+    );
+    conforms(&doc, "GET", outs, &d.get("/v1/executions/oa-3/outputs/l"));
 
     let s = d.post(
         "/v1/sessions",

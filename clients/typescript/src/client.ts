@@ -9,7 +9,12 @@ import { bundleBytes, bundleFolder } from "./bundle.js";
 import { type Provenance, environmentUpload } from "./environment.js";
 import { SkillRunnerError } from "./errors.js";
 import { type Answer, type EventStream, Transport, type TransportOptions, errorOf } from "./transport.js";
-import type { Binding, Bundle, Job, JsonObject, Progress, Result } from "./types.js";
+import { createHash } from "node:crypto";
+import { createWriteStream } from "node:fs";
+import { mkdir, realpath, rm } from "node:fs/promises";
+import * as nodePath from "node:path";
+
+import type { Binding, Bundle, InputFile, Job, JsonObject, Output, Progress, Result } from "./types.js";
 
 type Body = object | Buffer;
 
@@ -36,6 +41,17 @@ function query(params: Query): string {
   for (const [k, v] of Object.entries(params)) if (v !== undefined) q.set(k, String(v));
   const text = q.toString();
   return text === "" ? "" : `?${text}`;
+}
+
+/** One entry of a job's `files`: `data` base64-encoded, `mode` (e.g. `0o755`) as octal text. */
+export function inputFile(path: string, data: Buffer | string, mode?: number): InputFile {
+  const entry: InputFile = { path, content: Buffer.from(data).toString("base64") };
+  if (mode !== undefined) entry.mode = mode.toString(8).padStart(4, "0");
+  return entry;
+}
+
+function outputPath(executionId: string, path: string): string {
+  return `/v1/executions/${seg(executionId)}/outputs/${path.split("/").map(encodeURIComponent).join("/")}`;
 }
 
 /** A session skill: a catalog name or a published binding. */
@@ -215,6 +231,61 @@ export class Client {
   /** `GET /v1/executions`: `{executions, next_cursor}`, newest admitted first. */
   executions(options: { status?: string; limit?: number; cursor?: string } = {}): Promise<JsonObject> {
     return this.json("GET", `/v1/executions${query(options)}`);
+  }
+
+  /** `GET /v1/executions/{id}/outputs/{path}`: the bytes of a kept output, whole. */
+  async output(executionId: string, path: string): Promise<Buffer> {
+    return (await this.call("GET", outputPath(executionId, path))).body;
+  }
+
+  /**
+   * Streams a kept output into the new file `dest` (never overwritten),
+   * checking its SHA-256 against the daemon's `ETag`; a mismatch removes the
+   * file and rejects.
+   */
+  async saveOutput(executionId: string, path: string, dest: string): Promise<Output> {
+    const res = await this.transport.open(outputPath(executionId, path));
+    const expected = String(res.headers.etag ?? "").replace(/"/g, "");
+    const digest = createHash("sha256");
+    let size = 0;
+    const file = createWriteStream(dest, { flags: "wx" });
+    try {
+      for await (const chunk of res) {
+        const b = chunk as Buffer;
+        digest.update(b);
+        size += b.length;
+        if (!file.write(b)) await new Promise<void>((r) => file.once("drain", () => r()));
+      }
+    } finally {
+      await new Promise<void>((resolve, reject) => file.end((e?: Error | null) => (e ? reject(e) : resolve())));
+    }
+    const sha256 = digest.digest("hex");
+    if (expected !== "" && sha256 !== expected) {
+      await rm(dest, { force: true });
+      throw new Error(`output ${JSON.stringify(path)} of ${JSON.stringify(executionId)}: the bytes received do not match their SHA-256 ${expected}`);
+    }
+    return { path, size, sha256 };
+  }
+
+  /**
+   * Writes every kept output of `result` below `folder` (made if missing) at
+   * its path; a path that would leave `folder` is refused.
+   */
+  async saveOutputs(result: Result, folder: string): Promise<Output[]> {
+    await mkdir(folder, { recursive: true });
+    const root = await realpath(folder);
+    const saved: Output[] = [];
+    for (const out of result.outputs ?? []) {
+      if (out.sha256 === undefined) continue;
+      const parts = out.path.split("/");
+      if (out.path.startsWith("/") || parts.some((p) => p === "" || p === "." || p === "..")) {
+        throw new Error(`output path ${JSON.stringify(out.path)} would leave ${JSON.stringify(folder)}`);
+      }
+      const dest = nodePath.join(root, ...parts);
+      await mkdir(nodePath.dirname(dest), { recursive: true });
+      saved.push(await this.saveOutput(result.execution_id, out.path, dest));
+    }
+    return saved;
   }
 
   /** `DELETE /v1/executions/{id}`: `{status: "cancelling"}`; 409 `not_running` once finished. */

@@ -4,7 +4,7 @@
  * the route it maps to.
  */
 export * from "./bundle.js";
-export { Client, type SessionSkill } from "./client.js";
+export { Client, type SessionSkill, inputFile } from "./client.js";
 export * from "./environment.js";
 export { SkillRunnerError } from "./errors.js";
 export { EventStream, Transport, type TransportOptions } from "./transport.js";

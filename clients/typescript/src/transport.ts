@@ -95,6 +95,20 @@ export class Transport {
   }
 
   /**
+   * Sends one GET whose 200 answer is read by the caller as a stream of
+   * bytes; rejects with `SkillRunnerError` on any other status (read whole).
+   */
+  async open(path: string, timeoutMs?: number): Promise<http.IncomingMessage> {
+    const { res } = await this.send("GET", path, undefined, { Accept: "application/octet-stream" }, timeoutMs);
+    if (res.statusCode !== 200) {
+      const chunks: Buffer[] = [];
+      for await (const chunk of res) chunks.push(chunk as Buffer);
+      throw errorOf({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) });
+    }
+    return res;
+  }
+
+  /**
    * Sends one request whose 200 answer is NDJSON; rejects with
    * `SkillRunnerError` on any other (read whole).
    */

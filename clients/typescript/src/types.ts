@@ -52,10 +52,36 @@ export interface Job {
     "timeout_ms" | "output_bytes" | "memory_bytes" | "pids" | "cpu_ms" | "file_size_bytes" | "tmp_bytes" | "disk_bytes",
     number
   >>;
+  /** Files written into the workspace before the command starts (docs/files.md); see `inputFile`. */
+  files?: InputFile[];
+  /** Relative patterns of workspace files collected when the command ends. */
+  outputs?: string[];
 }
 
+/** One entry of a job's `files`: `content` in base64, `mode` octal text such as `"0755"`. */
+export interface InputFile {
+  path: string;
+  content: string;
+  mode?: string;
+}
+
+/**
+ * One entry of a result's `outputs` (docs/files.md): `sha256` present means
+ * the file was kept (download it with `Client.output` or `saveOutput`);
+ * `content` holds its bytes in base64 when small; `truncated` says they are
+ * not in the result; `error` says why it was not kept.
+ */
+export type Output = {
+  path: string;
+  size: number;
+  sha256?: string;
+  content?: string;
+  truncated?: boolean;
+  error?: string;
+};
+
 /** The result document of an execution (the keys most read; every key is kept). */
-export interface Result extends JsonObject {
+export interface Result extends Record<string, Json | undefined> {
   execution_id: string;
   status: "exited" | "signaled" | "timed_out" | "limit_exceeded" | "cancelled" | "failed" | "rejected";
   exit_code: number | null;
@@ -63,6 +89,10 @@ export interface Result extends JsonObject {
   stdout: string;
   stderr: string;
   error: { kind: string; message: string } | null;
+  /** Present when the job named `outputs`. */
+  outputs?: Output[];
+  /** Said when a bound stopped the listing of outputs. */
+  outputs_note?: string;
 }
 
 /** `{execution_id, status}` of an execution that has not finished. */

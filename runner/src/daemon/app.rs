@@ -106,6 +106,8 @@ pub enum ApiError {
     AfterTheEnd { id: String, after: u64, last: u64 },
     #[error("execution {0:?} has already finished; GET /v1/executions/{0} for its result")]
     NotRunning(String),
+    #[error("execution {0:?} has not finished: its outputs are collected when its command ends; GET /v1/executions/{0}?wait=30s first")]
+    OutputsPending(String),
     #[error("no route {method} {path}; see docs/daemon.md for the routes")]
     NoRoute { method: String, path: String },
     #[error("method {method} is not allowed on {path}; see docs/daemon.md for the routes")]
@@ -156,6 +158,7 @@ impl ApiError {
                 K::NotFound
             }
             ApiError::NotRunning(_) => K::NotRunning,
+            ApiError::OutputsPending(_) => K::Conflict,
             ApiError::Dropped { .. } => K::ResultDropped,
             ApiError::Method { .. } => K::MethodNotAllowed,
             ApiError::MediaType(_) | ApiError::FileMediaType(_) => K::UnsupportedMediaType,

@@ -307,6 +307,15 @@ settings! {
         file: "max_output_file_bytes",
         default: crate::exec::files::FileBounds::default().output_file_bytes,
     }
+    max_kept_outputs_bytes: Option<u64> {
+        /// Bytes of kept output files of all retained executions together, on
+        /// disk in the data dir; past it, outputs are listed `truncated`
+        /// [default: 4GiB].
+        flag: "max-kept-outputs-bytes" <"SIZE"> [value_parser = parse_size],
+        env: "SKILL_RUNNER_MAX_KEPT_OUTPUTS_BYTES",
+        file: "max_kept_outputs_bytes",
+        default: crate::exec::files::FileBounds::default().kept_bytes,
+    }
     max_outputs_bytes: Option<u64> {
         /// Bytes of output files kept per execution, on disk in the data dir
         /// while its result is retained [default: 1GiB].
@@ -975,6 +984,7 @@ impl Config {
                 output_files: s.max_outputs()?,
                 output_file_bytes: s.max_output_file_bytes()?,
                 output_bytes: s.max_outputs_bytes()?,
+                kept_bytes: s.max_kept_outputs_bytes()?,
                 ..crate::exec::files::FileBounds::default()
             },
         };

@@ -39,6 +39,7 @@ pub mod environments;
 pub mod events;
 pub mod metrics;
 pub mod notify;
+pub mod outputs;
 pub mod registry;
 pub mod routes;
 pub mod selfcheck;

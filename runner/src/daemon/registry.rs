@@ -131,6 +131,9 @@ pub struct Done {
     pub result: Option<Encoded>,
     pub log: Arc<EventLog>,
     pub digest: String,
+    /// The kept outputs, for as long as the record lives (also when its
+    /// result was dropped).
+    pub outputs: Option<Arc<crate::exec::files::OutputStore>>,
     pub status: Status,
     pub exit_code: Option<i32>,
     finished_at: String,
@@ -152,6 +155,7 @@ impl Done {
             result: small.cloned(),
             log: self.log.clone(),
             digest: self.digest.clone(),
+            outputs: self.outputs.clone(),
             status: self.status,
             exit_code: self.exit_code,
             finished_at: self.finished_at.clone(),
@@ -599,6 +603,7 @@ impl Ticket {
                 result: Some(result.clone()),
                 log: self.live.log.clone(),
                 digest: self.live.digest.clone(),
+                outputs: result.result.outputs.as_ref().and_then(|c| c.store.clone()),
                 status: result.result.status,
                 exit_code: result.result.exit_code,
                 finished_at: result.result.finished_at.clone(),

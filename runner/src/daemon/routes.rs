@@ -14,6 +14,7 @@
 //! | `GET /v1/executions/{id}` | a retained result (200), or 202 while queued or running; `?wait=` long-polls |
 //! | `GET /v1/executions/{id}/events` | re-attach: the NDJSON events from the start or `?after=` |
 //! | `DELETE /v1/executions/{id}` | cancel a queued or running execution |
+//! | `GET /v1/executions/{id}/outputs/{path}` | a kept output file's bytes ([`super::outputs`]) |
 //! | `GET /metrics` | Prometheus text |
 //! | `/v1/sessions…` | the skill host, docs/skill-host.md ([`super::sessions`]) |
 //! | `/v1/sessions/{id}/files…` | a managed session workspace's files, docs/workspaces.md ([`super::session_files`]) |
@@ -87,6 +88,7 @@ pub fn router(app: App) -> Router {
         .merge(super::sessions::routes())
         .merge(super::session_files::routes())
         .merge(super::environments::routes())
+        .merge(super::outputs::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(bad_method)
         .layer(middleware::from_fn_with_state(app.clone(), guard))

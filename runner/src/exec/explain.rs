@@ -201,7 +201,17 @@ fn shown_folders(job: &Job, data_dir: &Path, mounts: &[profile::Mount]) -> Folde
         let pins: Vec<_> = job.skills.iter().map(|s| s.binding.clone()).collect();
         crate::package::hash::set_identity(&pins)
     };
-    let extensions = match (&job.extensions_dir, &job.workspace) {
+    // Paths in the data dir are shown below `<data-dir>`.
+    let shown = DataDir::unchecked(Path::new("<data-dir>"));
+    let exec = shown
+        .executions()
+        .join(format!("{}.<random>", job.execution_id));
+    // Files in or out put a fresh workspace on the host (exec::files).
+    let workspace = job.workspace.clone().or_else(|| {
+        crate::exec::files::needs_host_workspace(&job.files, &job.outputs)
+            .then(|| exec.join("workspace"))
+    });
+    let extensions = match (&job.extensions_dir, &workspace) {
         (Some(e), _) => Some(e.clone()),
         (None, Some(w)) => Some(w.join(DEFAULT_EXTENSIONS)),
         (None, None) => None,
@@ -209,18 +219,13 @@ fn shown_folders(job: &Job, data_dir: &Path, mounts: &[profile::Mount]) -> Folde
     // The prepared /etc the host's files give now (the first execution
     // makes it; see crate::sandbox::etcview).
     let views = DataDir::unchecked(data_dir).system_views();
-    // Paths in the data dir are shown below `<data-dir>`.
-    let shown = DataDir::unchecked(Path::new("<data-dir>"));
     let etc = crate::sandbox::etcview::pieces(mounts)
         .and_then(|pieces| crate::sandbox::etcview::expected(&views, &pieces, &etc_extra()).ok());
     Folders {
         skills: shown.published().join(identity).join("skills"),
-        workspace: job.workspace.clone(),
+        workspace,
         extensions,
-        net: job.network.allowlist().map(|_| {
-            let exec = format!("{}.<random>", job.execution_id);
-            shown.executions().join(exec).join("net")
-        }),
+        net: job.network.allowlist().map(|_| exec.join("net")),
         etc: etc.map(|rel| shown.system_views().join(rel)),
         environment: job.environment.as_ref().map(|env| {
             // The record tells the path variables; the tree is checked

@@ -31,6 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use base64::Engine;
@@ -101,6 +102,10 @@ pub struct FileBounds {
     pub inline_bytes: u64,
     /// Workspace entries looked at to match the patterns.
     pub scan_entries: usize,
+    /// Bytes of kept outputs the runner holds at once, all executions
+    /// together: a daemon retains results for a while, and their outputs
+    /// must not fill its disk.
+    pub kept_bytes: u64,
 }
 
 impl Default for FileBounds {
@@ -115,6 +120,7 @@ impl Default for FileBounds {
             inline_file_bytes: 64 << 10,
             inline_bytes: 1 << 20,
             scan_entries: 100_000,
+            kept_bytes: 4 << 30,
         }
     }
 }
@@ -181,12 +187,21 @@ impl FilesError {
     }
 }
 
+/// Folders an input file may be below at most (the package rule).
+pub const MAX_INPUT_DEPTH: usize = 32;
+/// The longest name of one path segment (the common file system limit).
+pub const MAX_NAME_BYTES: usize = 255;
+
 /// Checks a relative path by the package path rules, or says why not.
 fn path_rule(path: &str) -> Result<(), String> {
     crate::package::format::check_path(path).map_err(|e| match e {
         crate::package::format::PackageError::BadPath { reason, .. } => reason.to_string(),
         other => other.to_string(),
-    })
+    })?;
+    if path.split('/').any(|s| s.len() > MAX_NAME_BYTES) {
+        return Err(format!("a segment is longer than {MAX_NAME_BYTES} bytes"));
+    }
+    Ok(())
 }
 
 /// Validates the job's `files`: admissible paths, canonical base64, modes,
@@ -196,11 +211,16 @@ pub fn inputs(raw: Vec<RawFile>) -> Result<Vec<InputFile>, FilesError> {
     let mut files = Vec::with_capacity(raw.len());
     let mut seen = BTreeSet::new();
     for (index, f) in raw.into_iter().enumerate() {
-        path_rule(&f.path).map_err(|why| FilesError::Path {
-            index,
-            path: f.path.clone(),
-            why,
-        })?;
+        path_rule(&f.path)
+            .and_then(|()| match f.path.split('/').count() > MAX_INPUT_DEPTH + 1 {
+                true => Err(format!("it is below more than {MAX_INPUT_DEPTH} folders")),
+                false => Ok(()),
+            })
+            .map_err(|why| FilesError::Path {
+                index,
+                path: f.path.clone(),
+                why,
+            })?;
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(f.content.as_bytes())
             .map_err(|_| FilesError::Base64 {
@@ -467,10 +487,14 @@ pub fn write_inputs(
     for f in files {
         beneath::check_writable(&root, &f.path).map_err(failed(f))?;
     }
+    // Not synced: the command reads them at once, and a crash ends the
+    // execution with them (a sync per file was most of the cost of
+    // 100 files; docs/benchmarks.md).
     let create = Create {
         mode: 0o644,
         dir_mode: 0o755,
         owner,
+        durable: false,
     };
     let mut made: Vec<String> = Vec::new();
     let mut pending = Vec::with_capacity(files.len());
@@ -524,13 +548,50 @@ pub struct Output {
     pub error: Option<String>,
 }
 
+/// The bytes of kept outputs a runner holds at once, across executions
+/// ([`FileBounds::kept_bytes`]): taken as outputs are kept, given back
+/// when their [`OutputStore`] goes.
+#[derive(Debug)]
+pub struct KeptBudget {
+    used: AtomicU64,
+    max: u64,
+}
+
+impl KeptBudget {
+    pub fn new(max: u64) -> Arc<KeptBudget> {
+        Arc::new(KeptBudget {
+            used: AtomicU64::new(0),
+            max,
+        })
+    }
+
+    /// Bytes held now.
+    pub fn used(&self) -> u64 {
+        self.used.load(Ordering::SeqCst)
+    }
+
+    fn take(&self, n: u64) -> bool {
+        self.used
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| {
+                u.checked_add(n).filter(|t| *t <= self.max)
+            })
+            .is_ok()
+    }
+
+    fn give(&self, n: u64) {
+        self.used.fetch_sub(n, Ordering::SeqCst);
+    }
+}
+
 /// The kept bytes of one execution's outputs: a folder of files named by
-/// their SHA-256. Dropping the last holder removes the folder; a download
-/// under way keeps its open file.
+/// their SHA-256. Dropping the last holder removes the folder and gives
+/// its bytes back to the budget; a download under way keeps its open file.
 #[derive(Debug)]
 pub struct OutputStore {
     dir: PathBuf,
     files: BTreeMap<String, (String, u64)>,
+    budget: Arc<KeptBudget>,
+    held: u64,
 }
 
 impl OutputStore {
@@ -555,6 +616,7 @@ impl OutputStore {
 
 impl Drop for OutputStore {
     fn drop(&mut self) {
+        self.budget.give(self.held);
         if let Err(e) = crate::fsx::remove_tree(&self.dir) {
             tracing::warn!(
                 "cannot remove the outputs folder {}: {e}",
@@ -587,6 +649,7 @@ pub fn collect(
     globs: &[Glob],
     bounds: &FileBounds,
     store_parent: &Path,
+    budget: &Arc<KeptBudget>,
 ) -> Collected {
     let mut collected = Collected {
         outputs: Vec::new(),
@@ -602,7 +665,7 @@ pub fn collect(
     };
     let (candidates, note) = candidates(&root, globs, bounds.scan_entries);
     let mut notes: Vec<String> = note.into_iter().collect();
-    let mut keeper = Keeper::new(bounds, store_parent);
+    let mut keeper = Keeper::new(bounds, store_parent, budget.clone());
     let listed_max = bounds.output_files.saturating_mul(2).max(16);
     let mut unlisted = 0usize;
     for (path, kind) in candidates {
@@ -676,6 +739,9 @@ type Kept = (String, u64, Option<Vec<u8>>);
 struct Keeper<'a> {
     bounds: &'a FileBounds,
     parent: &'a Path,
+    budget: Arc<KeptBudget>,
+    /// Bytes taken from the budget for what is kept.
+    held: u64,
     dir: Option<PathBuf>,
     files: BTreeMap<String, (String, u64)>,
     kept_bytes: u64,
@@ -685,10 +751,12 @@ struct Keeper<'a> {
 }
 
 impl<'a> Keeper<'a> {
-    fn new(bounds: &'a FileBounds, parent: &'a Path) -> Keeper<'a> {
+    fn new(bounds: &'a FileBounds, parent: &'a Path, budget: Arc<KeptBudget>) -> Keeper<'a> {
         Keeper {
             bounds,
             parent,
+            budget,
+            held: 0,
             dir: None,
             files: BTreeMap::new(),
             kept_bytes: 0,
@@ -761,8 +829,16 @@ impl<'a> Keeper<'a> {
                 "over the bound of {} bytes of outputs per execution",
                 b.output_bytes
             ))
-        } else {
+        } else if self.failed.is_some() {
             self.failed.clone()
+        } else if !self.budget.take(reg.size) {
+            Some(format!(
+                "the runner holds {} bytes of kept outputs, near its bound of {} bytes for all retained executions; fetch outputs and let older results expire, or raise the bound",
+                self.budget.used(),
+                self.budget.max
+            ))
+        } else {
+            None
         };
         if let Some(why) = over {
             return Some(Output {
@@ -770,8 +846,16 @@ impl<'a> Keeper<'a> {
                 ..refused(path, reg.size, why)
             });
         }
-        let room = b.output_file_bytes.min(b.output_bytes - self.kept_bytes);
-        match self.keep(reg.file, room) {
+        // At most the size fstat said (taken from the budget): a file that
+        // grows while it is read is refused, not kept past its bounds.
+        let kept = self.keep(reg.file, reg.size);
+        let got = match &kept {
+            Ok(Some((_, size, _))) => *size,
+            _ => 0,
+        };
+        self.budget.give(reg.size - got);
+        self.held += got;
+        match kept {
             Ok(Some((sha, size, bytes))) => {
                 self.kept_bytes += size;
                 let inline =
@@ -863,11 +947,60 @@ impl<'a> Keeper<'a> {
     }
 
     fn finish(self) -> Option<Arc<OutputStore>> {
-        let dir = self.dir?;
+        let Some(dir) = self.dir else {
+            self.budget.give(self.held);
+            return None;
+        };
         Some(Arc::new(OutputStore {
             dir,
             files: self.files,
+            budget: self.budget,
+            held: self.held,
         }))
+    }
+}
+
+/// Checks `--output-dir` before the job runs: the job names outputs, and
+/// the folder is missing or an empty folder (not a symlink).
+pub fn check_output_dir(dest: &Path, outputs: &[Glob]) -> Result<(), WriteOutputsError> {
+    if outputs.is_empty() {
+        return Err(WriteOutputsError::NoOutputs);
+    }
+    match crate::fsx::open_dir_nofollow(dest) {
+        // Made after the run: its parent must be there now.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            let parent = match dest.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            match parent.is_dir() {
+                true => Ok(()),
+                false => Err(WriteOutputsError::Open {
+                    path: dest.to_owned(),
+                    source: e,
+                }),
+            }
+        }
+        Err(source) => Err(WriteOutputsError::Open {
+            path: dest.to_owned(),
+            source,
+        }),
+        Ok(root) => {
+            let bounds = beneath::Bounds {
+                entries: 1,
+                depth: 0,
+            };
+            match beneath::list(&root, "", bounds) {
+                Ok(l) if l.entries.is_empty() => Ok(()),
+                Ok(_) => Err(WriteOutputsError::NotEmpty {
+                    path: dest.to_owned(),
+                }),
+                Err(e) => Err(WriteOutputsError::Open {
+                    path: dest.to_owned(),
+                    source: io::Error::other(e.to_string()),
+                }),
+            }
+        }
     }
 }
 
@@ -924,6 +1057,8 @@ pub fn write_outputs(store: &OutputStore, dest: &Path) -> Result<usize, WriteOut
 /// Why `--output-dir` could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteOutputsError {
+    #[error("--output-dir is given but the job names no outputs; list the files to collect in the job's outputs (e.g. [\"out/*\"])")]
+    NoOutputs,
     #[error("cannot use the output folder {}: {source}", path.display())]
     Open { path: PathBuf, source: io::Error },
     #[error("the output folder {} is not empty; name a new or empty folder, so nothing in it is overwritten", path.display())]

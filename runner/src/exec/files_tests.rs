@@ -50,6 +50,12 @@ fn bad_files_are_refused_with_what_to_change() {
         ),
         (vec![raw("a", b""), raw("a", b"")], "twice"),
         (vec![raw("a", b""), raw("a/b", b"")], "folder"),
+        // A path that would make a folder per segment, 50,000 deep.
+        (
+            vec![raw(&("a/".repeat(50_000) + "f"), b"")],
+            "more than 32 folders",
+        ),
+        (vec![raw(&"n".repeat(256), b"")], "longer than 255 bytes"),
     ];
     for (files, want) in cases {
         let e = inputs(files).unwrap_err().to_string();
@@ -211,7 +217,7 @@ fn collection_keeps_regular_files_and_says_why_it_refused_the_rest() {
         "out".into(),
     ])
     .unwrap();
-    let c = collect(&w, &globs, &bounds(), &store);
+    let c = collect(&w, &globs, &bounds(), &store, &KeptBudget::new(u64::MAX));
     let got = by_path(&c);
     let a = &got["out/a.txt"];
     assert_eq!(a.size, 5);
@@ -274,7 +280,13 @@ fn collection_is_bounded_in_count_and_bytes() {
         inline_bytes: 100,
         ..bounds()
     };
-    let c = collect(&w, &outputs(vec!["*".into()]).unwrap(), &b, &store);
+    let c = collect(
+        &w,
+        &outputs(vec!["*".into()]).unwrap(),
+        &b,
+        &store,
+        &KeptBudget::new(u64::MAX),
+    );
     let got = by_path(&c);
     let kept: Vec<_> = got.values().filter(|o| o.sha256.is_some()).collect();
     assert_eq!(kept.len(), 2, "250 bytes hold two files of 100: {got:?}");
@@ -304,7 +316,13 @@ fn a_bounded_scan_says_it_stopped() {
         scan_entries: 10,
         ..bounds()
     };
-    let c = collect(&w, &outputs(vec!["many/*".into()]).unwrap(), &b, &store);
+    let c = collect(
+        &w,
+        &outputs(vec!["many/*".into()]).unwrap(),
+        &b,
+        &store,
+        &KeptBudget::new(u64::MAX),
+    );
     assert!(c.outputs.len() <= 10);
     assert!(c.outputs_note.unwrap().contains("stopped after 10 entries"));
 }
@@ -321,6 +339,7 @@ fn outputs_are_written_to_a_new_folder_only() {
         &outputs(vec!["out/*".into()]).unwrap(),
         &bounds(),
         &store,
+        &KeptBudget::new(u64::MAX),
     );
     let kept = c.store.unwrap();
     let dest = t.path().join("dest");
@@ -328,4 +347,78 @@ fn outputs_are_written_to_a_new_folder_only() {
     assert_eq!(fs::read(dest.join("out/r.json")).unwrap(), b"{}");
     let e = write_outputs(&kept, &dest).unwrap_err();
     assert!(matches!(e, WriteOutputsError::NotEmpty { .. }), "{e}");
+}
+
+/// Kept outputs of all executions share one budget: retained results
+/// cannot fill the disk. What does not fit is listed `truncated` with the
+/// sentence, and the bytes come back when the store goes.
+#[test]
+fn kept_outputs_of_all_executions_share_one_budget() {
+    let (t, w) = ws();
+    let store = t.path().join("store");
+    fs::create_dir(&store).unwrap();
+    fs::write(w.join("a"), vec![1u8; 600]).unwrap();
+    fs::write(w.join("b"), vec![2u8; 600]).unwrap();
+    let budget = KeptBudget::new(1000);
+    let globs = outputs(vec!["*".into()]).unwrap();
+    let first = collect(&w, &globs, &bounds(), &store, &budget);
+    let got = by_path(&first);
+    assert!(got["a"].sha256.is_some());
+    assert!(got["b"].truncated && got["b"].error.as_ref().unwrap().contains("kept outputs"));
+    assert_eq!(budget.used(), 600);
+    let second = collect(&w, &globs, &bounds(), &store, &budget);
+    assert!(
+        second.outputs.iter().all(|o| o.sha256.is_none()),
+        "{:?}",
+        second.outputs
+    );
+    drop(first);
+    assert_eq!(budget.used(), 0, "a dropped store gives its bytes back");
+    let third = collect(&w, &globs, &bounds(), &store, &budget);
+    assert_eq!(
+        third.outputs.iter().filter(|o| o.sha256.is_some()).count(),
+        1
+    );
+}
+
+/// A folder of thousands of subfolders is listed whole (without a
+/// descriptor held per waiting folder: tests/files.rs proves that under a
+/// low descriptor limit).
+#[test]
+fn a_listing_of_many_folders_is_whole() {
+    let (t, w) = ws();
+    let store = t.path().join("store");
+    fs::create_dir(&store).unwrap();
+    for i in 0..3000 {
+        fs::create_dir_all(w.join(format!("d/{i}"))).unwrap();
+    }
+    fs::write(w.join("d/2999/x.txt"), "deep").unwrap();
+    let open_before = fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0);
+    let listing = crate::fsx::beneath::list(
+        &File::open(&w).unwrap(),
+        "d",
+        crate::fsx::beneath::Bounds {
+            entries: 10_000,
+            depth: 4,
+        },
+    )
+    .unwrap();
+    assert_eq!(listing.entries.len(), 3001);
+    let c = collect(
+        &w,
+        &outputs(vec!["d/**/*.txt".into()]).unwrap(),
+        &bounds(),
+        &store,
+        &KeptBudget::new(u64::MAX),
+    );
+    assert!(by_path(&c)["d/2999/x.txt"].sha256.is_some());
+    let open_after = fs::read_dir("/proc/self/fd")
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert!(
+        open_after <= open_before + 2,
+        "{open_before} -> {open_after}"
+    );
 }

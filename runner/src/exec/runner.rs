@@ -107,6 +107,8 @@ pub struct Runner {
     data: DataDir,
     /// Reused execution cgroups, and the locked folder that names them.
     cgroups: Option<(cgroup::Pool, PrivateDir)>,
+    /// The bytes of kept outputs all executions hold at once.
+    kept: Arc<files::KeptBudget>,
 }
 
 /// How output is delivered.
@@ -166,6 +168,7 @@ impl Runner {
             }
         };
         let runner = Runner {
+            kept: files::KeptBudget::new(config.files.kept_bytes),
             config,
             store,
             roots,
@@ -544,12 +547,9 @@ impl Runner {
         let mut result = outcome::result(job, &p, &outcome, finished);
         if let (false, Some(w)) = (job.outputs.is_empty(), &p.workspace) {
             let bounds = &self.config.files;
-            result.outputs = Some(files::collect(
-                w,
-                &job.outputs,
-                bounds,
-                &self.data.outputs(),
-            ));
+            let kept = &self.data.outputs();
+            let collected = files::collect(w, &job.outputs, bounds, kept, &self.kept);
+            result.outputs = Some(collected);
             tracing::debug!("outputs collected");
         }
         tracing::info!(

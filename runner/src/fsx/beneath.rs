@@ -103,6 +103,11 @@ pub struct Create {
     pub dir_mode: u32,
     /// Owner of each file and folder created (`None`: the caller's).
     pub owner: Option<(u32, u32)>,
+    /// Sync the bytes and the folder, so a write survives a crash once
+    /// committed. Atomicity (old file or new, never torn) holds either
+    /// way; scratch space that dies with a crash (an execution's fresh
+    /// workspace) can skip the cost (a sync per file).
+    pub durable: bool,
 }
 
 impl Default for Create {
@@ -111,6 +116,7 @@ impl Default for Create {
             mode: 0o644,
             dir_mode: 0o755,
             owner: None,
+            durable: true,
         }
     }
 }
@@ -321,6 +327,7 @@ pub struct AtomicFile {
     name: String,
     shown: String,
     file: Option<File>,
+    durable: bool,
 }
 
 impl AtomicFile {
@@ -331,7 +338,8 @@ impl AtomicFile {
         let parts = check(rel)?;
         let (name, folders) = parts.split_last().expect("check gives one part at least");
         let dir = walk(root, folders, Some(create), rel)?;
-        let tmp = OsString::from(format!(".{name}.{}.part", super::random_hex()));
+        // A fixed-length name: a long final name must not make it too long.
+        let tmp = OsString::from(format!(".sr-{}.part", super::random_hex()));
         let flags =
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let fd = openat(
@@ -347,6 +355,7 @@ impl AtomicFile {
             name: (*name).to_owned(),
             shown: rel.to_owned(),
             file: Some(File::from(fd)),
+            durable: create.durable,
         };
         let file = atomic.file.as_ref().expect("just set");
         set_owner_mode(file, create.owner, create.mode, rel)?;
@@ -362,7 +371,9 @@ impl AtomicFile {
     /// there (a symlink as a name; a folder there is refused by the kernel).
     pub fn commit(mut self) -> Result<(), BeneathError> {
         let file = self.file.take().expect("open until committed");
-        fsync(&file).map_err(|e| BeneathError::io("sync", &self.shown, e))?;
+        if self.durable {
+            fsync(&file).map_err(|e| BeneathError::io("sync", &self.shown, e))?;
+        }
         drop(file);
         renameat(
             self.dir.as_fd(),
@@ -380,7 +391,9 @@ impl AtomicFile {
         self.tmp.clear();
         // The rename is durable once the folder is; a failed sync of the
         // folder does not undo it.
-        let _ = fsync(&self.dir);
+        if self.durable {
+            let _ = fsync(&self.dir);
+        }
         Ok(())
     }
 }
@@ -570,10 +583,30 @@ pub struct Listing {
 pub fn list(root: &File, rel: &str, bounds: Bounds) -> Result<Listing, BeneathError> {
     let top = open_dir(root, rel)?;
     let mut listing = Listing::default();
-    // (folder handle, its path relative to the listed one, depth)
-    let mut stack: Vec<(File, String, usize)> = vec![(top, String::new(), 0)];
-    while let Some((dir, prefix, depth)) = stack.pop() {
+    // (a folder's path relative to the listed one, its depth). Folders
+    // waiting their turn are paths, not open handles: a folder with more
+    // subfolders than the process may open descriptors must not exhaust
+    // them (a daemon serving others shares its limit). Each is opened
+    // again from the top, one component at a time, when its turn comes.
+    let mut stack: Vec<(String, usize)> = vec![(String::new(), 0)];
+    while let Some((prefix, depth)) = stack.pop() {
         let shown = if prefix.is_empty() { rel } else { &prefix };
+        let dir = if prefix.is_empty() {
+            top.try_clone()
+                .map_err(|e| BeneathError::io("open", shown, e))?
+        } else {
+            let parts: Vec<&str> = prefix.split('/').collect();
+            match walk(&top, &parts, None, shown) {
+                Ok(d) => d,
+                // Swapped for something else since it was listed: not entered.
+                Err(
+                    BeneathError::Symlink { .. }
+                    | BeneathError::NotFolder { .. }
+                    | BeneathError::Missing { .. },
+                ) => continue,
+                Err(e) => return Err(e),
+            }
+        };
         let mut names = read_names(&dir, shown)?;
         names.sort();
         let mut below = Vec::new();
@@ -617,12 +650,7 @@ pub fn list(root: &File, rel: &str, bounds: Bounds) -> Result<Listing, BeneathEr
                     listing.truncated = true;
                     continue;
                 }
-                match openat(dir.as_fd(), name.as_os_str(), DIR_FLAGS, Mode::empty()) {
-                    Ok(fd) => below.push((File::from(fd), path, depth + 1)),
-                    // Swapped for something else since the stat: not entered.
-                    Err(Errno::ENOTDIR | Errno::ELOOP | Errno::ENOENT) => {}
-                    Err(e) => return Err(BeneathError::io("open", &path, e)),
-                }
+                below.push((path, depth + 1));
             }
         }
         stack.extend(below.into_iter().rev());

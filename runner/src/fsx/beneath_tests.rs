@@ -44,6 +44,7 @@ fn a_write_creates_parents_sets_the_mode_and_leaves_no_temporary_file() {
         mode: 0o640,
         dir_mode: 0o750,
         owner: None,
+        durable: true,
     };
     write_atomic(&r, "in/deep/data.csv", b"a,b\n", &create).unwrap();
     let f = t.path().join("in/deep/data.csv");

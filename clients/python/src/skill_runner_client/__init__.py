@@ -23,11 +23,11 @@ from .bundle import (
     set_identity,
     utf16_order,
 )
-from .client import Client
+from .client import Client, input_file
 from .environment import environment_hash, environment_upload
 from .errors import SkillRunnerError
 from .transport import NdjsonStream, Transport
-from .types import Binding, Bundle, BundleFile, BundleSkill, Document, Event, Job
+from .types import Binding, Bundle, BundleFile, BundleSkill, Document, Event, InputFile, Job, Output
 
 __all__ = [
     "Binding",
@@ -37,7 +37,9 @@ __all__ = [
     "Client",
     "Document",
     "Event",
+    "InputFile",
     "Job",
+    "Output",
     "NdjsonStream",
     "PackageError",
     "SkillRunnerError",
@@ -51,6 +53,7 @@ __all__ = [
     "environment_upload",
     "file_hash",
     "identity_text",
+    "input_file",
     "package_hash",
     "read_package",
     "set_identity",

@@ -5,16 +5,19 @@ Methods return the daemon's JSON answer decoded (``dict``), and raise
 stay ``OSError``. Nothing is cached or retried: a method is one request.
 """
 
+import base64
+import hashlib
 import json
+import os
 import time
-from typing import Any, Dict, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 from urllib.parse import quote, urlencode
 
 from .bundle import bundle_bytes, bundle_folder
 from .environment import environment_upload
 from .errors import SkillRunnerError
 from .transport import Answer, NdjsonStream, Transport, error_of
-from .types import Bundle, Document, Job
+from .types import Bundle, Document, InputFile, Job, Output
 
 JsonBody = Union[Mapping[str, Any], bytes]
 
@@ -41,6 +44,14 @@ def _path(value: str) -> str:
 def _query(params: Mapping[str, Optional[Union[str, int]]]) -> str:
     kept = {k: str(v) for k, v in params.items() if v is not None}
     return "?" + urlencode(kept) if kept else ""
+
+
+def input_file(path: str, data: bytes, mode: Optional[int] = None) -> InputFile:
+    """One entry of a job's ``files``: ``data`` base64-encoded, ``mode`` (e.g. ``0o755``) as octal text."""
+    entry: InputFile = {"path": path, "content": base64.b64encode(data).decode("ascii")}
+    if mode is not None:
+        entry["mode"] = format(mode, "04o")
+    return entry
 
 
 class Client:
@@ -236,6 +247,63 @@ class Client:
     ) -> Document:
         """``GET /v1/executions``: ``{executions, next_cursor}``, newest admitted first."""
         return self._json("GET", "/v1/executions" + _query({"status": status, "limit": limit, "cursor": cursor}))
+
+    def output(self, execution_id: str, path: str) -> bytes:
+        """``GET /v1/executions/{id}/outputs/{path}``: the bytes of a kept output, whole."""
+        return self._call("GET", self._output_path(execution_id, path)).body
+
+    def save_output(self, execution_id: str, path: str, dest: str, chunk: int = 1 << 16) -> Output:
+        """Streams a kept output into the new file ``dest`` (never overwritten), checking its SHA-256.
+
+        Returns ``{"path", "size", "sha256"}`` of what was written; raises
+        :class:`SkillRunnerError` for a refused request and ``ValueError`` when
+        the bytes do not match the ``ETag`` the daemon sent (the file is removed).
+        """
+        conn, resp = self.transport._send("GET", self._output_path(execution_id, path), None, None, None)
+        try:
+            if resp.status != 200:
+                raise error_of(Answer(resp.status, resp.headers, resp.read()))
+            expected = (resp.headers.get("ETag") or "").strip('"')
+            digest = hashlib.sha256()
+            size = 0
+            with open(dest, "xb") as f:
+                while True:
+                    block = resp.read(chunk)
+                    if not block:
+                        break
+                    digest.update(block)
+                    size += len(block)
+                    f.write(block)
+        finally:
+            conn.close()
+        if expected and digest.hexdigest() != expected:
+            os.remove(dest)
+            raise ValueError(f"output {path!r} of {execution_id!r}: the bytes received do not match their SHA-256 {expected}")
+        return {"path": path, "size": size, "sha256": digest.hexdigest()}
+
+    def save_outputs(self, result: Mapping[str, Any], folder: str) -> List[Output]:
+        """Writes every kept output of ``result`` below ``folder`` (made if missing) at its path.
+
+        A path is refused if it would leave ``folder`` (the daemon never lists
+        one, but a client should not trust a path to stay put).
+        """
+        saved: List[Output] = []
+        root = os.path.realpath(folder)
+        for out in result.get("outputs") or []:
+            if "sha256" not in out:
+                continue
+            rel = str(out["path"])
+            parts = rel.split("/")
+            if rel.startswith("/") or any(p in ("", ".", "..") for p in parts):
+                raise ValueError(f"output path {rel!r} would leave {folder!r}")
+            dest = os.path.join(root, *parts)
+            os.makedirs(os.path.dirname(dest), exist_ok=True)
+            saved.append(self.save_output(str(result["execution_id"]), rel, dest))
+        return saved
+
+    @staticmethod
+    def _output_path(execution_id: str, path: str) -> str:
+        return f"/v1/executions/{_seg(execution_id)}/outputs/{quote(path, safe='/')}"
 
     def cancel(self, execution_id: str) -> Document:
         """``DELETE /v1/executions/{id}``: ``{status: "cancelling"}``; 409 ``not_running`` once finished."""

@@ -45,3 +45,30 @@ Event = Dict[str, Any]
 
 Job = Dict[str, Any]
 """A job document (docs/formats.md, "The job"); only ``argv`` is required."""
+
+
+class _InputFileRequired(TypedDict):
+    path: str
+    content: str
+
+
+class InputFile(_InputFileRequired, total=False):
+    """One entry of a job's ``files`` (docs/files.md): ``content`` in base64, ``mode`` octal text."""
+
+    mode: str
+
+
+class Output(TypedDict, total=False):
+    """One entry of a result's ``outputs`` (docs/files.md).
+
+    ``sha256`` present: the file was kept (download it with
+    :meth:`Client.output`); ``content``: its bytes in base64 when small;
+    ``truncated``: the bytes are not in the result; ``error``: why it was not kept.
+    """
+
+    path: str
+    size: int
+    sha256: str
+    content: str
+    truncated: bool
+    error: str

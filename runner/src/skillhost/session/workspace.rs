@@ -352,6 +352,8 @@ impl Workspace {
             mode: 0o644,
             dir_mode: 0o755,
             owner: self.owner,
+            // An answered upload survives a power cut.
+            durable: true,
         };
         let mut upload = Upload {
             session: self.session.clone(),
