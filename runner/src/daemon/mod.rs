@@ -22,6 +22,7 @@
 //! | [`routes`] | the execution and package routes |
 //! | [`selfcheck`] | the sandbox verdict health answers from |
 //! | [`sessions`] | the skill-host routes, tool calls, session expiry |
+//! | [`store`] | the durable record of every execution (docs/durability.md) |
 //! | [`server`] | listening, connections, signals, graceful shutdown |
 //!
 //! See `docs/daemon.md` for the user's view.
@@ -37,6 +38,7 @@ pub mod routes;
 pub mod selfcheck;
 pub mod server;
 pub mod sessions;
+pub mod store;
 pub mod stream;
 pub mod wire;
 
@@ -66,6 +68,8 @@ pub enum DaemonError {
     Runtime(std::io::Error),
     #[error(transparent)]
     Server(#[from] server::ServerError),
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. `data_dir` is the global
@@ -149,6 +153,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         crate::skillhost::session::SessionHost::open(&config.data, catalog)
             .map_err(|e| DaemonError::Runner(e.to_string()))?,
     );
+    let registry = open_registry(&config)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("skill-runner-daemon")
@@ -184,11 +189,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         let app = app::App::new(app::AppInner {
             runner,
             selfcheck,
-            registry: registry::Registry::new(
-                config.max_running,
-                config.max_queued,
-                config.retention,
-            ),
+            registry,
             metrics: Arc::new(metrics::Metrics::default()),
             roots: crate::exec::confine::Confinement::new(
                 config.roots.clone(),
@@ -208,6 +209,29 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         tracing::info!("stopped");
     }
     result.map_err(DaemonError::from)
+}
+
+/// The registry of executions, with what the store held: finished ones
+/// answer as before the restart, unfinished ones become `interrupted`
+/// (docs/durability.md).
+fn open_registry(config: &Config) -> Result<Arc<registry::Registry>, DaemonError> {
+    let path = store::Store::file(&config.data.state());
+    let (store, stored) = store::Store::open(&path)?;
+    let held = stored.len();
+    let (registry, interrupted) = registry::Registry::with_store(
+        config.max_running,
+        config.max_queued,
+        config.retention,
+        store,
+        stored,
+    )?;
+    tracing::info!(
+        path = %path.display(),
+        executions = held,
+        interrupted,
+        "opened the execution store"
+    );
+    Ok(registry)
 }
 
 /// Installs the global subscriber ([`crate::telemetry`]), at `info`

@@ -144,7 +144,7 @@ async fn health(State(app): State<App>) -> Response {
     let space = data_dir_space(&app);
     let full = space.free_bytes.is_some_and(|b| b < DISK_LOW);
     let (status, code) = if app.registry.is_draining() {
-        (HealthStatus::ShuttingDown, StatusCode::SERVICE_UNAVAILABLE)
+        (HealthStatus::Draining, StatusCode::SERVICE_UNAVAILABLE)
     } else if !available {
         (
             HealthStatus::SandboxUnavailable,
@@ -198,6 +198,24 @@ fn data_dir_space(app: &App) -> wire::DataDirSpace {
                 dir.display()
             )),
         },
+    }
+}
+
+/// Refuses new work while the data dir's disk is under [`DISK_LOW`] free
+/// (503 `disk_full`, `Retry-After`): an execution could not be recorded,
+/// nor its folders made. Reads go on.
+// The statvfs field types differ between platforms.
+#[allow(clippy::unnecessary_cast)]
+fn room_for_work(app: &App) -> Result<(), ApiError> {
+    let free = nix::sys::statvfs::statvfs(app.config.data.path())
+        .map(|v| (v.blocks_available() as u64).saturating_mul(v.fragment_size() as u64));
+    match free {
+        Ok(b) if b < DISK_LOW => Err(ApiError::Admission(RegistryError::Record(
+            super::store::StoreError::Full {
+                path: app.config.data.state(),
+            },
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -414,6 +432,7 @@ async fn post_execution(
             }
         };
         json_content(&headers)?;
+        room_for_work(&app)?;
         let slot = app.registry.slot().inspect_err(|e| refused(&app, e))?;
         Ok((detached, slot))
     };
@@ -456,6 +475,8 @@ async fn post_execution(
     };
     let span = tracing::info_span!("execution", id = %job.execution_id);
     if detached {
+        // A 202 promises the execution: it is in the store first.
+        ticket.recorded().await?;
         let live = ticket.live();
         let id = job.execution_id.clone();
         tokio::spawn(execute(app, job, ticket, false, true).instrument(span));
@@ -558,7 +579,7 @@ async fn execute(
         );
         result.status = Status::Cancelled;
         app.metrics.execution(Status::Cancelled, Duration::ZERO);
-        let result = ticket.finish(result);
+        let result = ticket.finish_async(result).await;
         live.log.exit(result.clone());
         guard.disarm();
         tracing::info!("cancelled while queued");
@@ -605,6 +626,8 @@ async fn execute(
         if let Some(network) = &result.network {
             worker.metrics.network(network);
         }
+        // Held-back output first, so the stored events are all of them.
+        sink.flush();
         let result = ticket.finish(result);
         sink.finish(result.clone());
         result
