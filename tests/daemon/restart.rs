@@ -46,6 +46,12 @@ fn a_finished_execution_answers_the_same_bytes_and_events_after_kill_9() {
     let before = d.get("/v1/executions/kept");
     let events_before = d.get("/v1/executions/kept/events");
     assert_eq!(events_before.status, 200);
+    // A large result and event log are kept as files beside the store.
+    let big = json!({"execution_id": "big", "argv": ["sh", "-c", "seq 1 40000; seq 1 20000 >&2"]});
+    assert_eq!(d.post("/v1/executions", &big).status, 200);
+    let big_before = d.get("/v1/executions/big");
+    let big_events = d.get("/v1/executions/big/events");
+    assert!(big_before.body.len() > 200_000);
     d.signal_and_wait(libc::SIGKILL);
 
     let mut d = Daemon::start(&w, &["--root", &root]);
@@ -59,6 +65,10 @@ fn a_finished_execution_answers_the_same_bytes_and_events_after_kill_9() {
         String::from_utf8_lossy(&events_before.body),
         "the same events after the restart"
     );
+    let blobs = std::fs::read_dir(w.data_dir().join("state/blobs")).unwrap();
+    assert_eq!(blobs.count(), 2, "the big result and its events");
+    assert_eq!(d.get("/v1/executions/big").body, big_before.body);
+    assert!(d.get("/v1/executions/big/events").body == big_events.body);
     // Resuming after the first event gives the rest.
     let resumed = d.get("/v1/executions/kept/events?after=1");
     let text = String::from_utf8_lossy(&resumed.body);
@@ -68,8 +78,8 @@ fn a_finished_execution_answers_the_same_bytes_and_events_after_kill_9() {
     );
     // Listed as it was.
     let list = d.get("/v1/executions").json();
-    assert_eq!(list["executions"][0]["execution_id"], "kept", "{list:#}");
-    assert_eq!(list["executions"][0]["status"], "exited", "{list:#}");
+    assert_eq!(list["executions"][1]["execution_id"], "kept", "{list:#}");
+    assert_eq!(list["executions"][1]["status"], "exited", "{list:#}");
 
     // A retry of the same job is answered from the record, never run.
     let retry = d.post("/v1/executions", &job);

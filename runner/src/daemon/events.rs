@@ -555,30 +555,43 @@ impl EventLog {
     }
 
     /// The log's output and index, for the store: held output is indexed
-    /// first, so the bytes are every event before the `exit`
-    /// ([`EventLog::restore`] reads them back).
+    /// first, so the bytes are every event before the `exit` (which is
+    /// left out: it is the result, stored on its own).
+    /// [`EventLog::restore`] reads them back.
     pub fn freeze(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        // Writing to a Vec cannot fail.
+        let _ = self.freeze_to(&mut out);
+        out
+    }
+
+    /// [`EventLog::freeze`] into `w`, without a copy of the output.
+    pub fn freeze_to(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
         let mut inner = self.lock();
         inner.release();
-        let mut out =
-            Vec::with_capacity(inner.output_bytes() as usize + 13 * inner.index.len() + 20);
-        out.extend_from_slice(FROZEN);
+        w.write_all(FROZEN)?;
         for d in &inner.data {
-            out.extend_from_slice(&(d.len() as u64).to_le_bytes());
-            out.extend_from_slice(d);
+            w.write_all(&(d.len() as u64).to_le_bytes())?;
+            w.write_all(d)?;
         }
-        out.extend_from_slice(&(inner.index.len() as u64).to_le_bytes());
-        for e in &inner.index {
-            out.extend_from_slice(&e.start.to_le_bytes());
-            out.extend_from_slice(&e.len.to_le_bytes());
-            out.push(match e.kind {
+        let events: Vec<&Entry> = inner
+            .index
+            .iter()
+            .filter(|e| e.kind != Kind::Exit)
+            .collect();
+        w.write_all(&(events.len() as u64).to_le_bytes())?;
+        let mut index = Vec::with_capacity(13 * events.len());
+        for e in events {
+            index.extend_from_slice(&e.start.to_le_bytes());
+            index.extend_from_slice(&e.len.to_le_bytes());
+            index.push(match e.kind {
                 Kind::Started => 0,
                 Kind::Stdout => 1,
                 Kind::Stderr => 2,
                 Kind::Exit => 3,
             });
         }
-        out
+        w.write_all(&index)
     }
 
     /// The closed log of a finished execution from [`EventLog::freeze`]'s

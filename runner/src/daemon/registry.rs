@@ -663,6 +663,7 @@ fn restore(s: Stored) -> (Done, Option<Change>) {
         let encoded = Encoded::new(Arc::new(r));
         let log = EventLog::new(&id);
         let last = log.exit(encoded.clone()).unwrap_or(1);
+        let log = Arc::new(log);
         let mut done_record = record.finished(
             status_name(Status::Failed),
             None,
@@ -674,13 +675,13 @@ fn restore(s: Stored) -> (Done, Option<Change>) {
             id: id.clone(),
             record: done_record.clone(),
             result: encoded.json.clone(),
-            events: Some(log_without_exit(&id)),
+            events: log.clone(),
         };
         let done = Done {
             id,
             record: done_record,
             result: Some(encoded),
-            log: Arc::new(log),
+            log,
             digest: record.digest,
             status: Status::Failed,
             exit_code: None,
@@ -747,11 +748,6 @@ fn restore(s: Stored) -> (Done, Option<Change>) {
         record,
     };
     (done, None)
-}
-
-/// The frozen events of an execution that logged nothing before its end.
-fn log_without_exit(id: &str) -> Vec<u8> {
-    EventLog::new(id).freeze()
 }
 
 /// A place held by one request until its execution ends.
@@ -913,7 +909,7 @@ impl Ticket {
             id: self.live.id.clone(),
             record,
             result: encoded.json.clone(),
-            events: Some(self.live.log.freeze()),
+            events: self.live.log.clone(),
         };
         let ack = store.send(change, true);
         (encoded, ack)

@@ -9,6 +9,13 @@
 //! read. It keeps nothing in memory the registry does not already hold
 //! (its page cache is capped at [`CACHE_BYTES`]).
 //!
+//! A result document and event log of more than [`INLINE`] bytes are
+//! kept outside the database, as files of `state/blobs/` (written, then
+//! `fsync`ed with their folder, before the commit that names them): redb
+//! would hold a large value in memory two or three times while writing
+//! it. The files of records that are gone (an eviction, a crash between
+//! the write and the commit) are removed at the next start.
+//!
 //! One writer thread applies every change in order ([`Store::send`]):
 //! what is queued while a commit is being made goes into the next one
 //! (group commit), so a commit's `fsync` is shared by every execution
@@ -43,6 +50,8 @@ const EVENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("events");
 /// The store's page cache: small, since every retained result is held by
 /// the registry in memory already and the store is read only at start.
 pub const CACHE_BYTES: usize = 1 << 20;
+/// Larger results and event logs are files of `blobs/`.
+pub const INLINE: u64 = 64 * 1024;
 /// Changes one commit takes at most.
 const BATCH: usize = 512;
 
@@ -110,6 +119,10 @@ pub struct Record {
     /// The error kind of its result, when it has one.
     #[serde(default)]
     pub error_kind: Option<String>,
+    /// Its result and events are files of `blobs/` (named by `order`),
+    /// not values of the database.
+    #[serde(default)]
+    pub blobs: bool,
 }
 
 /// The error kind of a store failure that refuses an admission: a full
@@ -136,7 +149,7 @@ pub enum Change {
         id: String,
         record: Record,
         result: axum::body::Bytes,
-        events: Option<Vec<u8>>,
+        events: std::sync::Arc<super::events::EventLog>,
     },
     /// Retention dropped its bulk: its events, and its result unless kept.
     Shed { id: String, record: Record },
@@ -164,6 +177,7 @@ pub struct Stored {
 #[derive(Debug)]
 pub struct Store {
     path: PathBuf,
+    blobs: PathBuf,
     tx: Mutex<Option<mpsc::Sender<Message>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -269,21 +283,36 @@ impl Store {
             tracing::warn!(path = %path.display(), error = %e, "could not compact the execution store");
         }
         sync_dir(path);
-        let stored = quietly(|| read_all(&db))
+        let blobs = path.with_file_name("blobs");
+        match std::fs::create_dir(&blobs) {
+            Ok(()) => {
+                let _ = std::fs::set_permissions(
+                    &blobs,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o700),
+                );
+                sync_dir(&blobs);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(open_err(format!("cannot create {}: {e}", blobs.display()))),
+        }
+        let stored = quietly(|| read_all(&db, &blobs))
             .unwrap_or_else(|what| Err(format!("it is damaged ({what})")))
             .map_err(|reason| StoreError::Read {
                 path: path.to_owned(),
                 reason,
             })?;
+        sweep_blobs(&blobs, &stored);
         let (tx, rx) = mpsc::channel();
         let writer_path = path.to_owned();
+        let writer_blobs = blobs.clone();
         let writer = std::thread::Builder::new()
             .name("skill-runner-store".into())
-            .spawn(move || write_loop(db, rx, writer_path))
+            .spawn(move || write_loop(db, rx, writer_path, writer_blobs))
             .map_err(|e| open_err(format!("cannot start its writer thread: {e}")))?;
         Ok((
             Store {
                 path: path.to_owned(),
+                blobs,
                 tx: Mutex::new(Some(tx)),
                 writer: Mutex::new(Some(writer)),
             },
@@ -293,6 +322,11 @@ impl Store {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The folder of the large results and event logs.
+    pub fn blobs(&self) -> &Path {
+        &self.blobs
     }
 
     /// Queues a change; with `durable`, the returned [`Ack`] resolves once
@@ -395,7 +429,32 @@ fn sync_dir(path: &Path) {
     }
 }
 
-fn read_all(db: &Database) -> Result<Vec<Stored>, String> {
+/// The file of an execution's result (`result`) or events in `blobs/`.
+fn blob(dir: &Path, order: u64, what: &str) -> PathBuf {
+    dir.join(format!("{order:016x}.{what}"))
+}
+
+/// Removes the files of `blobs/` no record names (a crash came between
+/// their write and the commit, or after the commit that dropped them).
+fn sweep_blobs(dir: &Path, stored: &[Stored]) {
+    let named: std::collections::HashSet<u64> = stored
+        .iter()
+        .filter(|s| s.record.blobs)
+        .map(|s| s.record.order)
+        .collect();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let order = name
+            .to_str()
+            .and_then(|n| n.split('.').next())
+            .and_then(|h| u64::from_str_radix(h, 16).ok());
+        if !order.is_some_and(|o| named.contains(&o)) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+fn read_all(db: &Database, blobs: &Path) -> Result<Vec<Stored>, String> {
     let txn = db.begin_read().map_err(|e| e.to_string())?;
     let records = match txn.open_table(RECORDS) {
         Ok(t) => t,
@@ -425,8 +484,24 @@ fn read_all(db: &Database) -> Result<Vec<Stored>, String> {
                         .map(|v| v.value().to_vec())),
                 }
             };
-        let result = get(&results)?;
-        let events = get(&events)?;
+        let (result, events) = if record.blobs {
+            let file = |what: &str| {
+                let path = blob(blobs, record.order, what);
+                match std::fs::read(&path) {
+                    Ok(b) => Some(b),
+                    Err(e) => {
+                        tracing::error!(id = %id.escape_debug(), path = %path.display(), error = %e, "a stored execution's file cannot be read; answering without it");
+                        None
+                    }
+                }
+            };
+            (
+                record.result_kept.then(|| file("result")).flatten(),
+                (!record.shed).then(|| file("events")).flatten(),
+            )
+        } else {
+            (get(&results)?, get(&events)?)
+        };
         all.push(Stored {
             id,
             record,
@@ -438,7 +513,7 @@ fn read_all(db: &Database) -> Result<Vec<Stored>, String> {
     Ok(all)
 }
 
-fn write_loop(db: Database, rx: mpsc::Receiver<Message>, path: PathBuf) {
+fn write_loop(db: Database, rx: mpsc::Receiver<Message>, path: PathBuf, blobs: PathBuf) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < BATCH {
@@ -448,7 +523,7 @@ fn write_loop(db: Database, rx: mpsc::Receiver<Message>, path: PathBuf) {
             }
         }
         let durable = batch.iter().any(|m| m.ack.is_some());
-        let outcome = apply(&db, &batch, durable).map_err(|e| match e {
+        let outcome = apply(&db, &blobs, &batch, durable).map_err(|e| match e {
             Failure::Full => StoreError::Full { path: path.clone() },
             Failure::Other(reason) => {
                 tracing::error!(path = %path.display(), "cannot write the execution store: {reason}");
@@ -469,6 +544,16 @@ fn write_loop(db: Database, rx: mpsc::Receiver<Message>, path: PathBuf) {
 enum Failure {
     Full,
     Other(String),
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Failure {
+        if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+            Failure::Full
+        } else {
+            Failure::Other(e.to_string())
+        }
+    }
 }
 
 impl From<redb::StorageError> for Failure {
@@ -496,7 +581,25 @@ macro_rules! storage_error {
 }
 storage_error!(redb::TransactionError, redb::TableError, redb::CommitError);
 
-fn apply(db: &Database, batch: &[Message], durable: bool) -> Result<(), Failure> {
+/// Writes `bytes` (or what `fill` writes) to a new file, `fsync`ed.
+fn write_blob(
+    path: &Path,
+    fill: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> Result<(), Failure> {
+    use std::io::Write;
+    let file = std::fs::File::create(path)?;
+    let mut w = std::io::BufWriter::with_capacity(256 * 1024, file);
+    fill(&mut w)?;
+    w.flush()?;
+    let file = w.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    Ok(())
+}
+
+fn apply(db: &Database, dir: &Path, batch: &[Message], durable: bool) -> Result<(), Failure> {
+    // Files to remove once the commit that stops naming them is made.
+    let mut gone: Vec<PathBuf> = Vec::new();
+    let mut wrote_blobs = false;
     let mut txn = db.begin_write()?;
     txn.set_durability(if durable {
         Durability::Immediate
@@ -507,6 +610,12 @@ fn apply(db: &Database, batch: &[Message], durable: bool) -> Result<(), Failure>
         let mut records = txn.open_table(RECORDS)?;
         let mut results = txn.open_table(RESULTS)?;
         let mut events = txn.open_table(EVENTS)?;
+        let stored =
+            |records: &redb::Table<&str, &[u8]>, id: &str| -> Result<Option<Record>, Failure> {
+                Ok(records
+                    .get(id)?
+                    .and_then(|v| serde_json::from_slice::<Record>(v.value()).ok()))
+            };
         for m in batch {
             match &m.change {
                 Change::Put { id, record } => {
@@ -518,28 +627,51 @@ fn apply(db: &Database, batch: &[Message], durable: bool) -> Result<(), Failure>
                     result,
                     events: log,
                 } => {
-                    records.insert(id.as_str(), encode(record).as_slice())?;
-                    results.insert(id.as_str(), &result[..])?;
-                    match log {
-                        Some(log) => {
-                            events.insert(id.as_str(), log.as_slice())?;
-                        }
-                        None => {
-                            events.remove(id.as_str())?;
-                        }
+                    let mut record = record.clone();
+                    record.blobs = result.len() as u64 + log.bytes() > INLINE;
+                    if record.blobs {
+                        write_blob(&blob(dir, record.order, "result"), &mut |w| {
+                            w.write_all(result)
+                        })?;
+                        write_blob(&blob(dir, record.order, "events"), &mut |w| {
+                            log.freeze_to(w)
+                        })?;
+                        wrote_blobs = true;
+                        results.remove(id.as_str())?;
+                        events.remove(id.as_str())?;
+                    } else {
+                        results.insert(id.as_str(), &result[..])?;
+                        events.insert(id.as_str(), log.freeze().as_slice())?;
                     }
+                    records.insert(id.as_str(), encode(&record).as_slice())?;
                 }
                 Change::Shed { id, record } => {
                     // Only a record that is still there.
-                    if records.get(id.as_str())?.is_some() {
-                        records.insert(id.as_str(), encode(record).as_slice())?;
+                    if let Some(old) = stored(&records, id)? {
+                        let record = Record {
+                            blobs: old.blobs,
+                            ..record.clone()
+                        };
+                        records.insert(id.as_str(), encode(&record).as_slice())?;
                         events.remove(id.as_str())?;
                         if !record.result_kept {
                             results.remove(id.as_str())?;
                         }
+                        if old.blobs {
+                            gone.push(blob(dir, old.order, "events"));
+                            if !record.result_kept {
+                                gone.push(blob(dir, old.order, "result"));
+                            }
+                        }
                     }
                 }
                 Change::Remove { id } => {
+                    if let Some(old) = stored(&records, id)? {
+                        if old.blobs {
+                            gone.push(blob(dir, old.order, "events"));
+                            gone.push(blob(dir, old.order, "result"));
+                        }
+                    }
                     records.remove(id.as_str())?;
                     results.remove(id.as_str())?;
                     events.remove(id.as_str())?;
@@ -548,7 +680,14 @@ fn apply(db: &Database, batch: &[Message], durable: bool) -> Result<(), Failure>
             }
         }
     }
+    if wrote_blobs {
+        // The files' names, durable before the commit names them.
+        std::fs::File::open(dir)?.sync_all()?;
+    }
     txn.commit()?;
+    for path in gone {
+        let _ = std::fs::remove_file(path);
+    }
     Ok(())
 }
 
@@ -574,6 +713,7 @@ impl Record {
             shed: false,
             result_kept: true,
             error_kind: None,
+            blobs: false,
         }
     }
 
@@ -594,8 +734,21 @@ impl Record {
 mod tests {
     use super::*;
 
+    fn log_of(bytes: &[u8]) -> std::sync::Arc<crate::daemon::events::EventLog> {
+        let log = crate::daemon::events::EventLog::new("x");
+        log.started();
+        log.output(0, bytes);
+        std::sync::Arc::new(log)
+    }
+
     #[test]
     fn what_was_acknowledged_is_read_back_and_a_shed_drops_the_bulk() {
+        for size in [10, 2 * INLINE as usize] {
+            read_back_and_shed(size);
+        }
+    }
+
+    fn read_back_and_shed(size: usize) {
         let dir = tempfile::tempdir().unwrap();
         let path = Store::file(dir.path());
         let (store, stored) = Store::open(&path).unwrap();
@@ -617,8 +770,8 @@ mod tests {
                 Change::Finish {
                     id: "b".into(),
                     record: done.clone(),
-                    result: axum::body::Bytes::from_static(b"{\"x\":1}"),
-                    events: Some(b"ev".to_vec()),
+                    result: axum::body::Bytes::from(vec![b'r'; size]),
+                    events: log_of(&vec![b'o'; size]),
                 },
                 true,
             )
@@ -628,8 +781,10 @@ mod tests {
         let (store, stored) = Store::open(&path).unwrap();
         assert_eq!(stored.len(), 2);
         let b = stored.iter().find(|s| s.id == "b").unwrap();
-        assert_eq!(b.result.as_deref(), Some(&b"{\"x\":1}"[..]));
-        assert_eq!(b.events.as_deref(), Some(&b"ev"[..]));
+        assert_eq!(b.result.as_deref(), Some(&vec![b'r'; size][..]));
+        assert_eq!(b.events, Some(log_of(&vec![b'o'; size]).freeze()));
+        let files = std::fs::read_dir(dir.path().join("blobs")).unwrap().count();
+        assert_eq!(files, if size as u64 > INLINE { 2 } else { 0 });
         assert_eq!(
             stored.iter().find(|s| s.id == "a").unwrap().record.state,
             State::Queued
@@ -651,6 +806,11 @@ mod tests {
         assert_eq!(stored.len(), 1);
         assert!(stored[0].result.is_none() && stored[0].events.is_none());
         assert!(stored[0].record.shed);
+        // Its files went with its bulk.
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("blobs")).unwrap().count(),
+            0
+        );
     }
 
     #[test]
@@ -677,7 +837,7 @@ mod tests {
                     id: format!("e{i}"),
                     record: rec.finished("exited".into(), Some(0), "t".into()),
                     result: axum::body::Bytes::from(vec![b'x'; 10_000]),
-                    events: None,
+                    events: log_of(b"out"),
                 },
                 i % 10 == 0,
             );
