@@ -49,7 +49,7 @@ const EVENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("events");
 
 /// The store's page cache: small, since every retained result is held by
 /// the registry in memory already and the store is read only at start.
-pub const CACHE_BYTES: usize = 1 << 20;
+pub const CACHE_BYTES: usize = 256 << 10;
 /// Larger results and event logs are files of `blobs/`.
 pub const INLINE: u64 = 64 * 1024;
 /// Changes one commit takes at most.
