@@ -16,6 +16,13 @@
 //! it. The files of records that are gone (an eviction, a crash between
 //! the write and the commit) are removed at the next start.
 //!
+//! Where a job's collected outputs go once the daemon keeps them: as more
+//! files of `blobs/` named from the record's `order` (like
+//! [`blob`]`(dir, order, "out-N")`), written by the same
+//! [`Change::Finish`] before its commit, removed with the record, and
+//! swept by [`sweep_blobs`] like the others, so they share the result's
+//! durability and retention.
+//!
 //! One writer thread applies every change in order ([`Store::send`]):
 //! what is queued while a commit is being made goes into the next one
 //! (group commit), so a commit's `fsync` is shared by every execution
