@@ -18,9 +18,9 @@
 //!
 //! Where a job's collected outputs go once the daemon keeps them: as more
 //! files of `blobs/` named from the record's `order` (like
-//! [`blob`]`(dir, order, "out-N")`), written by the same
+//! `blob(dir, order, "out-N")`), written by the same
 //! [`Change::Finish`] before its commit, removed with the record, and
-//! swept by [`sweep_blobs`] like the others, so they share the result's
+//! swept by `sweep_blobs` like the others, so they share the result's
 //! durability and retention.
 //!
 //! One writer thread applies every change in order ([`Store::send`]):
@@ -33,9 +33,9 @@
 //!
 //! Invariants:
 //! - a record's state only moves forward: `queued`, `running`, `finished`;
-//! - a `finished` record always has its result document in [`RESULTS`]
+//! - a `finished` record always has its result document in `RESULTS`
 //!   unless it was shed to bound retention ([`Record::result_kept`]);
-//! - the events of [`EVENTS`] are those of a finished, unshed execution;
+//! - the events of `EVENTS` are those of a finished, unshed execution;
 //! - a record, its result and its events are written and removed in one
 //!   transaction.
 
