@@ -58,6 +58,7 @@ error_kinds! {
     TimedOut => "timed_out",
     LimitExceeded => "limit_exceeded",
     Cancelled => "cancelled",
+    Interrupted => "interrupted",
     // The skill host.
     BadRequest => "bad_request",
     BinaryFile => "binary_file",
@@ -67,6 +68,7 @@ error_kinds! {
     PathNotAllowed => "path_not_allowed",
     Busy => "busy",
     ShuttingDown => "shutting_down",
+    DiskFull => "disk_full",
     ExecutionIdInUse => "execution_id_in_use",
     BodyTooLarge => "body_too_large",
     BodyTimeout => "body_timeout",
@@ -97,6 +99,8 @@ impl ErrorKind {
                 | K::RunnerFailed
                 | K::SandboxFailed
                 | K::ShuttingDown
+                | K::DiskFull
+                | K::Interrupted
                 | K::Internal
         )
     }

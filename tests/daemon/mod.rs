@@ -5,6 +5,7 @@
 mod auth; // TCP needs a valid bearer token; idle clients without it starve no one
 mod cancellation; // a client that leaves, or DELETE, cancels and leaves no process
 mod disk; // a full data-dir disk makes health 503 disk_full; /metrics shows its free bytes
+mod drain; // a SIGTERM keeps answering reads, refuses admissions, records what finishes or is cancelled
 mod environments; // uploaded trees published only as claimed and imported by a job; records listed and answered; builds only when turned on; token needed
 mod executions; // many at once stay isolated; detached runs; listing and paging
 mod lifecycle; // start, stop, crash and restart; bad settings; a private socket and data dir
@@ -19,6 +20,7 @@ mod packages; // published bundles run by binding; lying hashes are refused nami
 mod pinned; // a live stream always ends with its exit and its output, whatever retention sheds meanwhile
 mod refusals; // a body not sent as JSON is 415; a bad session query says it is the query
 mod requests; // malformed, slow, oversized or excess requests get a JSON error
+mod restart; // after kill -9: the same bytes, interrupted ones say so, nothing runs twice, a damaged store or full disk said clearly
 mod retries; // a retry of the same job is the same execution, never a second run
 mod roots; // a job reaches only folders under the roots, never the runner's state
 mod session_tools; // a file tool's name spelled differently is refused; the answer names the file tools

@@ -133,3 +133,49 @@ fn files_over_the_daemons_bounds_are_refused_and_leave_nothing() {
     assert!(w.executions_left().is_empty(), "{:?}", w.executions_left());
     assert_eq!(kept_folders(&w), 0);
 }
+
+/// Kept outputs outlive a `kill -9` of the daemon with their record: the
+/// restarted daemon serves the same bytes; a folder no record holds is
+/// swept at the start (unless it is fresh: a command-line run sharing the
+/// data dir may be filling it).
+#[test]
+fn kept_outputs_are_served_after_a_restart_and_orphans_swept() {
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let mut d = Daemon::start(&w, &[]);
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 241) as u8).collect();
+    let r = d.post(
+        "/v1/executions",
+        &json!({
+            "execution_id": "kept-across",
+            "argv": ["/bin/sh", "-c", "mkdir out && cp big.bin out/big.bin"],
+            "files": [{"path": "big.bin", "content": b64(&big)}],
+            "outputs": ["out/*"],
+        }),
+    );
+    assert_eq!(r.json()["exit_code"], 0, "{:#}", r.json());
+    assert_eq!(kept_folders(&w), 1);
+    let outputs = w.data_dir().join("outputs");
+    let stale = outputs.join("left-by-a-crash");
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::write(stale.join("x"), b"x").unwrap();
+    let aged = std::process::Command::new("touch")
+        .args(["-d", "2 hours ago"])
+        .arg(&stale)
+        .status()
+        .unwrap();
+    assert!(aged.success());
+    let fresh = outputs.join("being-filled");
+    std::fs::create_dir(&fresh).unwrap();
+    d.signal_and_wait(libc::SIGKILL);
+
+    let d = Daemon::start(&w, &[]);
+    let got = d.get("/v1/executions/kept-across/outputs/out/big.bin");
+    assert_eq!(got.status, 200, "{:?}", text(&got.body));
+    assert_eq!(got.body, big, "the same bytes after the restart");
+    assert!(!stale.exists(), "a folder no record holds is swept");
+    assert!(fresh.exists(), "a fresh folder is left to its run");
+    assert_eq!(kept_folders(&w), 2);
+}

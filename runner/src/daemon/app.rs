@@ -147,6 +147,7 @@ impl ApiError {
             | ApiError::SessionsBusy => K::Busy,
             ApiError::Admission(RegistryError::Draining) => K::ShuttingDown,
             ApiError::Admission(RegistryError::InUse { .. }) => K::ExecutionIdInUse,
+            ApiError::Admission(RegistryError::Record(e)) => super::store::kind(e),
             ApiError::Internal(_) => K::Internal,
             ApiError::TooLarge { .. } => K::BodyTooLarge,
             ApiError::BodyTimeout { .. } => K::BodyTimeout,
@@ -186,15 +187,18 @@ pub fn status(kind: ErrorKind) -> StatusCode {
         K::BinaryFile | K::UnsupportedMediaType => S::UNSUPPORTED_MEDIA_TYPE,
         K::HashMismatch | K::CompositionRejected => S::UNPROCESSABLE_ENTITY,
         K::Busy => S::TOO_MANY_REQUESTS,
-        K::SandboxUnavailable | K::ShuttingDown => S::SERVICE_UNAVAILABLE,
+        K::SandboxUnavailable | K::ShuttingDown | K::DiskFull => S::SERVICE_UNAVAILABLE,
         K::StagingFailed | K::StoreFailed | K::StoreCorrupted | K::RunnerFailed | K::Internal => {
             S::INTERNAL_SERVER_ERROR
         }
         // Outcomes of an execution that ran: its result answers 200, so
         // these pick no status; if one ever reaches here it is our bug.
-        K::SandboxFailed | K::NotExecutable | K::TimedOut | K::LimitExceeded | K::Cancelled => {
-            S::INTERNAL_SERVER_ERROR
-        }
+        K::SandboxFailed
+        | K::NotExecutable
+        | K::TimedOut
+        | K::LimitExceeded
+        | K::Cancelled
+        | K::Interrupted => S::INTERNAL_SERVER_ERROR,
     }
 }
 
@@ -253,6 +257,7 @@ impl IntoResponse for ApiError {
             | ApiError::UploadsBusy
             | ApiError::SessionsBusy => Some("1"),
             ApiError::Admission(RegistryError::Draining) => Some("5"),
+            ApiError::Admission(RegistryError::Record(_)) => Some("30"),
             _ => None,
         };
         if let Some(secs) = retry {

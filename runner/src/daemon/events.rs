@@ -29,6 +29,8 @@ pub struct Encoded {
     pub result: Arc<ExecResult>,
     /// The result document as `GET /v1/executions/{id}` answers it.
     pub json: Bytes,
+    /// Output bytes of the result (both streams).
+    output: u64,
 }
 
 impl Encoded {
@@ -36,15 +38,28 @@ impl Encoded {
         // Plain data always serialises; the boxed slice has no spare
         // capacity, so `json.len()` is what it holds.
         let json = serde_json::to_vec(&*result).unwrap_or_default();
+        let output = (result.stdout.len() + result.stderr.len()) as u64;
         Encoded {
             result,
             json: Bytes::from(json.into_boxed_slice()),
+            output,
+        }
+    }
+
+    /// A document read back from the store: `json` is sent as it was
+    /// stored, `result` stands in for what the daemon reads of it (its
+    /// status, exit code and error), and `output` is what it held.
+    pub fn restored(result: Arc<ExecResult>, json: Bytes, output: u64) -> Encoded {
+        Encoded {
+            result,
+            json,
+            output,
         }
     }
 
     /// Output bytes of the result (both streams).
     pub(super) fn output(&self) -> u64 {
-        (self.result.stdout.len() + self.result.stderr.len()) as u64
+        self.output
     }
 
     /// Bytes held for it: the result's output and its document.
@@ -52,6 +67,27 @@ impl Encoded {
         self.output() + self.json.len() as u64
     }
 }
+
+/// Reads [`EventLog::freeze`]'s bytes front to back.
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn word(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+}
+
+/// What [`EventLog::freeze`]'s bytes start with (a format version).
+const FROZEN: &[u8] = b"skill-runner events 1\n";
 
 /// Events logged freely before the average size is enforced.
 pub const FREE_EVENTS: usize = 1024;
@@ -516,6 +552,101 @@ impl EventLog {
         drop(inner);
         self.changed.notify_waiters();
         Some(seq)
+    }
+
+    /// The log's output and index, for the store: held output is indexed
+    /// first, so the bytes are every event before the `exit` (which is
+    /// left out: it is the result, stored on its own).
+    /// [`EventLog::restore`] reads them back.
+    pub fn freeze(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        // Writing to a Vec cannot fail.
+        let _ = self.freeze_to(&mut out);
+        out
+    }
+
+    /// [`EventLog::freeze`] into `w`, without a copy of the output.
+    pub fn freeze_to(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
+        let mut inner = self.lock();
+        inner.release();
+        w.write_all(FROZEN)?;
+        for d in &inner.data {
+            w.write_all(&(d.len() as u64).to_le_bytes())?;
+            w.write_all(d)?;
+        }
+        let events: Vec<&Entry> = inner
+            .index
+            .iter()
+            .filter(|e| e.kind != Kind::Exit)
+            .collect();
+        w.write_all(&(events.len() as u64).to_le_bytes())?;
+        let mut index = Vec::with_capacity(13 * events.len());
+        for e in events {
+            index.extend_from_slice(&e.start.to_le_bytes());
+            index.extend_from_slice(&e.len.to_le_bytes());
+            index.push(match e.kind {
+                Kind::Started => 0,
+                Kind::Stdout => 1,
+                Kind::Stderr => 2,
+                Kind::Exit => 3,
+            });
+        }
+        w.write_all(&index)
+    }
+
+    /// The closed log of a finished execution from [`EventLog::freeze`]'s
+    /// bytes and its result (the `exit` event); `None` when the bytes are
+    /// not such a log.
+    pub fn restore(id: &str, frozen: &[u8], exit: Encoded) -> Option<EventLog> {
+        let mut r = Cursor(frozen.strip_prefix(FROZEN)?);
+        let mut data = [Vec::new(), Vec::new()];
+        for d in &mut data {
+            let n = usize::try_from(r.word()?).ok()?;
+            *d = r.take(n)?.to_vec();
+        }
+        let n = usize::try_from(r.word()?).ok()?;
+        let mut index = Vec::with_capacity(n.min(frozen.len() / 13));
+        for _ in 0..n {
+            let e = r.take(13)?;
+            let start = u64::from_le_bytes(e[..8].try_into().ok()?);
+            let len = u32::from_le_bytes(e[8..12].try_into().ok()?);
+            let kind = match e[12] {
+                0 => Kind::Started,
+                1 => Kind::Stdout,
+                2 => Kind::Stderr,
+                _ => return None,
+            };
+            if kind != Kind::Started {
+                let i = usize::from(kind == Kind::Stderr);
+                if start + u64::from(len) > data[i].len() as u64 {
+                    return None;
+                }
+            }
+            index.push(Entry { start, len, kind });
+        }
+        let held_from = [data[0].len() as u64, data[1].len() as u64];
+        let log = EventLog::new(id);
+        {
+            let mut inner = log.lock();
+            inner.data = data;
+            inner.index = index;
+            inner.held_from = held_from;
+        }
+        log.exit(exit);
+        Some(log)
+    }
+
+    /// The closed log of a finished execution whose events were shed
+    /// ([`EventLog::shed`]) before it was stored: `last` events, of which
+    /// only the `exit` is left, and only when `exit` is given.
+    pub fn restore_shed(id: &str, last: u64, exit: Option<Encoded>) -> EventLog {
+        let log = EventLog::new(id);
+        let mut inner = log.lock();
+        inner.closed = true;
+        inner.exit = exit;
+        inner.shed_events = usize::try_from(last.max(1)).unwrap_or(usize::MAX);
+        drop(inner);
+        log
     }
 
     /// Closes the log without an `exit` (the execution left no result).

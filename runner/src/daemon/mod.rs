@@ -25,6 +25,7 @@
 //! | [`sessions`] | the skill-host routes, tool calls, session expiry |
 //! | [`workspace`] | the order of managed session workspaces: one job at a time, in order of admission |
 //! | [`session_files`] | the file routes of managed session workspaces |
+//! | [`store`] | the durable record of every execution (docs/durability.md) |
 //! | [`server`] | listening, connections, signals, graceful shutdown |
 //! | [`trace`] | OpenTelemetry spans of executions, exported over OTLP/HTTP |
 //!
@@ -46,6 +47,7 @@ pub mod selfcheck;
 pub mod server;
 pub mod session_files;
 pub mod sessions;
+pub mod store;
 pub mod stream;
 pub mod trace;
 pub mod wire;
@@ -77,6 +79,8 @@ pub enum DaemonError {
     Runtime(std::io::Error),
     #[error(transparent)]
     Server(#[from] server::ServerError),
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
 }
 
 /// Runs the daemon until SIGTERM or SIGINT. `data_dir` is the global
@@ -170,6 +174,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
             .with_workspace_owner(owner),
     );
     let lanes = workspace::Lanes::new();
+    let registry = open_registry(&config, &runner)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("skill-runner-daemon")
@@ -208,11 +213,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         let app = app::App::new(app::AppInner {
             runner,
             selfcheck,
-            registry: registry::Registry::new(
-                config.max_running,
-                config.max_queued,
-                config.retention,
-            ),
+            registry,
             metrics: Arc::new(metrics::Metrics::default()),
             roots: crate::exec::confine::Confinement::new(
                 config.roots.clone(),
@@ -257,6 +258,35 @@ fn watchdog_check(
             .is_ok()
         })
     }
+}
+
+/// The registry of executions, with what the store held: finished ones
+/// answer as before the restart, unfinished ones become `interrupted`
+/// (docs/durability.md).
+fn open_registry(config: &Config, runner: &Runner) -> Result<Arc<registry::Registry>, DaemonError> {
+    let path = store::Store::file(&config.data.state());
+    let (store, stored) = store::Store::open(&path)?;
+    let held = stored.len();
+    let kept = registry::Kept {
+        root: config.data.outputs(),
+        budget: runner.kept_budget().clone(),
+    };
+    let (registry, interrupted) = registry::Registry::with_store(
+        config.max_running,
+        config.max_queued,
+        config.retention,
+        store,
+        stored,
+        &kept,
+    )?;
+    kept.sweep(&registry.kept_dirs());
+    tracing::info!(
+        path = %path.display(),
+        executions = held,
+        interrupted,
+        "opened the execution store"
+    );
+    Ok(registry)
 }
 
 /// Installs the global subscriber ([`crate::telemetry`]), at `info`

@@ -32,7 +32,16 @@
 //!   retained; memory is thus bounded by `retain_bytes` plus one
 //!   execution's bulk (its output twice and its encoded document) plus
 //!   `retain` records;
-//! - once draining, no new id is admitted.
+//! - once draining, no new id is admitted;
+//! - with a store ([`Registry::with_store`]), every change of state is
+//!   sent to it in the order it happens here: an admission (not waited
+//!   for, except by [`Ticket::recorded`] before a 202), the move to
+//!   running (waited for before the command is launched,
+//!   [`Live::mark_running`]), and a result (waited for before anyone can
+//!   see it, [`Ticket::finish`]); retention's sheds and evictions follow.
+//!   So every acknowledged execution is in the store, and no command can
+//!   start without its execution being there as running
+//!   (docs/durability.md).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -43,8 +52,10 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 
 use super::config::Retention;
 use super::events::{Encoded, EventLog};
-use crate::exec::result::ExecResult;
+use super::store::{self, Ack, Change, Record, State, Store, StoreError, Stored};
+use crate::error::ErrorKind;
 use crate::exec::result::Status;
+use crate::exec::result::{ErrorInfo, ExecResult};
 use crate::supervise::Cancel;
 
 /// Why an execution was not admitted.
@@ -60,6 +71,8 @@ pub enum RegistryError {
     InUse { id: String },
     #[error("the daemon cannot take another execution now: cannot create its cancellation switch ({0}); retry after a moment")]
     Switch(std::io::Error),
+    #[error(transparent)]
+    Record(StoreError),
 }
 
 /// One queued or running execution.
@@ -80,6 +93,7 @@ pub struct Live {
     wake: Notify,
     /// Wakes everyone waiting in [`Live::cancelled`].
     on_cancel: Notify,
+    store: Option<Arc<Store>>,
 }
 
 impl Live {
@@ -116,6 +130,33 @@ impl Live {
     pub fn switch(&self) -> Arc<Cancel> {
         self.cancel.clone()
     }
+
+    /// Its record in the store, in `state`.
+    fn record(&self, state: State) -> Record {
+        Record {
+            state,
+            ..Record::queued(&self.digest, self.order, self.submitted_at)
+        }
+    }
+
+    /// Records, durably, that its command is about to start: called on
+    /// its blocking thread just before the launch, so that after a crash
+    /// the store says whether the command had started, and a retry never
+    /// runs it again. A failure cancels the execution (nothing starts that
+    /// is not recorded).
+    pub fn mark_running(&self) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        let change = Change::Put {
+            id: self.id.clone(),
+            record: self.record(State::Running),
+        };
+        if let Err(e) = store.send(change, true).wait() {
+            tracing::error!(id = %self.id, "cancelling the execution before its command starts: {e}");
+            self.cancel();
+        }
+    }
 }
 
 /// Output (stdout plus stderr) of a result document kept with its record.
@@ -127,6 +168,8 @@ const RECORD_BYTES: u64 = 1024;
 #[derive(Debug)]
 pub struct Done {
     pub id: String,
+    /// Its record in the store.
+    record: Record,
     /// The result and its document; `None` once dropped to bound memory.
     pub result: Option<Encoded>,
     pub log: Arc<EventLog>,
@@ -152,6 +195,11 @@ impl Done {
         let weight = RECORD_BYTES + small.map_or(0, Encoded::bytes);
         let done = Done {
             id: self.id.clone(),
+            record: Record {
+                shed: true,
+                result_kept: small.is_some(),
+                ..self.record.clone()
+            },
             result: small.cloned(),
             log: self.log.clone(),
             digest: self.digest.clone(),
@@ -221,7 +269,7 @@ impl Inner {
         self.done.get(id).is_some_and(|d| d.log.is_pinned())
     }
 
-    fn evict(&mut self, keep: &Retention) {
+    fn evict(&mut self, keep: &Retention, store: Option<&Store>) {
         // Records go by count and age only, oldest first; a pinned one
         // stays (and may hold the count over for as long as its stream
         // lasts), the next oldest goes in its place.
@@ -237,6 +285,9 @@ impl Inner {
             if let Some(old) = self.order.remove(i) {
                 self.done_bytes -= old.bytes;
                 self.done.remove(&old.id);
+                if let Some(store) = store {
+                    store.send(Change::Remove { id: old.id }, false);
+                }
             }
         }
         // Bulk goes oldest first, never the newest result's.
@@ -258,6 +309,13 @@ impl Inner {
             self.done_bytes = self.done_bytes - r.bytes + weight;
             r.bytes = weight;
             r.shed = true;
+            if let Some(store) = store {
+                let change = Change::Shed {
+                    id: lean.id.clone(),
+                    record: lean.record.clone(),
+                };
+                store.send(change, false);
+            }
             self.done.insert(lean.id.clone(), Arc::new(lean));
         }
     }
@@ -310,6 +368,8 @@ pub struct Registry {
     inner: Mutex<Inner>,
     /// Signalled whenever a live entry goes away.
     changed: Notify,
+    /// Where every change is recorded (none in unit tests).
+    store: Option<Arc<Store>>,
 }
 
 impl std::fmt::Debug for Inner {
@@ -331,7 +391,89 @@ impl Registry {
             draining: AtomicBool::new(false),
             inner: Mutex::new(Inner::default()),
             changed: Notify::new(),
+            store: None,
         })
+    }
+
+    /// A registry that records every execution in `store` and starts with
+    /// what it held (`stored`, by admission order): finished executions
+    /// are retained as they were; those that were queued or running when
+    /// the daemon stopped are finished now as `failed`, `interrupted`.
+    /// Returns how many were interrupted.
+    pub fn with_store(
+        max_running: usize,
+        max_queued: usize,
+        retention: Retention,
+        store: Store,
+        stored: Vec<Stored>,
+        kept: &Kept,
+    ) -> Result<(Arc<Registry>, usize), StoreError> {
+        let store = Arc::new(store);
+        let mut inner = Inner::default();
+        let mut interrupted = 0;
+        for s in stored {
+            inner.admitted = inner.admitted.max(s.record.order);
+            let (done, change) = restore(s, kept);
+            if let Some(change) = change {
+                store.send(change, false);
+                interrupted += 1;
+            }
+            let bytes = RECORD_BYTES
+                + done.result.as_ref().map_or(0, Encoded::bytes)
+                + if done.record.shed {
+                    0
+                } else {
+                    done.log.bytes()
+                };
+            let age = std::time::Duration::from_millis(store_age_ms(
+                done.record.finished_ms.unwrap_or(0),
+            ));
+            inner.order.push_back(Retained {
+                id: done.id.clone(),
+                at: Instant::now().checked_sub(age).unwrap_or_else(Instant::now),
+                bytes,
+                shed: done.record.shed,
+            });
+            inner.done_bytes += bytes;
+            inner.done.insert(done.id.clone(), Arc::new(done));
+        }
+        // The oldest first, so that the age order holds.
+        inner
+            .order
+            .make_contiguous()
+            .sort_by_key(|r| std::cmp::Reverse(r.at.elapsed()));
+        inner.evict(&retention, Some(&store));
+        store.send(super::store::Change::Sync, true).wait()?;
+        Ok((
+            Arc::new(Registry {
+                cap: max_running + max_queued,
+                retention,
+                permits: Arc::new(Semaphore::new(max_running)),
+                slots: AtomicUsize::new(0),
+                draining: AtomicBool::new(false),
+                inner: Mutex::new(inner),
+                changed: Notify::new(),
+                store: Some(store),
+            }),
+            interrupted,
+        ))
+    }
+
+    /// Commits what is still queued for the store, and stops it: the last
+    /// step of a drain.
+    pub fn close_store(&self) {
+        if let Some(store) = &self.store {
+            store.close();
+        }
+    }
+
+    /// The folders of the kept outputs the records hold now.
+    pub fn kept_dirs(&self) -> std::collections::HashSet<std::path::PathBuf> {
+        self.lock()
+            .done
+            .values()
+            .filter_map(|d| d.outputs.as_ref().map(|o| o.dir().to_owned()))
+            .collect()
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -370,7 +512,7 @@ impl Registry {
     /// Finds an id.
     pub fn lookup(&self, id: &str) -> Lookup {
         let mut inner = self.lock();
-        inner.evict(&self.retention);
+        inner.evict(&self.retention, self.store.as_deref());
         if let Some(l) = inner.live.get(id) {
             return Lookup::Live(l.clone());
         }
@@ -385,7 +527,7 @@ impl Registry {
     /// `next_cursor`), at most `limit`.
     pub fn list(&self, filter: StatusFilter, limit: usize, cursor: Option<u64>) -> Page {
         let mut inner = self.lock();
-        inner.evict(&self.retention);
+        inner.evict(&self.retention, self.store.as_deref());
         let time = crate::text::rfc3339;
         let mut all: Vec<Summary> = inner
             .live
@@ -485,9 +627,184 @@ impl Registry {
             .is_some_and(|l| Arc::ptr_eq(l, live))
         {
             inner.live.remove(&live.id);
+            if let Some(store) = &self.store {
+                store.send(
+                    Change::Remove {
+                        id: live.id.clone(),
+                    },
+                    false,
+                );
+            }
         }
         drop(inner);
         self.changed.notify_waiters();
+    }
+}
+
+/// Milliseconds from `finished_ms` (since the epoch) to now.
+fn store_age_ms(finished_ms: u64) -> u64 {
+    super::store::epoch_ms(SystemTime::now()).saturating_sub(finished_ms)
+}
+
+/// The status a result document spells `name`.
+fn status_named(name: &str) -> Option<Status> {
+    Status::ALL.into_iter().find(|s| status_name(*s) == name)
+}
+
+/// A retained execution from what the store held; for one that had not
+/// finished, also the change that records it as interrupted.
+fn restore(s: Stored, kept: &Kept) -> (Done, Option<Change>) {
+    let Stored {
+        id,
+        record,
+        result,
+        events,
+    } = s;
+    let submitted_at =
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(record.submitted_ms);
+    if record.state != State::Finished {
+        let message = if record.state == State::Running {
+            "the daemon stopped while this execution was running: its command had started, and was ended with the daemon; nothing of it is left running. Check what the command may have done before resubmitting it under a new execution_id"
+        } else {
+            "the daemon stopped while this execution was queued: its command never started. Resubmit the job under a new execution_id to run it"
+        };
+        let mut r = ExecResult::rejected(
+            &id,
+            "bubblewrap",
+            ErrorInfo::new(ErrorKind::Interrupted, message),
+        );
+        r.status = Status::Failed;
+        let encoded = Encoded::new(Arc::new(r));
+        let log = EventLog::new(&id);
+        let last = log.exit(encoded.clone()).unwrap_or(1);
+        let log = Arc::new(log);
+        let mut done_record = record.finished(
+            status_name(Status::Failed),
+            None,
+            encoded.result.finished_at.clone(),
+        );
+        done_record.last_seq = last;
+        done_record.error_kind = Some(ErrorKind::Interrupted.as_str().to_owned());
+        let change = Change::Finish {
+            id: id.clone(),
+            record: done_record.clone(),
+            result: encoded.json.clone(),
+            events: log.clone(),
+        };
+        let done = Done {
+            id,
+            record: done_record,
+            result: Some(encoded),
+            log,
+            outputs: None,
+            digest: record.digest,
+            status: Status::Failed,
+            exit_code: None,
+            finished_at: String::new(),
+            order: record.order,
+            submitted_at,
+        };
+        let finished_at = done.result.as_ref().map(|r| r.result.finished_at.clone());
+        return (
+            Done {
+                finished_at: finished_at.unwrap_or_default(),
+                ..done
+            },
+            Some(change),
+        );
+    }
+    let status = record
+        .status
+        .as_deref()
+        .and_then(status_named)
+        .unwrap_or(Status::Failed);
+    let encoded = result.filter(|_| record.result_kept).map(|json| {
+        let mut stand_in = ExecResult::rejected(
+            &id,
+            "bubblewrap",
+            ErrorInfo::new(ErrorKind::Internal, String::new()),
+        );
+        stand_in.status = status;
+        stand_in.exit_code = record.exit_code;
+        stand_in.finished_at = record.finished_at.clone().unwrap_or_default();
+        stand_in.error = record.error_kind.as_deref().and_then(|k| {
+            ErrorKind::ALL
+                .iter()
+                .find(|e| e.as_str() == k)
+                .map(|kind| ErrorInfo::new(*kind, String::new()))
+        });
+        Encoded::restored(Arc::new(stand_in), json.into(), record.output)
+    });
+    let log = match (events.filter(|_| !record.shed), &encoded) {
+        (Some(frozen), Some(enc)) => EventLog::restore(&id, &frozen, enc.clone()),
+        _ => None,
+    };
+    let (log, record) = match log {
+        Some(log) => (log, record),
+        // Shed, or events that do not read back: the `exit` alone.
+        None => (
+            EventLog::restore_shed(&id, record.last_seq, encoded.clone()),
+            Record {
+                shed: true,
+                ..record
+            },
+        ),
+    };
+    let outputs = record.outputs.as_ref().and_then(|k| {
+        crate::exec::files::OutputStore::restore(&kept.root, &k.dir, &k.files, &kept.budget)
+    });
+    let done = Done {
+        id,
+        result: encoded,
+        log: Arc::new(log),
+        outputs,
+        digest: record.digest.clone(),
+        status,
+        exit_code: record.exit_code,
+        finished_at: record.finished_at.clone().unwrap_or_default(),
+        order: record.order,
+        submitted_at,
+        record,
+    };
+    (done, None)
+}
+
+/// Where kept outputs live, and the budget they count against: what a
+/// restart needs to serve the outputs an earlier daemon kept.
+#[derive(Debug)]
+pub struct Kept {
+    pub root: std::path::PathBuf,
+    pub budget: Arc<crate::exec::files::KeptBudget>,
+}
+
+impl Kept {
+    /// Removes the folders of `root` no record holds (`held`), left by a
+    /// daemon that stopped before their record went; one touched in the
+    /// last ten minutes is left alone, as a command-line run sharing the
+    /// data dir may be filling it.
+    pub fn sweep(&self, held: &std::collections::HashSet<std::path::PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(&self.root) else {
+            return;
+        };
+        let recent = std::time::Duration::from_secs(600);
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(meta) = entry.metadata() else { continue };
+            let fresh = meta
+                .modified()
+                .ok()
+                .and_then(|m| m.elapsed().ok())
+                .is_some_and(|age| age < recent);
+            if !meta.is_dir() || held.contains(&path) || fresh {
+                continue;
+            }
+            match crate::fsx::remove_tree(&path) {
+                Ok(()) => {
+                    tracing::info!(folder = %path.display(), "swept kept outputs no record holds")
+                }
+                Err(e) => tracing::warn!("cannot sweep {}: {e}", path.display()),
+            }
+        }
     }
 }
 
@@ -516,7 +833,7 @@ impl Slot {
         }
         let cancel = self.cancel.clone();
         let mut inner = registry.lock();
-        inner.evict(&registry.retention);
+        inner.evict(&registry.retention, registry.store.as_deref());
         let existing = match (inner.live.get(id), inner.done.get(id)) {
             (Some(l), _) => Some((l.digest == digest, Lookup::Live(l.clone()))),
             (None, Some(d)) => Some((d.digest == digest, Lookup::Done(d.clone()))),
@@ -539,8 +856,19 @@ impl Slot {
             running: AtomicBool::new(false),
             wake: Notify::new(),
             on_cancel: Notify::new(),
+            store: registry.store.clone(),
         });
         inner.live.insert(id.to_owned(), live.clone());
+        if let Some(store) = &registry.store {
+            // Under the lock: the store sees the changes of an id in order.
+            store.send(
+                Change::Put {
+                    id: id.to_owned(),
+                    record: live.record(State::Queued),
+                },
+                false,
+            );
+        }
         drop(inner);
         Ok(Admitted::New(Ticket {
             _slot: self,
@@ -585,11 +913,72 @@ impl Ticket {
         }
     }
 
-    /// Records the result, serialised once: the id now names a retained
-    /// result.
+    /// Waits until its admission is durable: before a 202 acknowledges
+    /// it. A failure (a full disk) refuses the execution, which is then
+    /// cancelled and leaves nothing behind.
+    pub async fn recorded(&self) -> Result<(), RegistryError> {
+        let Some(store) = &self.registry.store else {
+            return Ok(());
+        };
+        store
+            .send(Change::Sync, true)
+            .wait_async()
+            .await
+            .map_err(RegistryError::Record)
+    }
+
+    /// Records the result, serialised once, durably (on a blocking
+    /// thread): the id now names a retained result.
     pub fn finish(mut self, result: ExecResult) -> Encoded {
+        let (encoded, ack) = self.record_finish(result);
+        if let Err(e) = ack.wait() {
+            tracing::error!(id = %self.live.id, "the result is answered but could not be recorded: {e}");
+        }
+        self.retain(encoded)
+    }
+
+    /// [`Ticket::finish`] inside the async runtime.
+    pub async fn finish_async(mut self, result: ExecResult) -> Encoded {
+        let (encoded, ack) = self.record_finish(result);
+        if let Err(e) = ack.wait_async().await {
+            tracing::error!(id = %self.live.id, "the result is answered but could not be recorded: {e}");
+        }
+        self.retain(encoded)
+    }
+
+    /// Encodes the result and sends it to the store with the events
+    /// logged so far (every event but the `exit`, which is the result).
+    fn record_finish(&mut self, result: ExecResult) -> (Encoded, Ack) {
         self.finished = true;
-        let result = Encoded::new(Arc::new(result));
+        let encoded = Encoded::new(Arc::new(result));
+        let Some(store) = &self.registry.store else {
+            return (encoded, Ack::done());
+        };
+        let r = &encoded.result;
+        let mut record = self.live.record(State::Running).finished(
+            status_name(r.status),
+            r.exit_code,
+            r.finished_at.clone(),
+        );
+        record.output = encoded.output();
+        record.last_seq = self.live.log.last_seq() + 1;
+        record.error_kind = r.error.as_ref().map(|e| e.kind.as_str().to_owned());
+        record.outputs = r
+            .outputs
+            .as_ref()
+            .and_then(|c| c.store.as_ref())
+            .and_then(|store| store::KeptRecord::of(store));
+        let change = Change::Finish {
+            id: self.live.id.clone(),
+            record,
+            result: encoded.json.clone(),
+            events: self.live.log.clone(),
+        };
+        let ack = store.send(change, true);
+        (encoded, ack)
+    }
+
+    fn retain(self, result: Encoded) -> Encoded {
         let registry = self.registry.clone();
         let mut inner = registry.lock();
         inner.live.remove(&self.live.id);
@@ -598,8 +987,23 @@ impl Ticket {
             // document counts at its encoded size (up to 6 bytes per
             // output byte: `\u0001`); the log's `exit` shares it.
             let bytes = result.bytes() + RECORD_BYTES + self.live.log.bytes();
+            let r = &result.result;
+            let mut record = self.live.record(State::Running).finished(
+                status_name(r.status),
+                r.exit_code,
+                r.finished_at.clone(),
+            );
+            record.output = result.output();
+            record.last_seq = self.live.log.last_seq() + 1;
+            record.error_kind = r.error.as_ref().map(|e| e.kind.as_str().to_owned());
+            record.outputs = r
+                .outputs
+                .as_ref()
+                .and_then(|c| c.store.as_ref())
+                .and_then(|store| store::KeptRecord::of(store));
             let done = Done {
                 id: self.live.id.clone(),
+                record,
                 result: Some(result.clone()),
                 log: self.live.log.clone(),
                 digest: self.live.digest.clone(),
@@ -618,7 +1022,14 @@ impl Ticket {
                 shed: false,
             });
             inner.done_bytes += bytes;
-            inner.evict(&registry.retention);
+            inner.evict(&registry.retention, registry.store.as_deref());
+        } else if let Some(store) = &registry.store {
+            store.send(
+                Change::Remove {
+                    id: self.live.id.clone(),
+                },
+                false,
+            );
         }
         drop(inner);
         registry.changed.notify_waiters();

@@ -152,7 +152,7 @@ async fn health(State(app): State<App>) -> Response {
     let space = data_dir_space(&app);
     let full = space.free_bytes.is_some_and(|b| b < DISK_LOW);
     let (status, code) = if app.registry.is_draining() {
-        (HealthStatus::ShuttingDown, StatusCode::SERVICE_UNAVAILABLE)
+        (HealthStatus::Draining, StatusCode::SERVICE_UNAVAILABLE)
     } else if !available {
         (
             HealthStatus::SandboxUnavailable,
@@ -206,6 +206,24 @@ fn data_dir_space(app: &App) -> wire::DataDirSpace {
                 dir.display()
             )),
         },
+    }
+}
+
+/// Refuses new work while the data dir's disk is under [`DISK_LOW`] free
+/// (503 `disk_full`, `Retry-After`): an execution could not be recorded,
+/// nor its folders made. Reads go on.
+// The statvfs field types differ between platforms.
+#[allow(clippy::unnecessary_cast)]
+fn room_for_work(app: &App) -> Result<(), ApiError> {
+    let free = nix::sys::statvfs::statvfs(app.config.data.path())
+        .map(|v| (v.blocks_available() as u64).saturating_mul(v.fragment_size() as u64));
+    match free {
+        Ok(b) if b < DISK_LOW => Err(ApiError::Admission(RegistryError::Record(
+            super::store::StoreError::Full {
+                path: app.config.data.state(),
+            },
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -403,6 +421,7 @@ async fn post_execution(
         };
         let queue = super::session_files::session_wait(q.get("session_wait"))?;
         json_content(&headers)?;
+        room_for_work(&app)?;
         let slot = app.registry.slot().inspect_err(|e| refused(&app, e))?;
         Ok((detached, queue, slot))
     };
@@ -450,6 +469,8 @@ async fn post_execution(
     super::trace::begin(&job.execution_id, traceparent, received);
     let span = tracing::info_span!("execution", id = %job.execution_id);
     if detached {
+        // A 202 promises the execution: it is in the store first.
+        ticket.recorded().await?;
         let live = ticket.live();
         let id = job.execution_id.clone();
         tokio::spawn(execute(app, job, ticket, place, false, true).instrument(span));
@@ -562,7 +583,7 @@ async fn execute(
         );
         result.status = Status::Cancelled;
         app.metrics.execution(Status::Cancelled, Duration::ZERO);
-        let result = ticket.finish(result);
+        let result = ticket.finish_async(result).await;
         live.log.exit(result.clone());
         guard.disarm();
         tracing::info!("cancelled while queued");
@@ -615,6 +636,8 @@ async fn execute(
         if let Some(network) = &result.network {
             worker.metrics.network(network);
         }
+        // Held-back output first, so the stored events are all of them.
+        sink.flush();
         let result = ticket.finish(result);
         sink.finish(result.clone());
         result

@@ -23,11 +23,13 @@
 //!
 //! Shutdown on SIGTERM or SIGINT (or SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM:
 //! no catchable signal ends the daemon without a log line and a drain;
-//! SIGHUP is logged and ignored): stop accepting; refuse new executions
-//! (503); let running ones finish for the grace period, then cancel the
-//! rest and wait for their sandboxes to be gone (each runner removes its
-//! per-execution folder); let responses in flight complete; remove the
-//! socket.
+//! SIGHUP is logged and ignored): refuse new executions (503 with
+//! `Retry-After`) while still accepting connections, so results, events
+//! and health (503 `draining`) are answered; let running ones finish for
+//! the grace period, then cancel the rest and wait for their sandboxes to
+//! be gone (each runner removes its per-execution folder, each result is
+//! recorded); then stop accepting, commit the store, let responses in
+//! flight complete and remove the socket.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -254,38 +256,20 @@ pub async fn run(listener: Listener, app: App) -> Result<(), ServerError> {
     tracing::info!("listening on {}", listener.describe());
     super::notify::ready(&listener.describe());
 
-    let signal = loop {
-        // Full: close the oldest connection that never showed the token.
-        if places.available_permits() == 0 {
-            unproven.close_oldest();
-        }
-        let place = tokio::select! {
-            p = places.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break "closed",
-            },
-            s = &mut stop => break s,
-        };
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            s = &mut stop => break s,
-        };
-        match accepted {
-            Ok(Stream::Unix(s)) => conns.spawn(s, place, false),
-            Ok(Stream::Tcp(s)) => {
-                let prove = conns.app.config.token.is_some();
-                conns.spawn(s, place, prove)
-            }
-            Err(e) => {
-                // EMFILE and friends: back off instead of spinning.
-                tracing::warn!(error = %e, "cannot accept a connection");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    };
-    drop(listener);
+    let signal = conns.serve_until(&listener, &places, stop.as_mut()).await;
+    // Draining: the listener stays open, so results, events and health
+    // (503 `draining`) are still answered while new executions get 503.
     super::notify::stopping();
-    shutdown(&app, signal).await;
+    let drain = pin!(shutdown(&app, signal));
+    conns.serve_until(&listener, &places, drain).await;
+    drop(listener);
+    let registry = app.registry.clone();
+    if tokio::task::spawn_blocking(move || registry.close_store())
+        .await
+        .is_err()
+    {
+        tracing::error!("could not close the execution store");
+    }
     if tokio::time::timeout(FLUSH_WAIT, conns.graceful.shutdown())
         .await
         .is_err()
@@ -446,6 +430,44 @@ impl Drop for Held {
 }
 
 impl Connections {
+    /// Accepts and serves connections until `until` resolves; its output.
+    async fn serve_until<T>(
+        &self,
+        listener: &Listener,
+        places: &Arc<Semaphore>,
+        mut until: std::pin::Pin<&mut impl std::future::Future<Output = T>>,
+    ) -> T {
+        loop {
+            // Full: close the oldest connection that never showed the token.
+            if places.available_permits() == 0 {
+                self.unproven.close_oldest();
+            }
+            let place = tokio::select! {
+                p = places.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => return until.await,
+                },
+                s = &mut until => return s,
+            };
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                s = &mut until => return s,
+            };
+            match accepted {
+                Ok(Stream::Unix(s)) => self.spawn(s, place, false),
+                Ok(Stream::Tcp(s)) => {
+                    let prove = self.app.config.token.is_some();
+                    self.spawn(s, place, prove)
+                }
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "cannot accept a connection");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+
     /// Serves one connection; `prove`: it is unproven until a request
     /// carries the valid token.
     fn spawn<I>(&self, io: I, place: OwnedSemaphorePermit, prove: bool)
@@ -510,7 +532,7 @@ impl Connections {
 }
 
 /// Drains executions: refuse new ones, wait the grace period, cancel the
-/// rest and wait for them to stop.
+/// rest and wait for them to stop (each records its result).
 async fn shutdown(app: &App, signal: &str) {
     app.registry.start_draining();
     let (running, queued) = app.registry.counts();
@@ -519,7 +541,7 @@ async fn shutdown(app: &App, signal: &str) {
         running,
         queued,
         grace_ms = app.config.grace.as_millis() as u64,
-        "shutting down: refusing new executions, letting running ones finish"
+        "shutting down: refusing new executions, letting running ones finish, still answering reads"
     );
     if tokio::time::timeout(app.config.grace, app.registry.idle())
         .await

@@ -198,12 +198,17 @@ impl DaemonSink {
         }
     }
 
-    /// Logs held-back bytes and the `exit` event.
-    pub fn finish(mut self, result: Encoded) {
+    /// Logs held-back bytes (an incomplete character at the end).
+    pub fn flush(&mut self) {
         for i in 0..2 {
             let held = std::mem::take(&mut self.carry[i]);
             self.live.log.output(i, &held);
         }
+    }
+
+    /// Logs held-back bytes and the `exit` event.
+    pub fn finish(mut self, result: Encoded) {
+        self.flush();
         self.live.log.exit(result);
     }
 }
@@ -232,6 +237,8 @@ impl Sink for DaemonSink {
 
     fn launching(&mut self, staged_bytes: u64, staging: Duration) {
         self.metrics.staged(staged_bytes, staging);
+        // Durable before the command can start (docs/durability.md).
+        self.live.mark_running();
         self.live.log.started();
     }
 }

@@ -87,8 +87,9 @@ pub enum HealthStatus {
     SandboxUnavailable,
     /// They are present, but a real job's sandbox failed its self-check (503).
     SandboxFailed,
-    /// The daemon is draining: no new executions (503).
-    ShuttingDown,
+    /// The daemon is draining after a stopping signal: no new executions,
+    /// reads still answered (503).
+    Draining,
     /// The data dir's file system has less than the documented bound
     /// free: executions, publishing and sessions would fail (503).
     DiskFull,
@@ -329,7 +330,7 @@ mod tests {
         );
         for (status, text) in [
             (HealthStatus::SandboxFailed, r#""sandbox_failed""#),
-            (HealthStatus::ShuttingDown, r#""shutting_down""#),
+            (HealthStatus::Draining, r#""draining""#),
             (HealthStatus::DiskFull, r#""disk_full""#),
         ] {
             assert_eq!(serde_json::to_string(&status).unwrap(), text);

@@ -86,6 +86,7 @@ const LAYOUT: &[(&str, Access)] = &[
     ("cache", Access::Private),
     ("run", Access::Private),
     ("outputs", Access::Private),
+    ("state", Access::Private),
 ];
 
 /// Why a data dir was refused or could not be made.
@@ -256,6 +257,11 @@ impl DataDir {
     /// `cache/`: what can be rebuilt (host probe, catalog index).
     pub fn cache(&self) -> PathBuf {
         self.path.join("cache")
+    }
+
+    /// `state/`: the daemon's execution store (docs/durability.md).
+    pub fn state(&self) -> PathBuf {
+        self.path.join("state")
     }
 
     /// `run/`: the daemon's default socket folder.

@@ -581,6 +581,12 @@ impl KeptBudget {
     fn give(&self, n: u64) {
         self.used.fetch_sub(n, Ordering::SeqCst);
     }
+
+    /// Takes `n` bytes whatever the bound: outputs kept before a restart
+    /// are already on disk, and count until they go.
+    fn force(&self, n: u64) {
+        self.used.fetch_add(n, Ordering::SeqCst);
+    }
 }
 
 /// The kept bytes of one execution's outputs: a folder of files named by
@@ -611,6 +617,46 @@ impl OutputStore {
         self.files
             .iter()
             .map(|(p, (sha, size))| (p.as_str(), sha.as_str(), *size))
+    }
+}
+
+impl OutputStore {
+    /// The kept outputs an earlier daemon recorded (`dir` under `root`, a
+    /// folder of files named by SHA-256), held again after a restart:
+    /// `None` when the folder is not one of `root`'s, or a file is missing
+    /// or not its recorded size (then nothing of it is served).
+    pub fn restore(
+        root: &Path,
+        dir: &str,
+        files: &[(String, String, u64)],
+        budget: &Arc<KeptBudget>,
+    ) -> Option<Arc<OutputStore>> {
+        let name_ok = !dir.is_empty() && !dir.contains('/') && dir != "." && dir != "..";
+        if !name_ok {
+            return None;
+        }
+        let dir = root.join(dir);
+        let mut held = 0u64;
+        let mut map = BTreeMap::new();
+        for (path, sha, size) in files {
+            let sound = sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit());
+            let meta = sound
+                .then(|| std::fs::symlink_metadata(dir.join(sha)).ok())
+                .flatten()?;
+            if !meta.file_type().is_file() || meta.len() != *size {
+                return None;
+            }
+            if map.insert(path.clone(), (sha.clone(), *size)).is_none() {
+                held = held.saturating_add(*size);
+            }
+        }
+        budget.force(held);
+        Some(Arc::new(OutputStore {
+            dir,
+            files: map,
+            budget: budget.clone(),
+            held,
+        }))
     }
 }
 

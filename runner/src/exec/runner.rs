@@ -189,6 +189,10 @@ impl Runner {
     }
 
     /// The opened (checked) data dir.
+    pub fn kept_budget(&self) -> &Arc<files::KeptBudget> {
+        &self.kept
+    }
+
     pub fn data_dir(&self) -> &DataDir {
         &self.data
     }

@@ -308,16 +308,24 @@ pub fn write_replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// Creates `path` with `bytes` and `mode` unless it exists: a private
 /// sibling is written, then `link(2)`ed into place, which is atomic and
 /// never replaces. An existing `path` is `AlreadyExists`, untouched.
+/// Durable once it returns: the file's bytes are `fsync`ed before the link
+/// and its folder after, so a record that was acknowledged (a session, a
+/// binding) survives a power cut too.
 pub fn write_new(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent)?;
-    }
+    let parent = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(parent)?;
     let tmp = sibling_tmp(path);
-    let written = fs::write(&tmp, bytes)
+    let write = || -> io::Result<()> {
+        let mut f = fs::File::create(&tmp)?;
+        io::Write::write_all(&mut f, bytes)?;
+        f.sync_all()
+    };
+    let written = write()
         .and_then(|()| chmod(&tmp, mode))
         .and_then(|()| fs::hard_link(&tmp, path));
     let _ = fs::remove_file(&tmp);
-    written
+    written?;
+    fs::File::open(parent)?.sync_all()
 }
 
 /// Creates a folder with mode 0700 (and its parents, 0755 as usual).

@@ -1,0 +1,896 @@
+//! The daemon's durable state: every execution it has acknowledged (its
+//! job digest, which is its idempotency record, its state, its result
+//! document and its event log within retention), in one embedded
+//! transactional store, `<data-dir>/state/executions.redb` (docs/durability.md).
+//!
+//! The store is `redb`: pure Rust, ACID transactions on copy-on-write
+//! B-trees whose commits are checksummed, so a commit cut short by a
+//! `kill -9` or a power cut is rolled back at the next open, never half
+//! read. It keeps nothing in memory the registry does not already hold
+//! (its page cache is capped at [`CACHE_BYTES`]).
+//!
+//! A result document and event log of more than [`INLINE`] bytes are
+//! kept outside the database, as files of `state/blobs/` (written, then
+//! `fsync`ed with their folder, before the commit that names them): redb
+//! would hold a large value in memory two or three times while writing
+//! it. The files of records that are gone (an eviction, a crash between
+//! the write and the commit) are removed at the next start.
+//!
+//! Where a job's collected outputs go once the daemon keeps them: as more
+//! files of `blobs/` named from the record's `order` (like
+//! `blob(dir, order, "out-N")`), written by the same
+//! [`Change::Finish`] before its commit, removed with the record, and
+//! swept by `sweep_blobs` like the others, so they share the result's
+//! durability and retention.
+//!
+//! One writer thread applies every change in order ([`Store::send`]):
+//! what is queued while a commit is being made goes into the next one
+//! (group commit), so a commit's `fsync` is shared by every execution
+//! that waits on it. A change sent with an acknowledgement is durable
+//! (the commit was `fsync`ed) before its acknowledgement resolves; one
+//! sent without is committed with the next durable one, or lost with the
+//! daemon, which is harmless for those changes (an eviction, a shed).
+//!
+//! Invariants:
+//! - a record's state only moves forward: `queued`, `running`, `finished`;
+//! - a `finished` record always has its result document in `RESULTS`
+//!   unless it was shed to bound retention ([`Record::result_kept`]);
+//! - the events of `EVENTS` are those of a finished, unshed execution;
+//! - a record, its result and its events are written and removed in one
+//!   transaction.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Mutex;
+
+use redb::{Database, Durability, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+/// Execution id to [`Record`] (JSON).
+const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("executions");
+/// Execution id to its result document, the bytes `GET` answers.
+const RESULTS: TableDefinition<&str, &[u8]> = TableDefinition::new("results");
+/// Execution id to its frozen event log (`EventLog::freeze`).
+const EVENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("events");
+
+/// The store's page cache: small, since every retained result is held by
+/// the registry in memory already and the store is read only at start.
+pub const CACHE_BYTES: usize = 256 << 10;
+/// Larger results and event logs are files of `blobs/`.
+pub const INLINE: u64 = 64 * 1024;
+/// Changes one commit takes at most.
+const BATCH: usize = 512;
+
+/// What went wrong with the store.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open the execution store {path}: {reason}; if the file is damaged, move it aside (mv {path} {path}.broken) and start the daemon again: it then starts with no retained executions (docs/durability.md)")]
+    Open { path: PathBuf, reason: String },
+    #[error("another skill-runner daemon holds the execution store {0}; stop it, or give this one another --data-dir")]
+    InUse(PathBuf),
+    #[error("cannot read the execution store {path}: {reason}; move it aside (mv {path} {path}.broken) and start the daemon again (docs/durability.md)")]
+    Read { path: PathBuf, reason: String },
+    #[error("the data dir's disk is full: cannot record the execution in {path}; free space there, then retry")]
+    Full { path: PathBuf },
+    #[error("cannot record the execution in {path}: {reason}; retry after a moment, and see the daemon's log")]
+    Write { path: PathBuf, reason: String },
+    #[error("the execution store {0} stopped; the daemon is ending")]
+    Stopped(PathBuf),
+}
+
+/// Where an execution is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// Admitted, waiting for a run slot: its command has not started.
+    Queued,
+    /// Its command was being launched or was running.
+    Running,
+    /// Its result is recorded.
+    Finished,
+}
+
+/// One execution as the store keeps it (small: no output).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Record {
+    /// Digest of the job document: a retry with the same is the same job.
+    pub digest: String,
+    /// Admission order, for listing.
+    pub order: u64,
+    /// When it was admitted, in milliseconds since the epoch.
+    pub submitted_ms: u64,
+    pub state: State,
+    /// The result's status as the document spells it (finished only).
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub exit_code: Option<i32>,
+    #[serde(default)]
+    pub finished_at: Option<String>,
+    /// When it finished, in milliseconds since the epoch (retention's age).
+    #[serde(default)]
+    pub finished_ms: Option<u64>,
+    /// Output bytes of the result (retention's weight).
+    #[serde(default)]
+    pub output: u64,
+    /// The `seq` of its last event (its `exit`).
+    #[serde(default)]
+    pub last_seq: u64,
+    /// Its bulk (events, a large result) was dropped by retention.
+    #[serde(default)]
+    pub shed: bool,
+    /// Whether its result document is still stored (always, unless shed).
+    #[serde(default = "yes")]
+    pub result_kept: bool,
+    /// The error kind of its result, when it has one.
+    #[serde(default)]
+    pub error_kind: Option<String>,
+    /// Its result and events are files of `blobs/` (named by `order`),
+    /// not values of the database.
+    #[serde(default)]
+    pub blobs: bool,
+    /// Its kept outputs: the folder's name under `<data-dir>/outputs/`
+    /// and each output's path, SHA-256 and size, so that a restart serves
+    /// them again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<KeptRecord>,
+}
+
+/// Where an execution's kept outputs are ([`Record::outputs`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptRecord {
+    pub dir: String,
+    pub files: Vec<(String, String, u64)>,
+}
+
+impl KeptRecord {
+    pub fn of(store: &crate::exec::files::OutputStore) -> Option<KeptRecord> {
+        let dir = store.dir().file_name()?.to_str()?.to_owned();
+        let files = store
+            .files()
+            .map(|(p, sha, size)| (p.to_owned(), sha.to_owned(), size))
+            .collect();
+        Some(KeptRecord { dir, files })
+    }
+}
+
+/// The error kind of a store failure that refuses an admission: a full
+/// disk is `disk_full` (503), anything else `store_failed` (500); both
+/// are answered with `Retry-After`.
+pub fn kind(e: &StoreError) -> crate::error::ErrorKind {
+    match e {
+        StoreError::Full { .. } => crate::error::ErrorKind::DiskFull,
+        _ => crate::error::ErrorKind::StoreFailed,
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One change to the store.
+#[derive(Debug)]
+pub enum Change {
+    /// A record (admission, or its move to running).
+    Put { id: String, record: Record },
+    /// A finished execution: its record, result and events at once.
+    Finish {
+        id: String,
+        record: Record,
+        result: axum::body::Bytes,
+        events: std::sync::Arc<super::events::EventLog>,
+    },
+    /// Retention dropped its bulk: its events, and its result unless kept.
+    Shed { id: String, record: Record },
+    /// Retention dropped the record.
+    Remove { id: String },
+    /// Nothing: acknowledged once everything sent before it is durable.
+    Sync,
+}
+
+struct Message {
+    change: Change,
+    ack: Option<oneshot::Sender<Result<(), StoreError>>>,
+}
+
+/// What the store held at start, by admission order.
+#[derive(Debug)]
+pub struct Stored {
+    pub id: String,
+    pub record: Record,
+    pub result: Option<Vec<u8>>,
+    pub events: Option<Vec<u8>>,
+}
+
+/// The open store; its writer thread ends when it is dropped.
+#[derive(Debug)]
+pub struct Store {
+    path: PathBuf,
+    blobs: PathBuf,
+    tx: Mutex<Option<mpsc::Sender<Message>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Waits for one change to be durable.
+#[derive(Debug)]
+pub struct Ack {
+    rx: Option<oneshot::Receiver<Result<(), StoreError>>>,
+    path: PathBuf,
+}
+
+impl Ack {
+    /// An acknowledgement that is already there (no store).
+    pub fn done() -> Ack {
+        Ack {
+            rx: None,
+            path: PathBuf::new(),
+        }
+    }
+
+    /// Waits on a blocking thread (never inside the async runtime).
+    pub fn wait(self) -> Result<(), StoreError> {
+        match self.rx {
+            None => Ok(()),
+            Some(rx) => match rx.blocking_recv() {
+                Ok(outcome) => outcome,
+                Err(_) => Err(StoreError::Stopped(self.path)),
+            },
+        }
+    }
+
+    /// Waits inside the async runtime.
+    pub async fn wait_async(self) -> Result<(), StoreError> {
+        match self.rx {
+            None => Ok(()),
+            Some(rx) => match rx.await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(StoreError::Stopped(self.path)),
+            },
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Milliseconds since the epoch of `t`.
+pub fn epoch_ms(t: std::time::SystemTime) -> u64 {
+    t.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Whether an I/O error says the disk is full (or the quota used up).
+fn full(e: &redb::StorageError) -> bool {
+    matches!(e, redb::StorageError::Io(io) if matches!(io.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)))
+}
+
+impl Store {
+    /// The store's file in the data dir's `state/` folder.
+    pub fn file(state_dir: &Path) -> PathBuf {
+        state_dir.join("executions.redb")
+    }
+
+    /// Opens (or creates) the store and reads back everything it holds.
+    /// A commit cut short is rolled back here; a file that is not a store
+    /// or is damaged beyond that is refused with the way out.
+    pub fn open(path: &Path) -> Result<(Store, Vec<Stored>), StoreError> {
+        let open_err = |reason: String| StoreError::Open {
+            path: path.to_owned(),
+            reason,
+        };
+        let mut builder = Database::builder();
+        builder.set_cache_size(CACHE_BYTES);
+        // `create` would write a new store over a file it cannot read:
+        // an existing, non-empty file is only ever opened.
+        let existing = std::fs::metadata(path).is_ok_and(|m| m.len() > 0);
+        if existing {
+            check_header(path).map_err(open_err)?;
+        }
+        // redb asserts on some damage (a file cut short) instead of
+        // returning an error: that is a damaged store too, said as such.
+        let opened = quietly(|| {
+            if existing {
+                builder.open(path)
+            } else {
+                builder.create(path)
+            }
+        })
+        .map_err(|what| open_err(format!("it is damaged ({what})")))?;
+        let mut db = match opened {
+            Ok(db) => db,
+            Err(redb::DatabaseError::DatabaseAlreadyOpen) => {
+                return Err(StoreError::InUse(path.to_owned()))
+            }
+            Err(e) => return Err(open_err(e.to_string())),
+        };
+        // Freed pages are reused by later commits; compacting at start
+        // also gives back what a burst of large results left.
+        if let Ok(Err(e)) = quietly(|| db.compact()) {
+            tracing::warn!(path = %path.display(), error = %e, "could not compact the execution store");
+        }
+        sync_dir(path);
+        let blobs = path.with_file_name("blobs");
+        match std::fs::create_dir(&blobs) {
+            Ok(()) => {
+                let _ = std::fs::set_permissions(
+                    &blobs,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o700),
+                );
+                sync_dir(&blobs);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(open_err(format!("cannot create {}: {e}", blobs.display()))),
+        }
+        let stored = quietly(|| read_all(&db, &blobs))
+            .unwrap_or_else(|what| Err(format!("it is damaged ({what})")))
+            .map_err(|reason| StoreError::Read {
+                path: path.to_owned(),
+                reason,
+            })?;
+        sweep_blobs(&blobs, &stored);
+        let (tx, rx) = mpsc::channel();
+        let writer_path = path.to_owned();
+        let writer_blobs = blobs.clone();
+        let writer = std::thread::Builder::new()
+            .name("skill-runner-store".into())
+            .spawn(move || write_loop(db, rx, writer_path, writer_blobs))
+            .map_err(|e| open_err(format!("cannot start its writer thread: {e}")))?;
+        Ok((
+            Store {
+                path: path.to_owned(),
+                blobs,
+                tx: Mutex::new(Some(tx)),
+                writer: Mutex::new(Some(writer)),
+            },
+            stored,
+        ))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The folder of the large results and event logs.
+    pub fn blobs(&self) -> &Path {
+        &self.blobs
+    }
+
+    /// Queues a change; with `durable`, the returned [`Ack`] resolves once
+    /// the commit holding it is on disk.
+    pub fn send(&self, change: Change, durable: bool) -> Ack {
+        let (ack, rx) = if durable {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
+        let sent = self
+            .tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|tx| tx.send(Message { change, ack }).is_ok())
+            .unwrap_or(false);
+        if !sent {
+            let (tx, rx) = oneshot::channel();
+            let _ = tx.send(Err(StoreError::Stopped(self.path.clone())));
+            return Ack {
+                rx: Some(rx),
+                path: self.path.clone(),
+            };
+        }
+        Ack {
+            rx,
+            path: self.path.clone(),
+        }
+    }
+
+    /// Commits what is queued, durably, and stops the writer.
+    pub fn close(&self) {
+        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(tx) = tx {
+            let (ack, rx) = oneshot::channel();
+            let _ = tx.send(Message {
+                change: Change::Sync,
+                ack: Some(ack),
+            });
+            drop(tx);
+            let _ = rx.blocking_recv();
+        }
+        if let Some(w) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = w.join();
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(w) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// Runs `f`, turning a panic into its message, without printing it (the
+/// caller says what it means). Only at start, before other threads run.
+fn quietly<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    out.map_err(|p| {
+        p.downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "the store's reader stopped".to_owned())
+    })
+}
+
+/// The first bytes of every redb file.
+const MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+
+/// Refuses a file that is not a store: redb would initialise a new store
+/// over it, silently dropping whatever it held.
+fn check_header(path: &Path) -> Result<(), String> {
+    use std::io::Read;
+    let mut head = [0u8; MAGIC.len()];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .map_err(|e| format!("cannot read its header: {e}"))?;
+    if head != MAGIC {
+        return Err(
+            "it does not start with a store's header (it is damaged, or another file)".into(),
+        );
+    }
+    Ok(())
+}
+
+/// Makes the store file's name durable in its folder (a new file).
+fn sync_dir(path: &Path) {
+    if let Some(dir) = path.parent() {
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+}
+
+/// The file of an execution's result (`result`) or events in `blobs/`.
+fn blob(dir: &Path, order: u64, what: &str) -> PathBuf {
+    dir.join(format!("{order:016x}.{what}"))
+}
+
+/// Removes the files of `blobs/` no record names (a crash came between
+/// their write and the commit, or after the commit that dropped them).
+fn sweep_blobs(dir: &Path, stored: &[Stored]) {
+    let named: std::collections::HashSet<u64> = stored
+        .iter()
+        .filter(|s| s.record.blobs)
+        .map(|s| s.record.order)
+        .collect();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let order = name
+            .to_str()
+            .and_then(|n| n.split('.').next())
+            .and_then(|h| u64::from_str_radix(h, 16).ok());
+        if !order.is_some_and(|o| named.contains(&o)) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+fn read_all(db: &Database, blobs: &Path) -> Result<Vec<Stored>, String> {
+    let txn = db.begin_read().map_err(|e| e.to_string())?;
+    let records = match txn.open_table(RECORDS) {
+        Ok(t) => t,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.to_string()),
+    };
+    let results = txn.open_table(RESULTS).ok();
+    let events = txn.open_table(EVENTS).ok();
+    let mut all = Vec::new();
+    for entry in records.iter().map_err(|e| e.to_string())? {
+        let (k, v) = entry.map_err(|e| e.to_string())?;
+        let id = k.value().to_owned();
+        let record: Record = match serde_json::from_slice(v.value()) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!(id = %id.escape_debug(), error = %e, "skipped an unreadable execution record in the store");
+                continue;
+            }
+        };
+        let get =
+            |t: &Option<redb::ReadOnlyTable<&str, &[u8]>>| -> Result<Option<Vec<u8>>, String> {
+                match t {
+                    None => Ok(None),
+                    Some(t) => Ok(t
+                        .get(id.as_str())
+                        .map_err(|e| e.to_string())?
+                        .map(|v| v.value().to_vec())),
+                }
+            };
+        let (result, events) = if record.blobs {
+            let file = |what: &str| {
+                let path = blob(blobs, record.order, what);
+                match std::fs::read(&path) {
+                    Ok(b) => Some(b),
+                    Err(e) => {
+                        tracing::error!(id = %id.escape_debug(), path = %path.display(), error = %e, "a stored execution's file cannot be read; answering without it");
+                        None
+                    }
+                }
+            };
+            (
+                record.result_kept.then(|| file("result")).flatten(),
+                (!record.shed).then(|| file("events")).flatten(),
+            )
+        } else {
+            (get(&results)?, get(&events)?)
+        };
+        all.push(Stored {
+            id,
+            record,
+            result,
+            events,
+        });
+    }
+    all.sort_by_key(|s| s.record.order);
+    Ok(all)
+}
+
+fn write_loop(db: Database, rx: mpsc::Receiver<Message>, path: PathBuf, blobs: PathBuf) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(m) => batch.push(m),
+                Err(_) => break,
+            }
+        }
+        let durable = batch.iter().any(|m| m.ack.is_some());
+        let outcome = apply(&db, &blobs, &batch, durable).map_err(|e| match e {
+            Failure::Full => StoreError::Full { path: path.clone() },
+            Failure::Other(reason) => {
+                tracing::error!(path = %path.display(), "cannot write the execution store: {reason}");
+                StoreError::Write {
+                    path: path.clone(),
+                    reason,
+                }
+            }
+        });
+        for m in batch {
+            if let Some(ack) = m.ack {
+                let _ = ack.send(outcome.clone());
+            }
+        }
+    }
+}
+
+enum Failure {
+    Full,
+    Other(String),
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Failure {
+        if matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) {
+            Failure::Full
+        } else {
+            Failure::Other(e.to_string())
+        }
+    }
+}
+
+impl From<redb::StorageError> for Failure {
+    fn from(e: redb::StorageError) -> Failure {
+        if full(&e) {
+            Failure::Full
+        } else {
+            Failure::Other(e.to_string())
+        }
+    }
+}
+
+macro_rules! storage_error {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Failure {
+            fn from(e: $t) -> Failure {
+                let e: redb::Error = e.into();
+                match e {
+                    redb::Error::Io(io) if matches!(io.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT)) => Failure::Full,
+                    other => Failure::Other(other.to_string()),
+                }
+            }
+        }
+    )*};
+}
+storage_error!(redb::TransactionError, redb::TableError, redb::CommitError);
+
+/// Writes `bytes` (or what `fill` writes) to a new file, `fsync`ed.
+fn write_blob(
+    path: &Path,
+    fill: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> Result<(), Failure> {
+    use std::io::Write;
+    let file = std::fs::File::create(path)?;
+    let mut w = std::io::BufWriter::with_capacity(256 * 1024, file);
+    fill(&mut w)?;
+    w.flush()?;
+    let file = w.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    Ok(())
+}
+
+fn apply(db: &Database, dir: &Path, batch: &[Message], durable: bool) -> Result<(), Failure> {
+    // Files to remove once the commit that stops naming them is made.
+    let mut gone: Vec<PathBuf> = Vec::new();
+    let mut wrote_blobs = false;
+    let mut txn = db.begin_write()?;
+    txn.set_durability(if durable {
+        Durability::Immediate
+    } else {
+        Durability::None
+    });
+    {
+        let mut records = txn.open_table(RECORDS)?;
+        let mut results = txn.open_table(RESULTS)?;
+        let mut events = txn.open_table(EVENTS)?;
+        let stored =
+            |records: &redb::Table<&str, &[u8]>, id: &str| -> Result<Option<Record>, Failure> {
+                Ok(records
+                    .get(id)?
+                    .and_then(|v| serde_json::from_slice::<Record>(v.value()).ok()))
+            };
+        for m in batch {
+            match &m.change {
+                Change::Put { id, record } => {
+                    records.insert(id.as_str(), encode(record).as_slice())?;
+                }
+                Change::Finish {
+                    id,
+                    record,
+                    result,
+                    events: log,
+                } => {
+                    let mut record = record.clone();
+                    record.blobs = result.len() as u64 + log.bytes() > INLINE;
+                    if record.blobs {
+                        write_blob(&blob(dir, record.order, "result"), &mut |w| {
+                            w.write_all(result)
+                        })?;
+                        write_blob(&blob(dir, record.order, "events"), &mut |w| {
+                            log.freeze_to(w)
+                        })?;
+                        wrote_blobs = true;
+                        results.remove(id.as_str())?;
+                        events.remove(id.as_str())?;
+                    } else {
+                        results.insert(id.as_str(), &result[..])?;
+                        events.insert(id.as_str(), log.freeze().as_slice())?;
+                    }
+                    records.insert(id.as_str(), encode(&record).as_slice())?;
+                }
+                Change::Shed { id, record } => {
+                    // Only a record that is still there.
+                    if let Some(old) = stored(&records, id)? {
+                        let record = Record {
+                            blobs: old.blobs,
+                            ..record.clone()
+                        };
+                        records.insert(id.as_str(), encode(&record).as_slice())?;
+                        events.remove(id.as_str())?;
+                        if !record.result_kept {
+                            results.remove(id.as_str())?;
+                        }
+                        if old.blobs {
+                            gone.push(blob(dir, old.order, "events"));
+                            if !record.result_kept {
+                                gone.push(blob(dir, old.order, "result"));
+                            }
+                        }
+                    }
+                }
+                Change::Remove { id } => {
+                    if let Some(old) = stored(&records, id)? {
+                        if old.blobs {
+                            gone.push(blob(dir, old.order, "events"));
+                            gone.push(blob(dir, old.order, "result"));
+                        }
+                    }
+                    records.remove(id.as_str())?;
+                    results.remove(id.as_str())?;
+                    events.remove(id.as_str())?;
+                }
+                Change::Sync => {}
+            }
+        }
+    }
+    if wrote_blobs {
+        // The files' names, durable before the commit names them.
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    txn.commit()?;
+    for path in gone {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+fn encode(record: &Record) -> Vec<u8> {
+    // Plain data always serialises.
+    serde_json::to_vec(record).unwrap_or_default()
+}
+
+impl Record {
+    /// A new record of an admitted execution.
+    pub fn queued(digest: &str, order: u64, submitted: std::time::SystemTime) -> Record {
+        Record {
+            digest: digest.to_owned(),
+            order,
+            submitted_ms: epoch_ms(submitted),
+            state: State::Queued,
+            status: None,
+            exit_code: None,
+            finished_at: None,
+            finished_ms: None,
+            output: 0,
+            last_seq: 0,
+            shed: false,
+            result_kept: true,
+            error_kind: None,
+            blobs: false,
+            outputs: None,
+        }
+    }
+
+    /// The same record, finished now.
+    pub fn finished(&self, status: String, exit_code: Option<i32>, finished_at: String) -> Record {
+        Record {
+            state: State::Finished,
+            status: Some(status),
+            exit_code,
+            finished_at: Some(finished_at),
+            finished_ms: Some(now_ms()),
+            ..self.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log_of(bytes: &[u8]) -> std::sync::Arc<crate::daemon::events::EventLog> {
+        let log = crate::daemon::events::EventLog::new("x");
+        log.started();
+        log.output(0, bytes);
+        std::sync::Arc::new(log)
+    }
+
+    #[test]
+    fn what_was_acknowledged_is_read_back_and_a_shed_drops_the_bulk() {
+        for size in [10, 2 * INLINE as usize] {
+            read_back_and_shed(size);
+        }
+    }
+
+    fn read_back_and_shed(size: usize) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Store::file(dir.path());
+        let (store, stored) = Store::open(&path).unwrap();
+        assert!(stored.is_empty());
+        let rec = Record::queued("d", 1, std::time::SystemTime::now());
+        store
+            .send(
+                Change::Put {
+                    id: "a".into(),
+                    record: rec.clone(),
+                },
+                true,
+            )
+            .wait()
+            .unwrap();
+        let done = rec.finished("exited".into(), Some(0), "t".into());
+        store
+            .send(
+                Change::Finish {
+                    id: "b".into(),
+                    record: done.clone(),
+                    result: axum::body::Bytes::from(vec![b'r'; size]),
+                    events: log_of(&vec![b'o'; size]),
+                },
+                true,
+            )
+            .wait()
+            .unwrap();
+        drop(store);
+        let (store, stored) = Store::open(&path).unwrap();
+        assert_eq!(stored.len(), 2);
+        let b = stored.iter().find(|s| s.id == "b").unwrap();
+        assert_eq!(b.result.as_deref(), Some(&vec![b'r'; size][..]));
+        assert_eq!(b.events, Some(log_of(&vec![b'o'; size]).freeze()));
+        let files = std::fs::read_dir(dir.path().join("blobs")).unwrap().count();
+        assert_eq!(files, if size as u64 > INLINE { 2 } else { 0 });
+        assert_eq!(
+            stored.iter().find(|s| s.id == "a").unwrap().record.state,
+            State::Queued
+        );
+        let mut lean = done.clone();
+        lean.shed = true;
+        lean.result_kept = false;
+        store.send(
+            Change::Shed {
+                id: "b".into(),
+                record: lean,
+            },
+            false,
+        );
+        store.send(Change::Remove { id: "a".into() }, false);
+        store.close();
+        drop(store);
+        let (_store, stored) = Store::open(&path).unwrap();
+        assert_eq!(stored.len(), 1);
+        assert!(stored[0].result.is_none() && stored[0].events.is_none());
+        assert!(stored[0].record.shed);
+        // Its files went with its bulk.
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("blobs")).unwrap().count(),
+            0
+        );
+    }
+
+    #[test]
+    fn a_damaged_file_is_refused_with_the_way_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Store::file(dir.path());
+        std::fs::write(&path, vec![0x5a; 64 * 1024]).unwrap();
+        let e = Store::open(&path).unwrap_err().to_string();
+        assert!(e.contains("move it aside"), "{e}");
+        assert!(e.contains(&path.display().to_string()), "{e}");
+        // Left as it was, for whoever looks at it.
+        assert_eq!(std::fs::read(&path).unwrap(), vec![0x5a; 64 * 1024]);
+    }
+
+    #[test]
+    fn a_store_cut_short_opens_or_is_refused_never_panics() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Store::file(dir.path());
+        let (store, _) = Store::open(&path).unwrap();
+        for i in 0..50 {
+            let rec = Record::queued("d", i, std::time::SystemTime::now());
+            store.send(
+                Change::Finish {
+                    id: format!("e{i}"),
+                    record: rec.finished("exited".into(), Some(0), "t".into()),
+                    result: axum::body::Bytes::from(vec![b'x'; 10_000]),
+                    events: log_of(b"out"),
+                },
+                i % 10 == 0,
+            );
+        }
+        store.close();
+        drop(store);
+        let full = std::fs::read(&path).unwrap();
+        for cut in [full.len() / 2, full.len() / 4, 4096, 100] {
+            std::fs::write(&path, &full[..cut]).unwrap();
+            match Store::open(&path) {
+                Ok((_, stored)) => assert!(stored.len() <= 50),
+                Err(e) => assert!(e.to_string().contains("move it aside"), "{e}"),
+            }
+        }
+        // Bytes flipped in the middle of the file.
+        let mut flipped = full.clone();
+        for b in &mut flipped[full.len() / 3..full.len() / 3 + 512] {
+            *b ^= 0xff;
+        }
+        std::fs::write(&path, &flipped).unwrap();
+        if let Err(e) = Store::open(&path) {
+            assert!(e.to_string().contains("move it aside"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! Nothing acknowledged is lost at a restart, even after `kill -9`
+//! (docs/durability.md): a finished execution answers with the same bytes
+//! and its events re-attach; one that was queued or running answers
+//! `failed` / `interrupted` saying whether its command had started; a
+//! retry of an acknowledged id never runs the command again; a damaged
+//! store stops the start with the way out; a full disk refuses new work
+//! and still serves reads.
+
+use std::process::Command;
+
+use serde_json::{json, Value};
+use skill_runner_tests::daemon::*;
+use skill_runner_tests::*;
+
+use super::{gated_job, open_gate, workspace_in, world_with_roots};
+
+/// A job that appends a line to `ran` in its workspace (one line per run
+/// of its command), then prints two lines.
+fn counted_job(id: &str, ws: &std::path::Path) -> Value {
+    json!({
+        "execution_id": id,
+        "workspace": ws,
+        "argv": ["sh", "-c", "echo run >> ran; echo one; echo two >&2"],
+    })
+}
+
+/// How many times the commands of `ws` ran.
+fn runs(ws: &std::path::Path) -> usize {
+    std::fs::read_to_string(ws.join("ran"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_finished_execution_answers_the_same_bytes_and_events_after_kill_9() {
+    if !require_sandbox() {
+        return;
+    }
+    let (w, root) = world_with_roots();
+    let mut d = Daemon::start(&w, &["--root", &root]);
+    let ws = workspace_in(&w, "finished");
+    let job = counted_job("kept", &ws);
+    let r = d.post("/v1/executions", &job);
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    assert_eq!(r.json()["stdout"], "one\n");
+    let before = d.get("/v1/executions/kept");
+    let events_before = d.get("/v1/executions/kept/events");
+    assert_eq!(events_before.status, 200);
+    // A large result and event log are kept as files beside the store.
+    let big = json!({"execution_id": "big", "argv": ["sh", "-c", "seq 1 40000; seq 1 20000 >&2"]});
+    assert_eq!(d.post("/v1/executions", &big).status, 200);
+    let big_before = d.get("/v1/executions/big");
+    let big_events = d.get("/v1/executions/big/events");
+    assert!(big_before.body.len() > 200_000);
+    d.signal_and_wait(libc::SIGKILL);
+
+    let mut d = Daemon::start(&w, &["--root", &root]);
+    let after = d.get("/v1/executions/kept");
+    assert_eq!(after.status, 200, "{:#}", after.json());
+    assert_eq!(after.body, before.body, "the same bytes after the restart");
+    let events_after = d.get("/v1/executions/kept/events");
+    assert_eq!(events_after.status, 200);
+    assert_eq!(
+        String::from_utf8_lossy(&events_after.body),
+        String::from_utf8_lossy(&events_before.body),
+        "the same events after the restart"
+    );
+    let blobs = std::fs::read_dir(w.data_dir().join("state/blobs")).unwrap();
+    assert_eq!(blobs.count(), 2, "the big result and its events");
+    assert_eq!(d.get("/v1/executions/big").body, big_before.body);
+    assert!(d.get("/v1/executions/big/events").body == big_events.body);
+    // Resuming after the first event gives the rest.
+    let resumed = d.get("/v1/executions/kept/events?after=1");
+    let text = String::from_utf8_lossy(&resumed.body);
+    assert!(
+        !text.contains("\"started\"") && text.contains("\"exit\""),
+        "{text}"
+    );
+    // Listed as it was.
+    let list = d.get("/v1/executions").json();
+    assert_eq!(list["executions"][1]["execution_id"], "kept", "{list:#}");
+    assert_eq!(list["executions"][1]["status"], "exited", "{list:#}");
+
+    // A retry of the same job is answered from the record, never run.
+    let retry = d.post("/v1/executions", &job);
+    assert_eq!(retry.status, 200);
+    assert_eq!(retry.body, before.body);
+    let detached = d.post("/v1/executions?wait=false", &job);
+    assert_eq!(detached.status, 200, "{:#}", detached.json());
+    assert_eq!(runs(&ws), 1, "the command ran again");
+    // Another job under the id is still a conflict.
+    let mut other = job.clone();
+    other["argv"] = json!(["true"]);
+    d.post("/v1/executions", &other)
+        .assert_error(409, "execution_id_in_use");
+    assert!(d.stop().success());
+}
+
+#[test]
+fn queued_and_running_executions_become_interrupted_and_never_run_again() {
+    if !require_sandbox() {
+        return;
+    }
+    let (w, root) = world_with_roots();
+    let args = ["--root", root.as_str(), "--max-running", "1"];
+    let mut d = Daemon::start(&w, &args);
+    let ws = workspace_in(&w, "interrupted");
+    let m = marker(26);
+    let mut running = gated_job("was-running", &ws);
+    running["argv"] = json!([
+        "sh",
+        "-c",
+        format!("echo run >> ran; while [ ! -e go ]; do sleep 0.05; done; sleep {m}")
+    ]);
+    let queued = counted_job("was-queued", &ws);
+    assert_eq!(d.post("/v1/executions?wait=false", &running).status, 202);
+    wait_until("the first job runs", || runs(&ws) == 1);
+    assert_eq!(d.post("/v1/executions?wait=false", &queued).status, 202);
+    assert_eq!(
+        d.get("/v1/executions/was-queued").json()["status"],
+        "queued"
+    );
+    d.signal_and_wait(libc::SIGKILL);
+    wait_until("the sandbox to die with the daemon", || {
+        processes_with(&m).is_empty()
+    });
+
+    let mut d = Daemon::start(&w, &args);
+    assert!(
+        w.executions_left().is_empty(),
+        "not swept: {:?}",
+        w.executions_left()
+    );
+    let was_running = d.get("/v1/executions/was-running");
+    assert_eq!(was_running.status, 200, "{:#}", was_running.json());
+    let doc = was_running.json();
+    assert_eq!(doc["status"], "failed", "{doc:#}");
+    assert_eq!(doc["error"]["kind"], "interrupted", "{doc:#}");
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(message.contains("had started"), "{message}");
+    let was_queued = d.get("/v1/executions/was-queued").json();
+    assert_eq!(was_queued["error"]["kind"], "interrupted", "{was_queued:#}");
+    let message = was_queued["error"]["message"].as_str().unwrap();
+    assert!(message.contains("never started"), "{message}");
+    // Its events end with the exit that says so.
+    let events = String::from_utf8(d.get("/v1/executions/was-running/events").body).unwrap();
+    assert!(events.contains("\"interrupted\""), "{events}");
+
+    // The orchestrator resubmits both: neither command runs again.
+    open_gate(&ws);
+    for job in [&running, &queued] {
+        let r = d.post("/v1/executions", job);
+        assert_eq!(r.status, 200, "{:#}", r.json());
+        assert_eq!(r.json()["error"]["kind"], "interrupted");
+    }
+    assert_eq!(runs(&ws), 1, "a command ran twice");
+    assert!(processes_with(&m).is_empty());
+    // The log says how many it found.
+    assert!(d.log().contains("interrupted=2"), "{}", d.log());
+    assert!(d.stop().success());
+}
+
+#[test]
+fn a_damaged_store_stops_the_start_with_the_way_out() {
+    let w = World::new();
+    let mut d = Daemon::start(&w, &[]);
+    let r = d.post("/v1/executions", &json!({"argv": ["true"]}));
+    assert_eq!(r.status, 200);
+    assert!(d.stop().success());
+    let file = w.data_dir().join("state/executions.redb");
+    assert!(file.exists());
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes[..16].fill(0);
+    std::fs::write(&file, &bytes).unwrap();
+
+    let out = Daemon::command(&w, &[]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot open the execution store") && err.contains("move it aside"),
+        "{err}"
+    );
+    // Left as it was, for whoever looks at it.
+    assert_eq!(std::fs::read(&file).unwrap(), bytes);
+    // The documented way out: move it aside; the daemon starts afresh.
+    std::fs::rename(&file, file.with_extension("redb.broken")).unwrap();
+    let mut d = Daemon::start(&w, &[]);
+    assert_eq!(d.get("/v1/health").status, 200);
+    assert!(d.stop().success());
+}
+
+/// Unmounts the data dir's file system however the test ends.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_refuses_new_work_and_keeps_serving_reads() {
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let data = w.data_dir();
+    std::fs::create_dir_all(&data).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    if !mounted.status.success() {
+        skip(format!(
+            "cannot mount a small file system for the data dir: {}",
+            String::from_utf8_lossy(&mounted.stderr)
+        ));
+        return;
+    }
+    let _unmount = Mounted(data.clone());
+    let mut d = Daemon::start(&w, &[]);
+    let job = json!({"execution_id": "before", "argv": ["echo", "kept"]});
+    let done = d.post("/v1/executions", &job);
+    assert_eq!(done.status, 200, "{:#}", done.json());
+
+    let fill = data.join("fill");
+    let mut f = std::fs::File::create(&fill).unwrap();
+    let block = vec![0u8; 1 << 20];
+    use std::io::Write;
+    while f.write_all(&block).is_ok() {}
+    while f.write_all(&block[..4096]).is_ok() {}
+    drop(f);
+
+    for path in ["/v1/executions", "/v1/executions?wait=false"] {
+        let r = d.post(path, &json!({"argv": ["echo", "new"]}));
+        let message = r.assert_error(503, "disk_full");
+        assert!(message.contains("free space"), "{message}");
+        assert!(r.header("retry-after").is_some(), "no Retry-After");
+    }
+    // Reads go on.
+    let again = d.get("/v1/executions/before");
+    assert_eq!(again.status, 200);
+    assert_eq!(again.body, done.body);
+    assert_eq!(d.get("/v1/executions").status, 200);
+    assert_eq!(d.get("/v1/health").json()["status"], "disk_full");
+
+    std::fs::remove_file(&fill).unwrap();
+    let r = d.post("/v1/executions", &json!({"argv": ["echo", "new"]}));
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    assert!(d.stop().success());
+}
