@@ -8,7 +8,8 @@
 //! refusal is an [`error::ExecError`], made the result's `error` once, at
 //! the edge; [`diagnose`] turns a launcher's failure into a fix,
 //! [`doctor`] checks a host, [`envbuild`] runs an environment build's
-//! install step as a job.
+//! install step as a job; [`attest`] seals each result with its signed
+//! receipt and [`replay`] runs a receipted job again to compare.
 //!
 //! Invariants of the room:
 //! - fail closed: anything that cannot be set up as asked rejects the
@@ -22,6 +23,7 @@
 //! - a front end that does not trust its caller with host paths admits
 //!   the job through [`confine::Confinement::admit`], one check for both.
 
+pub mod attest;
 pub mod confine;
 pub mod diagnose;
 pub mod doctor;
@@ -34,6 +36,7 @@ pub mod launch;
 pub mod limits;
 pub mod outcome;
 pub mod plan;
+pub mod replay;
 pub mod result;
 pub mod runner;
 pub mod watch;

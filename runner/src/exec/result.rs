@@ -199,6 +199,10 @@ pub struct ExecResult {
     /// Who the command was on the host (absent when nothing started).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub identity: Option<crate::sandbox::identity::Identity>,
+    /// The signed receipt (docs/receipts.md): a DSSE envelope over an
+    /// in-toto statement of everything above. Absent with receipts off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<crate::receipt::Envelope>,
 }
 
 /// Exit code of `skill-runner run` for the execution (docs/formats.md);
@@ -230,6 +234,7 @@ impl ExecResult {
             error: Some(error),
             warnings: Vec::new(),
             identity: None,
+            receipt: None,
         }
     }
 
