@@ -116,6 +116,10 @@ pub enum ApiError {
     MediaType(String),
     #[error("{0}")]
     UnknownTool(String),
+    #[error(
+        "this daemon signs no receipts (started with --receipts false), so it has no receipt key"
+    )]
+    ReceiptsOff,
     #[error(transparent)]
     Session(#[from] crate::skillhost::session::SessionError),
 }
@@ -143,9 +147,10 @@ impl ApiError {
             | ApiError::BadUrl(_)
             | ApiError::BadQuery(_)
             | ApiError::AfterTheEnd { .. } => K::BadRequest,
-            ApiError::NotFound { .. } | ApiError::NoRoute { .. } | ApiError::UnknownTool(_) => {
-                K::NotFound
-            }
+            ApiError::NotFound { .. }
+            | ApiError::NoRoute { .. }
+            | ApiError::UnknownTool(_)
+            | ApiError::ReceiptsOff => K::NotFound,
             ApiError::NotRunning(_) => K::NotRunning,
             ApiError::Dropped { .. } => K::ResultDropped,
             ApiError::Method { .. } => K::MethodNotAllowed,

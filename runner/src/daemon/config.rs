@@ -251,6 +251,20 @@ settings! {
         file: "strict_limits",
         default: false,
     }
+    receipts: Option<bool> {
+        /// Sign every result with a receipt (docs/receipts.md) [default: true].
+        flag: "receipts" <"BOOL">,
+        env: "SKILL_RUNNER_RECEIPTS",
+        file: "receipts",
+        default: true,
+    }
+    receipt_key: Option<PathBuf> {
+        /// The ed25519 PKCS#8 PEM key receipts are signed with (0600, the
+        /// runner's) [default: DATA_DIR/keys/receipt-ed25519.pem, made on first use].
+        flag: "receipt-key" <"FILE">,
+        env: "SKILL_RUNNER_RECEIPT_KEY",
+        file: "receipt_key",
+    }
     max_output_bytes: Option<u64> {
         /// Largest `limits.output_bytes` a job may ask for, per stream; output
         /// is held in memory [default: 16MiB].
@@ -615,6 +629,10 @@ pub struct Config {
     pub max_bundle_skills: usize,
     /// Refuse jobs whose memory or pids limit no cgroup would hold.
     pub strict_limits: bool,
+    /// Sign results with a receipt, with this key file (`None`: the data
+    /// dir's own).
+    pub receipts: bool,
+    pub receipt_key: Option<PathBuf>,
     pub max_output_bytes: u64,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
@@ -852,6 +870,8 @@ impl Config {
             package_body_limit: s.package_body_limit()?,
             max_bundle_skills: s.max_bundle_skills()?,
             strict_limits: s.strict_limits()?,
+            receipts: s.receipts()?,
+            receipt_key: s.receipt_key()?,
             max_output_bytes: s.max_output_bytes()?,
             header_timeout: s.header_timeout()?,
             body_timeout: s.body_timeout()?,

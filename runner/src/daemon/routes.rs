@@ -81,6 +81,7 @@ pub fn router(app: App) -> Router {
         )
         .route("/v1/executions/{id}/events", get(execution_events))
         .merge(super::sessions::routes())
+        .merge(super::receipts::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(bad_method)
         .layer(middleware::from_fn_with_state(app.clone(), guard))
@@ -557,6 +558,7 @@ async fn execute(
             ),
         );
         result.status = Status::Cancelled;
+        app.runner.seal(&mut result, Some(&job));
         app.metrics.execution(Status::Cancelled, Duration::ZERO);
         let result = ticket.finish(result);
         live.log.exit(result.clone());

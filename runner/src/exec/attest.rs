@@ -33,6 +33,27 @@ pub fn signer(data: &crate::datadir::DataDir, file: Option<&Path>) -> Result<Sig
     }
 }
 
+/// The keys `verify` and `replay` trust: each `--key` file, else the
+/// public half of the runner's own key (`receipt_key`, else the data
+/// dir's), which must exist.
+pub fn trusted_keys(
+    files: &[std::path::PathBuf],
+    data_dir: &Path,
+    receipt_key: Option<&Path>,
+) -> Result<Vec<crate::receipt::PublicKey>, KeyError> {
+    if !files.is_empty() {
+        return files
+            .iter()
+            .map(|f| crate::receipt::PublicKey::from_file(f))
+            .collect();
+    }
+    let own = match receipt_key {
+        Some(file) => file.to_owned(),
+        None => crate::datadir::DataDir::unchecked(data_dir).receipt_key(),
+    };
+    Ok(vec![Signer::load(&own)?.public().clone()])
+}
+
 /// The job document the digest is of: every field of the validated job
 /// but its execution id (destructured, so a new field of [`Job`] does
 /// not compile until it is given here).

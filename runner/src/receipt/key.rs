@@ -85,6 +85,24 @@ impl PublicKey {
         Ok(PublicKey::new(key))
     }
 
+    /// A trusted key from a file: a SubjectPublicKeyInfo PEM, or the
+    /// `{keyid, public_key_pem}` document `receipt-key --json` prints.
+    pub fn from_file(path: &Path) -> Result<PublicKey, KeyError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| KeyError::Public {
+            origin: origin.clone(),
+            reason: format!("cannot read it ({e})"),
+        })?;
+        let pem = match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(doc) => match doc.get("public_key_pem").and_then(|p| p.as_str()) {
+                Some(pem) => pem.to_owned(),
+                None => text,
+            },
+            Err(_) => text,
+        };
+        PublicKey::from_pem(&pem, &origin)
+    }
+
     /// The SubjectPublicKeyInfo PEM, LF line ends.
     pub fn pem(&self) -> String {
         self.key
