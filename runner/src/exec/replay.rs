@@ -24,10 +24,19 @@ pub enum ReplayError {
     Verify(#[from] VerifyError),
     #[error("the receipt names no job digest (the job was refused as written), so it cannot be replayed")]
     NoJob,
-    #[error("the job is not the one the receipt names: its {} differ", parts.join(", "))]
+    #[error("the job is not the one the receipt names: its {} {}; run replay with the job file that was run", and_list(parts), if parts.len() == 1 { "differs" } else { "differ" })]
     JobDiffers { parts: Vec<String> },
     #[error("the re-run was refused: {message}")]
     Refused { message: String },
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn and_list(parts: &[String]) -> String {
+    match parts {
+        [] => String::new(),
+        [one] => one.clone(),
+        [rest @ .., last] => format!("{} and {last}", rest.join(", ")),
+    }
 }
 
 /// One comparison of the replay.
