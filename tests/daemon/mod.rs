@@ -14,6 +14,7 @@ mod openapi; // docs/openapi.json matches the router and every real response
 mod overload; // a full or crowded daemon answers every client: 429 read by http.client, idle sockets evicted
 mod packages; // published bundles run by binding; lying hashes are refused naming the skill
 mod pinned; // a live stream always ends with its exit and its output, whatever retention sheds meanwhile
+mod receipts; // every result is signed, and verifies against GET /v1/receipt-key; --receipts false turns both off
 mod refusals; // a body not sent as JSON is 415; a bad session query says it is the query
 mod requests; // malformed, slow, oversized or excess requests get a JSON error
 mod retries; // a retry of the same job is the same execution, never a second run
