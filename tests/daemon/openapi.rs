@@ -19,7 +19,7 @@ fn openapi_doc() -> Value {
 fn routes_in_source() -> std::collections::BTreeSet<(String, String)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../runner/src/daemon");
     let mut out = std::collections::BTreeSet::new();
-    for file in ["routes.rs", "sessions.rs"] {
+    for file in ["routes.rs", "sessions.rs", "receipts.rs"] {
         let text = std::fs::read_to_string(dir.join(file)).unwrap();
         for piece in text.split(".route(").skip(1) {
             let path = piece.split('"').nth(1).unwrap().replace("{*", "{");
@@ -211,6 +211,7 @@ fn the_openapi_document_matches_the_router_and_real_responses() {
     conforms(&doc, "GET", "/v1/health", &d.get("/v1/health"));
     conforms(&doc, "GET", "/v1/version", &d.get("/v1/version"));
     conforms(&doc, "GET", "/metrics", &d.get("/metrics"));
+    conforms(&doc, "GET", "/v1/receipt-key", &d.get("/v1/receipt-key"));
 
     let bindings = publish_two(&d, &w);
     let (bundle, _) = bundle_of("plain", &w.path().join("skills/plain"));
