@@ -25,6 +25,7 @@ from .bundle import (
 )
 from .client import Client
 from .errors import SkillRunnerError
+from .receipt import ReceiptError, verify_receipt
 from .transport import NdjsonStream, Transport
 from .types import Binding, Bundle, BundleFile, BundleSkill, Document, Event, Job
 
@@ -39,6 +40,7 @@ __all__ = [
     "Job",
     "NdjsonStream",
     "PackageError",
+    "ReceiptError",
     "SkillRunnerError",
     "Transport",
     "binding_of",
@@ -52,6 +54,7 @@ __all__ = [
     "read_package",
     "set_identity",
     "utf16_order",
+    "verify_receipt",
 ]
 
 __version__ = "0.1.0"
