@@ -6,5 +6,6 @@
 export * from "./bundle.js";
 export { Client, type SessionSkill } from "./client.js";
 export { SkillRunnerError } from "./errors.js";
+export { ReceiptError, canonical, keyId, pae, verifyReceipt } from "./receipt.js";
 export { EventStream, Transport, type TransportOptions } from "./transport.js";
 export * from "./types.js";
