@@ -151,6 +151,9 @@ fn no_receipt_leaves_it_out_and_verify_says_so() {
     assert!(stderr.contains("carries no receipt"), "{stderr}");
 }
 
+/// One change made to a result.
+type Change = Box<dyn Fn(&mut Value)>;
+
 #[test]
 fn verify_names_the_first_mismatch_and_trusts_only_the_keys_given() {
     if !require_sandbox() {
@@ -158,7 +161,7 @@ fn verify_names_the_first_mismatch_and_trusts_only_the_keys_given() {
     }
     let w = World::new();
     let (_, result, _) = w.run_json(&json!({"argv": ["/bin/echo", "hello"]}));
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>, &str)> = vec![
+    let cases: Vec<(&str, Change, &str)> = vec![
         (
             "stdout",
             Box::new(|r| r["stdout"] = json!("hellp\n")),

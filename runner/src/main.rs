@@ -249,10 +249,13 @@ fn run(
         Ok(j) => j,
         Err(e) => return Ok(report_rejected("", e, json)),
     };
+    // Only a printed result carries its receipt: streamed output has none.
     let runner = match Runner::new(cfg)
         .map_err(|e| e.to_string())
         .and_then(|mut r| {
-            set_signer(&mut r, receipts)?;
+            if json {
+                set_signer(&mut r, receipts)?;
+            }
             Ok(r)
         }) {
         Ok(r) => r,
