@@ -262,11 +262,14 @@ impl DataDir {
         self.path.join("skills")
     }
 
-    /// The default receipt key (docs/receipts.md), in `keys/` (0700).
+    /// The runner's keys (0700): only the receipt key so far.
+    pub fn keys(&self) -> PathBuf {
+        self.path.join("keys")
+    }
+
+    /// The default receipt key (docs/receipts.md), in `keys/`.
     pub fn receipt_key(&self) -> PathBuf {
-        self.path
-            .join("keys")
-            .join(crate::datadir::RECEIPT_KEY_FILE)
+        self.keys().join(crate::datadir::RECEIPT_KEY_FILE)
     }
 }
 
