@@ -196,11 +196,27 @@ pub fn facts(job: Option<&Job>, host: &Host) -> Facts {
 }
 
 /// Signs `result` as it will be sent and puts the envelope in `receipt`.
+/// The output strings are moved into the document and back, never
+/// copied: a result may hold 2 × `output_bytes`.
 pub fn seal(result: &mut ExecResult, facts: &Facts, signer: &Signer) {
     result.receipt = None;
-    let Ok(Value::Object(doc)) = serde_json::to_value(&*result) else {
+    let stdout = std::mem::take(&mut result.stdout);
+    let stderr = std::mem::take(&mut result.stderr);
+    let mut doc = match serde_json::to_value(&*result) {
+        Ok(Value::Object(doc)) => doc,
         // A result always serializes to an object.
-        return;
+        _ => Map::new(),
     };
-    result.receipt = Some(crate::receipt::seal(&doc, facts, signer));
+    doc.insert("stdout".into(), Value::String(stdout));
+    doc.insert("stderr".into(), Value::String(stderr));
+    let envelope = crate::receipt::seal(&doc, facts, signer);
+    for (name, field) in [
+        ("stdout", &mut result.stdout),
+        ("stderr", &mut result.stderr),
+    ] {
+        if let Some(Value::String(text)) = doc.remove(name) {
+            *field = text;
+        }
+    }
+    result.receipt = Some(envelope);
 }
