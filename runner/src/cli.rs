@@ -54,6 +54,8 @@ pub enum Command {
         /// paths; it must not exist or be empty (nothing is overwritten).
         #[arg(long, value_name = "DIR")]
         output_dir: Option<PathBuf>,
+        #[command(flatten)]
+        receipts: ReceiptArgs,
     },
     /// Print what a job would run, without running it.
     Explain {
@@ -104,6 +106,71 @@ pub enum Command {
     /// import; see docs/environments.md.
     #[command(subcommand)]
     Env(EnvCommand),
+    /// Check a result's receipt: its signature by a trusted key, then
+    /// that every member of the result matches the signed statement; print
+    /// what it vouches for. Exit 0, or 1 with the first mismatch.
+    Verify {
+        /// The result document (JSON, as `run --json` or the daemon gave it).
+        #[arg(value_name = "RESULT")]
+        result: PathBuf,
+        /// A trusted public key: SubjectPublicKeyInfo PEM, or the JSON of
+        /// `receipt-key --json`; repeat it to trust several (rotation)
+        /// [default: the runner's own key].
+        #[arg(long = "key", value_name = "PEM")]
+        keys: Vec<PathBuf>,
+        /// The runner's private key file, whose public half is trusted
+        /// when no --key is given.
+        #[arg(long, value_name = "FILE", env = "SKILL_RUNNER_RECEIPT_KEY")]
+        receipt_key: Option<PathBuf>,
+        /// Print the verified statement (JSON) instead of a summary.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a receipted job again: check its digest against the result's
+    /// receipt, re-run it with the same package and environment bytes,
+    /// profile and limits, and say per output whether it is identical.
+    /// Exit 0 only when everything is identical.
+    Replay {
+        /// The job document, as it was run.
+        #[arg(value_name = "JOB")]
+        job: PathBuf,
+        /// The result document with its receipt.
+        #[arg(value_name = "RESULT")]
+        result: PathBuf,
+        /// A trusted public key, as for `verify`; repeatable.
+        #[arg(long = "key", value_name = "PEM")]
+        keys: Vec<PathBuf>,
+        /// Confine the job's host paths to this folder, as for `run`.
+        #[arg(long, value_name = "DIR", env = "SKILL_RUNNER_CONFINE")]
+        confine: Option<PathBuf>,
+        /// Print the comparison and the re-run's result as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        receipts: ReceiptArgs,
+    },
+    /// Print the public key receipts are signed with (made on first use).
+    ReceiptKey {
+        /// Print `{keyid, public_key_pem}` instead of the PEM.
+        #[arg(long)]
+        json: bool,
+        /// The private key file instead of the data dir's.
+        #[arg(long, value_name = "FILE", env = "SKILL_RUNNER_RECEIPT_KEY")]
+        receipt_key: Option<PathBuf>,
+    },
+}
+
+/// How results are signed (docs/receipts.md).
+#[derive(Args, Clone)]
+pub struct ReceiptArgs {
+    /// Put no receipt in the result.
+    #[arg(long)]
+    pub no_receipt: bool,
+    /// The ed25519 PKCS#8 PEM key to sign receipts with (0600, the
+    /// runner's) [default: DATA_DIR/keys/receipt-ed25519.pem, made on first
+    /// use].
+    #[arg(long, value_name = "FILE", env = "SKILL_RUNNER_RECEIPT_KEY")]
+    pub receipt_key: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]

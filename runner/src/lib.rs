@@ -10,8 +10,9 @@
 //! |---|---|---|
 //! | [`daemon`] | `skill-runner serve`: the HTTP API, its settings, registry and streams | everything below |
 //! | [`skillhost`] | the skill catalog and sessions (frozen selections and their tool routes) | `exec` and below |
-//! | [`exec`] | one execution end to end: job, limits, runner, outcome, result, diagnosis, doctor | `package`, `sandbox` and below |
+//! | [`exec`] | one execution end to end: job, limits, runner, outcome, result and its receipt, replay, diagnosis, doctor | `package`, `sandbox`, `receipt` and below |
 //! | [`package`] | package bytes: hash, format, bundle, source, store, staging, published roots | `supervise`, `datadir`, `fsx`, `text`, `error` |
+//! | [`receipt`] | signed receipts: canonical JSON, DSSE envelopes, in-toto statements, the runner's key, verification | `fsx`, `text`, `error` |
 //! | [`sandbox`] | the isolation: profile, seccomp, bubblewrap argv, Seatbelt plan, identity, exec shim, network | `supervise`, `datadir`, `fsx`, `text`, `error` |
 //! | [`supervise`] | spawning and watching one process tree; cgroups; the only `unsafe` ([`supervise::sys`]) | `fsx`, `text`, `error` |
 //! | [`datadir`] | the runner's data dir: its folders, their owners and modes, opened without following planted links | `fsx`, `text`, `error` |
@@ -20,8 +21,9 @@
 //! | [`telemetry`] | the one `tracing` set-up of the CLI and the daemon | nothing |
 //! | [`error`] | the error kinds of every error document | nothing |
 //!
-//! `package` and `sandbox` stand side by side: neither uses the other, and
-//! only `exec` brings package bytes and a sandbox together. The CLI
+//! `package`, `sandbox` and `receipt` stand side by side: none uses
+//! another, only `exec` brings package bytes and a sandbox together, and
+//! `exec` seals each result with a receipt (the daemon serves its key). The CLI
 //! (`main.rs`, with its argument structs in `cli.rs`) sits on top.
 //!
 //! `unsafe` is denied in the whole crate but [`supervise::sys`], which
@@ -38,6 +40,7 @@ pub mod error;
 pub mod exec;
 pub mod fsx;
 pub mod package;
+pub mod receipt;
 pub mod sandbox;
 pub mod skillhost;
 pub mod supervise;

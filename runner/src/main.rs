@@ -91,12 +91,14 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
             confine,
             strict_limits,
             output_dir,
+            receipts,
         } => run(
             &job,
             json,
             confine.as_deref(),
             output_dir.as_deref(),
             config_strict(data_dir, keep, strict_limits),
+            &receipts,
         ),
         Command::Explain {
             job,
@@ -130,6 +132,31 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
         Command::Catalog(cmd) => catalog_cmd(cmd, &open_data_dir(data_dir)?),
         Command::Session(cmd) => session_cmd(cmd, &open_data_dir(data_dir)?),
         Command::Env(cmd) => env_cmd(cmd, data_dir),
+        Command::Verify {
+            result,
+            keys,
+            receipt_key,
+            json,
+        } => verify_cmd(&result, &keys, receipt_key.as_deref(), json, data_dir),
+        Command::Replay {
+            job,
+            result,
+            keys,
+            confine,
+            json,
+            receipts,
+        } => replay_cmd(
+            &job,
+            &result,
+            &keys,
+            confine.as_deref(),
+            json,
+            &receipts,
+            data_dir,
+        ),
+        Command::ReceiptKey { json, receipt_key } => {
+            receipt_key_cmd(json, receipt_key.as_deref(), data_dir)
+        }
     }
 }
 
@@ -221,6 +248,7 @@ fn run(
     confine: Option<&Path>,
     output_dir: Option<&Path>,
     cfg: RunnerConfig,
+    receipts: &cli::ReceiptArgs,
 ) -> anyhow::Result<i32> {
     let mut job = match admit(job_path, confine) {
         Ok(j) => j,
@@ -232,18 +260,28 @@ fn run(
             return Ok(report_rejected(&job.execution_id, info, json));
         }
     }
-    let runner = match Runner::new(cfg) {
+    // Only a printed result carries its receipt: streamed output has none.
+    let runner = match Runner::new(cfg)
+        .map_err(|e| e.to_string())
+        .and_then(|mut r| {
+            if json {
+                set_signer(&mut r, receipts)?;
+            }
+            Ok(r)
+        }) {
         Ok(r) => r,
         Err(m) => {
             return Ok(report_rejected(
                 &job.execution_id,
-                ErrorInfo::new(ErrorKind::RunnerFailed, m.to_string()),
+                ErrorInfo::new(ErrorKind::RunnerFailed, m),
                 json,
             ))
         }
     };
     if let Err(e) = resolve_session(&mut job, runner.data_dir()) {
-        return Ok(report_rejected(&job.execution_id, e, json));
+        let mut result = ExecResult::rejected(&job.execution_id, "bubblewrap", e);
+        runner.seal(&mut result, Some(&job));
+        return Ok(report_result(&result, json));
     }
     let cancel = Cancel::new()?;
     spawn_signal_thread(cancel.clone());
@@ -287,7 +325,97 @@ fn run(
 }
 
 fn report_rejected(id: &str, e: ErrorInfo, json: bool) -> i32 {
-    let result = ExecResult::rejected(id, "bubblewrap", e);
+    report_result(&ExecResult::rejected(id, "bubblewrap", e), json)
+}
+
+/// Gives the runner its receipt key, unless `--no-receipt`.
+fn set_signer(runner: &mut Runner, receipts: &cli::ReceiptArgs) -> Result<(), String> {
+    if receipts.no_receipt {
+        return Ok(());
+    }
+    let key = receipts.receipt_key.as_deref();
+    let signer = exec::attest::signer(runner.data_dir(), key).map_err(|e| e.to_string())?;
+    runner.set_signer(Some(std::sync::Arc::new(signer)));
+    Ok(())
+}
+
+/// `verify`: exit 0 and what the receipt vouches for, or 1 and why not.
+fn verify_cmd(
+    result: &Path,
+    keys: &[PathBuf],
+    receipt_key: Option<&Path>,
+    json: bool,
+    data_dir: Option<PathBuf>,
+) -> anyhow::Result<i32> {
+    let data_dir = data_dir.unwrap_or_else(exec::default_data_dir);
+    let trusted = exec::attest::trusted_keys(keys, &data_dir, receipt_key)?;
+    let checked = std::fs::read(result)
+        .map_err(|e| format!("cannot read {}: {e}", result.display()))
+        .and_then(|bytes| {
+            skill_runner::receipt::verify::verify(&bytes, &trusted).map_err(|e| e.to_string())
+        });
+    match checked {
+        Ok(vouched) if json => emit(&format!("{:#}\n", vouched.statement))?,
+        Ok(vouched) => emit(&vouched.render())?,
+        Err(why) => {
+            eprintln!("skill-runner: verify: {why}");
+            return Ok(1);
+        }
+    }
+    Ok(0)
+}
+
+/// `replay`: exit 0 when the re-run is identical in everything.
+fn replay_cmd(
+    job_path: &Path,
+    result: &Path,
+    keys: &[PathBuf],
+    confine: Option<&Path>,
+    json: bool,
+    receipts: &cli::ReceiptArgs,
+    data_dir: Option<PathBuf>,
+) -> anyhow::Result<i32> {
+    let bytes = std::fs::read(result)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", result.display()))?;
+    let job = admit(job_path, confine).map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    let cfg = config(data_dir, false);
+    let trusted = exec::attest::trusted_keys(keys, &cfg.data_dir, receipts.receipt_key.as_deref())?;
+    let mut runner = Runner::new(cfg)?;
+    set_signer(&mut runner, receipts).map_err(anyhow::Error::msg)?;
+    match exec::replay::replay(&runner, &job, &bytes, &trusted) {
+        Ok(report) => {
+            if json {
+                emit(&format!("{:#}\n", report.to_json()))?;
+            } else {
+                emit(&report.render())?;
+            }
+            Ok(if report.identical() { 0 } else { 1 })
+        }
+        Err(why) => {
+            eprintln!("skill-runner: replay: {why}");
+            Ok(1)
+        }
+    }
+}
+
+/// `receipt-key`: the public key receipts are signed with.
+fn receipt_key_cmd(
+    json: bool,
+    receipt_key: Option<&Path>,
+    data_dir: Option<PathBuf>,
+) -> anyhow::Result<i32> {
+    let signer = exec::attest::signer(&open_data_dir(data_dir)?, receipt_key)?;
+    let public = signer.public();
+    if json {
+        emit(&format!("{}\n", public.document()))?;
+    } else {
+        emit(&public.pem())?;
+    }
+    Ok(0)
+}
+
+/// Prints a result (`--json`) or its warnings and error; its exit code.
+fn report_result(result: &ExecResult, json: bool) -> i32 {
     if json {
         println!(
             "{}",

@@ -25,6 +25,7 @@ const ROOMS: &[(&str, u32)] = &[
     ("datadir", 2),
     ("package", 3),
     ("sandbox", 3),
+    ("receipt", 3),
     ("exec", 4),
     ("skillhost", 5),
     ("daemon", 6),

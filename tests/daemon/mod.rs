@@ -18,6 +18,7 @@ mod outputs; // files in and kept outputs out through the daemon alone: served a
 mod overload; // a full or crowded daemon answers every client: 429 read by http.client, idle sockets evicted
 mod packages; // published bundles run by binding; lying hashes are refused naming the skill
 mod pinned; // a live stream always ends with its exit and its output, whatever retention sheds meanwhile
+mod receipts; // every result is signed, and verifies against GET /v1/receipt-key; --receipts false turns both off
 mod refusals; // a body not sent as JSON is 415; a bad session query says it is the query
 mod requests; // malformed, slow, oversized or excess requests get a JSON error
 mod restart; // after kill -9: the same bytes, interrupted ones say so, nothing runs twice, a damaged store or full disk said clearly

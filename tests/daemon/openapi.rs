@@ -25,6 +25,7 @@ fn routes_in_source() -> std::collections::BTreeSet<(String, String)> {
         "session_files.rs",
         "environments.rs",
         "outputs.rs",
+        "receipts.rs",
     ] {
         let text = std::fs::read_to_string(dir.join(file)).unwrap();
         for piece in text.split(".route(").skip(1) {
@@ -217,6 +218,7 @@ fn the_openapi_document_matches_the_router_and_real_responses() {
     conforms(&doc, "GET", "/v1/health", &d.get("/v1/health"));
     conforms(&doc, "GET", "/v1/version", &d.get("/v1/version"));
     conforms(&doc, "GET", "/metrics", &d.get("/metrics"));
+    conforms(&doc, "GET", "/v1/receipt-key", &d.get("/v1/receipt-key"));
 
     let bindings = publish_two(&d, &w);
     let (bundle, _) = bundle_of("plain", &w.path().join("skills/plain"));

@@ -95,6 +95,11 @@ export class Client {
     return this.json("GET", "/v1/version");
   }
 
+  /** `GET /v1/receipt-key`: `{keyid, public_key_pem}`, the key results are signed with. */
+  receiptKey(): Promise<JsonObject> {
+    return this.json("GET", "/v1/receipt-key");
+  }
+
   /** `GET /v1/openapi.json`: the OpenAPI 3.1 document of every route. */
   openapi(): Promise<JsonObject> {
     return this.json("GET", "/v1/openapi.json");

@@ -7,5 +7,6 @@ export * from "./bundle.js";
 export { Client, type SessionSkill, inputFile } from "./client.js";
 export * from "./environment.js";
 export { SkillRunnerError } from "./errors.js";
+export { ReceiptError, canonical, keyId, pae, verifyReceipt } from "./receipt.js";
 export { EventStream, Transport, type TransportOptions } from "./transport.js";
 export * from "./types.js";

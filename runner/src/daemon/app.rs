@@ -124,6 +124,10 @@ pub enum ApiError {
     FileMediaType(String),
     #[error("{0}")]
     WorkspaceBusy(String),
+    #[error(
+        "this daemon signs no receipts (started with --receipts false), so it has no receipt key"
+    )]
+    ReceiptsOff,
     #[error(transparent)]
     Session(#[from] crate::skillhost::session::SessionError),
     #[error(transparent)]
@@ -155,9 +159,10 @@ impl ApiError {
             | ApiError::BadUrl(_)
             | ApiError::BadQuery(_)
             | ApiError::AfterTheEnd { .. } => K::BadRequest,
-            ApiError::NotFound { .. } | ApiError::NoRoute { .. } | ApiError::UnknownTool(_) => {
-                K::NotFound
-            }
+            ApiError::NotFound { .. }
+            | ApiError::NoRoute { .. }
+            | ApiError::UnknownTool(_)
+            | ApiError::ReceiptsOff => K::NotFound,
             ApiError::NotRunning(_) => K::NotRunning,
             ApiError::OutputsPending(_) => K::Conflict,
             ApiError::Dropped { .. } => K::ResultDropped,

@@ -260,6 +260,20 @@ settings! {
         file: "env_builds",
         default: false,
     }
+    receipts: Option<bool> {
+        /// Sign every result with a receipt (docs/receipts.md) [default: true].
+        flag: "receipts" <"BOOL">,
+        env: "SKILL_RUNNER_RECEIPTS",
+        file: "receipts",
+        default: true,
+    }
+    receipt_key: Option<PathBuf> {
+        /// The ed25519 PKCS#8 PEM key receipts are signed with (0600, the
+        /// runner's) [default: DATA_DIR/keys/receipt-ed25519.pem, made on first use].
+        flag: "receipt-key" <"FILE">,
+        env: "SKILL_RUNNER_RECEIPT_KEY",
+        file: "receipt_key",
+    }
     max_output_bytes: Option<u64> {
         /// Largest `limits.output_bytes` a job may ask for, per stream; output
         /// is held in memory [default: 16MiB].
@@ -704,6 +718,10 @@ pub struct Config {
     pub strict_limits: bool,
     /// `POST /v1/environments` may build from a lock.
     pub env_builds: bool,
+    /// Sign results with a receipt, with this key file (`None`: the data
+    /// dir's own).
+    pub receipts: bool,
+    pub receipt_key: Option<PathBuf>,
     pub max_output_bytes: u64,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
@@ -950,6 +968,8 @@ impl Config {
             max_bundle_skills: s.max_bundle_skills()?,
             strict_limits: s.strict_limits()?,
             env_builds: s.env_builds()?,
+            receipts: s.receipts()?,
+            receipt_key: s.receipt_key()?,
             max_output_bytes: s.max_output_bytes()?,
             header_timeout: s.header_timeout()?,
             body_timeout: s.body_timeout()?,

@@ -41,6 +41,7 @@ pub mod events;
 pub mod metrics;
 pub mod notify;
 pub mod outputs;
+pub mod receipts;
 pub mod registry;
 pub mod routes;
 pub mod selfcheck;
@@ -115,6 +116,8 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         files: config.files,
     })
     .map_err(|e| DaemonError::Runner(e.to_string()))?;
+    let mut runner = runner;
+    receipts::sign_with(&mut runner, &config).map_err(|e| DaemonError::Runner(e.to_string()))?;
     // Leftovers of deleted data dirs: once per daemon start, not per run.
     crate::supervise::cgroup::sweep_others(&runner.host.cgroups);
     if let Err(m) = runner.host.bwrap.as_ref().and(runner.host.userns.as_ref()) {

@@ -89,6 +89,7 @@ pub fn router(app: App) -> Router {
         .merge(super::session_files::routes())
         .merge(super::environments::routes())
         .merge(super::outputs::routes())
+        .merge(super::receipts::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(bad_method)
         .layer(middleware::from_fn_with_state(app.clone(), guard))
@@ -582,6 +583,7 @@ async fn execute(
             ),
         );
         result.status = Status::Cancelled;
+        app.runner.seal(&mut result, Some(&job));
         app.metrics.execution(Status::Cancelled, Duration::ZERO);
         let result = ticket.finish_async(result).await;
         live.log.exit(result.clone());
@@ -615,7 +617,11 @@ async fn execute(
             ),
             None => DaemonSink::quiet(worker.metrics.clone(), live.clone()),
         };
-        let result = super::session_files::over_disk(&job).unwrap_or_else(|| {
+        let refused = super::session_files::over_disk(&job).map(|mut r| {
+            worker.runner.seal(&mut r, Some(&job));
+            r
+        });
+        let result = refused.unwrap_or_else(|| {
             worker.runner.run(
                 &job,
                 RunOptions {

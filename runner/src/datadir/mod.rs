@@ -19,6 +19,7 @@
 //! | `cache/` | the host probe, the catalog index | 0700 | 0700 |
 //! | `run/` | the daemon's default socket | 0700 | 0700 |
 //! | `outputs/` | the kept outputs of finished executions, one folder each | 0700 | 0700 |
+//! | `keys/` | the receipt signing key (0600), never a sandbox's | 0700 | 0700 |
 //!
 //! A root runner launches bubblewrap as the sandbox user, which resolves
 //! what it binds by path: the folders it binds from (0710) let that group
@@ -56,6 +57,9 @@ use nix::sys::stat::{fchmod, fstat, fstatat, mkdirat, FileStat, Mode, SFlag};
 /// default root); everything else in a data dir is the runner's state.
 pub const JOB_ROOT: &str = "roots";
 
+/// The default receipt key's file name in `keys/`.
+pub const RECEIPT_KEY_FILE: &str = "receipt-ed25519.pem";
+
 /// What to set when the data dir cannot be used.
 pub const HINT: &str =
     "set --data-dir or SKILL_RUNNER_DATA_DIR to a folder this user owns (in a container: a volume or a tmpfs)";
@@ -87,6 +91,7 @@ const LAYOUT: &[(&str, Access)] = &[
     ("run", Access::Private),
     ("outputs", Access::Private),
     ("state", Access::Private),
+    ("keys", Access::Private),
 ];
 
 /// Why a data dir was refused or could not be made.
@@ -278,6 +283,16 @@ impl DataDir {
     /// `skills/`: the catalog's user skills, when the operator makes it.
     pub fn skills(&self) -> PathBuf {
         self.path.join("skills")
+    }
+
+    /// The runner's keys (0700): only the receipt key so far.
+    pub fn keys(&self) -> PathBuf {
+        self.path.join("keys")
+    }
+
+    /// The default receipt key (docs/receipts.md), in `keys/`.
+    pub fn receipt_key(&self) -> PathBuf {
+        self.keys().join(crate::datadir::RECEIPT_KEY_FILE)
     }
 }
 

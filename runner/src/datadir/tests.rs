@@ -52,6 +52,7 @@ fn the_folder_methods_name_the_layout() {
         dd.run(),
         dd.outputs(),
         dd.state(),
+        dd.keys(),
     ];
     let layout: Vec<PathBuf> = LAYOUT.iter().map(|(n, _)| dd.path().join(n)).collect();
     assert_eq!(named.to_vec(), layout);

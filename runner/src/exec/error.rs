@@ -78,6 +78,8 @@ pub enum ExecError {
         data: PathBuf,
         jobs: PathBuf,
     },
+    #[error("{field} {} holds the runner's receipt key, which no sandbox may see; name a folder that does not contain it", path.display())]
+    ReceiptKey { field: &'static str, path: PathBuf },
     #[error("{field} {} cannot be used: {source}", path.display())]
     UseFolder {
         field: &'static str,
@@ -227,6 +229,7 @@ impl ExecError {
             | NotAFolder { .. }
             | Changed { .. }
             | RunnerState { .. }
+            | ReceiptKey { .. }
             | UseFolder { .. }
             | DefaultExtensions { .. }
             | NotWritable { .. }

@@ -9,7 +9,8 @@
 //! the edge; [`diagnose`] turns a launcher's failure into a fix,
 //! [`doctor`] checks a host, [`envbuild`] runs an environment build's
 //! install step as a job, [`envfetch`] its fetch step in a sandbox that
-//! shares only the host's network.
+//! shares only the host's network; [`attest`] seals each result with its
+//! signed receipt and [`replay`] runs a receipted job again to compare.
 //!
 //! Invariants of the room:
 //! - fail closed: anything that cannot be set up as asked rejects the
@@ -23,6 +24,7 @@
 //! - a front end that does not trust its caller with host paths admits
 //!   the job through [`confine::Confinement::admit`], one check for both.
 
+pub mod attest;
 pub mod confine;
 pub mod diagnose;
 pub mod doctor;
@@ -37,6 +39,7 @@ pub mod launch;
 pub mod limits;
 pub mod outcome;
 pub mod plan;
+pub mod replay;
 pub mod result;
 pub mod runner;
 pub mod watch;

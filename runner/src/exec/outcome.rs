@@ -286,6 +286,7 @@ pub fn result(job: &Job, p: &Prepared, outcome: &supervise::Outcome, f: Finished
         warnings,
         identity: Some(p.identity.clone()),
         outputs: None,
+        receipt: None,
     }
 }
 

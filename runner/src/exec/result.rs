@@ -222,6 +222,10 @@ pub struct ExecResult {
     /// `outputs` (and `outputs_note`), when the job named outputs.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub outputs: Option<crate::exec::files::Collected>,
+    /// The signed receipt (docs/receipts.md): a DSSE envelope over an
+    /// in-toto statement of everything above. Absent with receipts off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receipt: Option<crate::receipt::Envelope>,
 }
 
 /// Exit code of `skill-runner run` for the execution (docs/formats.md);
@@ -255,6 +259,7 @@ impl ExecResult {
             warnings: Vec::new(),
             identity: None,
             outputs: None,
+            receipt: None,
         }
     }
 

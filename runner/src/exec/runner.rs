@@ -109,6 +109,8 @@ pub struct Runner {
     cgroups: Option<(cgroup::Pool, PrivateDir)>,
     /// The bytes of kept outputs all executions hold at once.
     kept: Arc<files::KeptBudget>,
+    /// The receipt key each result is signed with; `None`: receipts off.
+    signer: Option<Arc<crate::receipt::Signer>>,
 }
 
 /// How output is delivered.
@@ -177,6 +179,7 @@ impl Runner {
             executions,
             data,
             cgroups,
+            signer: None,
         };
         let probed = started.elapsed();
         runner.sweep();
@@ -188,11 +191,33 @@ impl Runner {
         Ok(runner)
     }
 
-    /// The opened (checked) data dir.
+    /// Signs every result with `signer` from now on (`None`: receipts
+    /// off, the default).
+    pub fn set_signer(&mut self, signer: Option<Arc<crate::receipt::Signer>>) {
+        self.signer = signer;
+    }
+
+    /// The receipt key, when receipts are on.
+    pub fn signer(&self) -> Option<&Arc<crate::receipt::Signer>> {
+        self.signer.as_ref()
+    }
+
+    /// Seals a result made outside [`Runner::run`] (a job refused before
+    /// it reached the runner) with its receipt, when receipts are on.
+    pub fn seal(&self, result: &mut ExecResult, job: Option<&Job>) {
+        if let Some(signer) = &self.signer {
+            let facts = crate::exec::attest::facts(job, &self.host);
+            crate::exec::attest::seal(result, &facts, signer);
+        }
+    }
+
+    /// The budget of kept outputs, shared by every execution of this
+    /// runner (a restarted daemon holds its recorded ones against it).
     pub fn kept_budget(&self) -> &Arc<files::KeptBudget> {
         &self.kept
     }
 
+    /// The opened (checked) data dir.
     pub fn data_dir(&self) -> &DataDir {
         &self.data
     }
@@ -222,7 +247,7 @@ impl Runner {
     pub fn run(&self, job: &Job, opts: RunOptions<'_>) -> ExecResult {
         let span = tracing::info_span!("execution", id = %job.execution_id);
         let _guard = span.enter();
-        match self.prepare(job).and_then(|p| self.launch(job, p, opts)) {
+        let mut result = match self.prepare(job).and_then(|p| self.launch(job, p, opts)) {
             Ok(result) => result,
             Err(e) => {
                 // The edge: the typed refusal becomes the result's error.
@@ -231,14 +256,22 @@ impl Runner {
                 tracing::info!(kind = %error.kind, "rejected: {}", error.message.escape_debug());
                 ExecResult::rejected(&job.execution_id, SANDBOX, error)
             }
-        }
+        };
+        self.seal(&mut result, Some(job));
+        result
     }
     /// Refuses a job folder (canonical) inside the runner's state or above
     /// it. The data dir holds the store, published roots, executions,
     /// sessions and caches; only its job root `<data>/roots` (the daemon's
     /// default) is for jobs.
+    /// The receipt key's folder, or one above it, is never a job's
+    /// either: a `--receipt-key` outside the data dir included.
     fn not_state(&self, field: &'static str, real: &Path) -> Result<(), ExecError> {
-        folders::not_state(&self.data, field, real)
+        folders::not_state(&self.data, field, real)?;
+        if let Some(signer) = &self.signer {
+            folders::not_key(field, real, signer.path())?;
+        }
+        Ok(())
     }
 
     /// Everything before the launch: checks, staging, folders.

@@ -33,7 +33,7 @@ pub enum Network {
 }
 
 /// Default limits of a profile; a job overrides each one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct DefaultLimits {
     pub timeout_ms: u64,
@@ -54,7 +54,7 @@ fn default_disk_bytes() -> u64 {
 }
 
 /// One mount operation as written in a profile.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(tag = "op", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum MountRule {
     /// Bind `src` read-only at `dest`; `src` must exist.
@@ -82,19 +82,19 @@ pub enum HostEntry {
     Other,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct LinuxSection {
     pub mounts: Vec<MountRule>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SeccompSection {
     pub deny: Vec<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct MacosSection {
     pub read_only_subpaths: Vec<String>,
@@ -102,7 +102,7 @@ pub struct MacosSection {
 }
 
 /// A validated profile.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Profile {
     pub name: String,

@@ -26,6 +26,7 @@ from .bundle import (
 from .client import Client, input_file
 from .environment import environment_hash, environment_upload
 from .errors import SkillRunnerError
+from .receipt import ReceiptError, verify_receipt
 from .transport import NdjsonStream, Transport
 from .types import Binding, Bundle, BundleFile, BundleSkill, Document, Event, InputFile, Job, Output
 
@@ -42,6 +43,7 @@ __all__ = [
     "Output",
     "NdjsonStream",
     "PackageError",
+    "ReceiptError",
     "SkillRunnerError",
     "Transport",
     "binding_of",
@@ -58,6 +60,7 @@ __all__ = [
     "read_package",
     "set_identity",
     "utf16_order",
+    "verify_receipt",
 ]
 
 __version__ = "0.1.0"

@@ -105,6 +105,10 @@ class Client:
         """``GET /v1/version``: ``{name, version, api_version, capabilities}``."""
         return self._json("GET", "/v1/version")
 
+    def receipt_key(self) -> Document:
+        """``GET /v1/receipt-key``: ``{keyid, public_key_pem}``, the key results are signed with."""
+        return self._json("GET", "/v1/receipt-key")
+
     def openapi(self) -> Document:
         """``GET /v1/openapi.json``: the OpenAPI 3.1 document of every route."""
         return self._json("GET", "/v1/openapi.json")

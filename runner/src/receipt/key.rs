@@ -1,0 +1,317 @@
+//! The runner's receipt key: ed25519, kept as PKCS#8 PEM in a file only
+//! the runner's user can read (`<data>/keys/receipt-ed25519.pem`, made on
+//! first use, or the file `--receipt-key` names). A key file is opened
+//! without following a symlink and refused unless it is a regular file
+//! owned by the runner's user with no permission for group or others, so
+//! a key another user could read or swap is never used. The key id is
+//! the SHA-256 (lowercase hex) of the public key's DER SubjectPublicKeyInfo
+//! (RFC 8410: 44 bytes, `302a300506032b6570032100` then the 32 key bytes).
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use ed25519_dalek::pkcs8::spki::der::pem::LineEnding;
+use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey, EncodePrivateKey, EncodePublicKey};
+use ed25519_dalek::{Signer as _, SigningKey, VerifyingKey};
+
+/// The name of the default key file in the data dir's key folder.
+pub const KEY_FILE: &str = "receipt-ed25519.pem"; // as `datadir::RECEIPT_KEY_FILE`
+
+/// A key file larger than this is not a key.
+const MAX_KEY_FILE: u64 = 16 * 1024;
+
+/// Why a receipt key could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("cannot open the receipt key {}: {source}; pass --receipt-key FILE with a PKCS#8 PEM ed25519 key, or --no-receipt", path.display())]
+    Open { path: PathBuf, source: io::Error },
+    #[error("the receipt key {} is a symlink or not a regular file; a key file must be a plain file", path.display())]
+    NotAFile { path: PathBuf },
+    #[error("the receipt key {} is owned by uid {owner}, not by the runner's uid {uid}; chown it or generate a new one", path.display())]
+    Owner { path: PathBuf, owner: u32, uid: u32 },
+    #[error("the receipt key {} has mode {mode:o}, readable or writable by others; chmod 600 it (and treat it as leaked if others could read it)", path.display())]
+    Permissions { path: PathBuf, mode: u32 },
+    #[error("cannot read the receipt key {}: {reason}", path.display())]
+    Read { path: PathBuf, reason: String },
+    #[error("cannot create the receipt key {}: {source}", path.display())]
+    Create { path: PathBuf, source: io::Error },
+    #[error("the public key {origin} is not an ed25519 SubjectPublicKeyInfo PEM: {reason}")]
+    Public { origin: String, reason: String },
+}
+
+/// The runner's signing key.
+pub struct Signer {
+    key: SigningKey,
+    public: PublicKey,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the secret.
+        f.debug_struct("Signer")
+            .field("keyid", &self.public.keyid)
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+/// A public key a receipt may be checked against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicKey {
+    pub key: VerifyingKey,
+    pub keyid: String,
+}
+
+impl PublicKey {
+    pub fn new(key: VerifyingKey) -> PublicKey {
+        let der = key
+            .to_public_key_der()
+            .expect("an ed25519 key always has a DER form");
+        PublicKey {
+            key,
+            keyid: crate::receipt::canonical::bytes_sha256_hex(der.as_bytes()),
+        }
+    }
+
+    /// Reads a SubjectPublicKeyInfo PEM (`-----BEGIN PUBLIC KEY-----`).
+    pub fn from_pem(text: &str, origin: &str) -> Result<PublicKey, KeyError> {
+        let key = VerifyingKey::from_public_key_pem(text.trim()).map_err(|e| KeyError::Public {
+            origin: origin.to_owned(),
+            reason: e.to_string(),
+        })?;
+        Ok(PublicKey::new(key))
+    }
+
+    /// A trusted key from a file: a SubjectPublicKeyInfo PEM, or the
+    /// `{keyid, public_key_pem}` document `receipt-key --json` prints.
+    pub fn from_file(path: &Path) -> Result<PublicKey, KeyError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| KeyError::Public {
+            origin: origin.clone(),
+            reason: format!("cannot read it ({e})"),
+        })?;
+        let pem = match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(doc) => match doc.get("public_key_pem").and_then(|p| p.as_str()) {
+                Some(pem) => pem.to_owned(),
+                None => text,
+            },
+            Err(_) => text,
+        };
+        PublicKey::from_pem(&pem, &origin)
+    }
+
+    /// The SubjectPublicKeyInfo PEM, LF line ends.
+    pub fn pem(&self) -> String {
+        self.key
+            .to_public_key_pem(LineEnding::LF)
+            .expect("an ed25519 key always has a PEM form")
+    }
+
+    /// `{keyid, public_key_pem}`: what `receipt-key --json` and
+    /// `GET /v1/receipt-key` answer.
+    pub fn document(&self) -> serde_json::Value {
+        serde_json::json!({"keyid": self.keyid, "public_key_pem": self.pem()})
+    }
+}
+
+impl Signer {
+    /// The key in `path`, made first when there is none (the data dir's
+    /// default key). `keys` is the folder that holds it: made 0700.
+    pub fn load_or_create(path: &Path) -> Result<Signer, KeyError> {
+        match Signer::load(path) {
+            Err(KeyError::Open { source, .. }) if source.kind() == io::ErrorKind::NotFound => {}
+            other => return other,
+        }
+        if let Some(dir) = path.parent() {
+            crate::fsx::create_private_dir(dir).map_err(|source| KeyError::Create {
+                path: dir.to_owned(),
+                source,
+            })?;
+        }
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| KeyError::Create {
+            path: path.to_owned(),
+            source: io::Error::other(e.to_string()),
+        })?;
+        let key = SigningKey::from_bytes(&seed);
+        let pem = key
+            .to_pkcs8_pem(LineEnding::LF)
+            .map_err(|e| KeyError::Create {
+                path: path.to_owned(),
+                source: io::Error::other(e.to_string()),
+            })?;
+        match write_new_private(path, pem.as_bytes()) {
+            Ok(()) => {}
+            // Another runner made it first: use theirs.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                return Err(KeyError::Create {
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        }
+        Signer::load(path)
+    }
+
+    /// The key in `path`, which must be a private regular file of ours.
+    pub fn load(path: &Path) -> Result<Signer, KeyError> {
+        let open = |source| KeyError::Open {
+            path: path.to_owned(),
+            source,
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP) => KeyError::NotAFile {
+                    path: path.to_owned(),
+                },
+                _ => open(e),
+            })?;
+        check_private(&file, path)?;
+        let mut text = String::new();
+        (&mut file)
+            .take(MAX_KEY_FILE)
+            .read_to_string(&mut text)
+            .map_err(|e| KeyError::Read {
+                path: path.to_owned(),
+                reason: e.to_string(),
+            })?;
+        let key = SigningKey::from_pkcs8_pem(text.trim()).map_err(|e| KeyError::Read {
+            path: path.to_owned(),
+            reason: format!("not a PKCS#8 PEM ed25519 private key ({e})"),
+        })?;
+        let public = PublicKey::new(key.verifying_key());
+        Ok(Signer {
+            key,
+            public,
+            path: path.to_owned(),
+        })
+    }
+
+    pub fn public(&self) -> &PublicKey {
+        &self.public
+    }
+
+    /// The key file (a job's folders must never hold it).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The ed25519 signature of `message`.
+    pub fn sign(&self, message: &[u8]) -> [u8; 64] {
+        self.key.sign(message).to_bytes()
+    }
+}
+
+/// A regular file owned by this process's user, no bits for group or
+/// others.
+fn check_private(file: &File, path: &Path) -> Result<(), KeyError> {
+    let meta = file.metadata().map_err(|source| KeyError::Open {
+        path: path.to_owned(),
+        source,
+    })?;
+    if !meta.file_type().is_file() {
+        return Err(KeyError::NotAFile {
+            path: path.to_owned(),
+        });
+    }
+    let uid = nix::unistd::geteuid().as_raw();
+    if meta.uid() != uid {
+        return Err(KeyError::Owner {
+            path: path.to_owned(),
+            owner: meta.uid(),
+            uid,
+        });
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(KeyError::Permissions {
+            path: path.to_owned(),
+            mode: meta.mode() & 0o7777,
+        });
+    }
+    Ok(())
+}
+
+/// Creates `path` holding `bytes`, mode 0600 from its first byte: a
+/// private sibling made with `O_EXCL | O_NOFOLLOW`, synced, then
+/// `link(2)`ed into place, which never replaces (an existing `path` is
+/// `AlreadyExists`) nor follows a link.
+fn write_new_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", crate::fsx::random_hex()));
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::hard_link(&tmp, path)
+    })();
+    let _ = std::fs::remove_file(&tmp);
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_key_is_made_private_once_and_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys").join(KEY_FILE);
+        let a = Signer::load_or_create(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let keys = std::fs::metadata(path.parent().unwrap()).unwrap();
+        assert_eq!(keys.permissions().mode() & 0o777, 0o700);
+        let b = Signer::load_or_create(&path).unwrap();
+        assert_eq!(a.public(), b.public());
+        assert_eq!(a.public().keyid.len(), 64);
+        let again = PublicKey::from_pem(&a.public().pem(), "test").unwrap();
+        assert_eq!(&again, a.public());
+        // The documented key id: SHA-256 of the 44-byte DER SPKI.
+        let mut der = vec![
+            0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+        ];
+        der.extend_from_slice(a.public().key.as_bytes());
+        assert_eq!(
+            a.public().keyid,
+            crate::receipt::canonical::bytes_sha256_hex(&der)
+        );
+    }
+
+    #[test]
+    fn loose_symlinked_or_foreign_key_files_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KEY_FILE);
+        Signer::load_or_create(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let e = Signer::load(&path).unwrap_err();
+        assert!(matches!(e, KeyError::Permissions { .. }), "{e}");
+        assert!(e.to_string().contains("chmod 600"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = dir.path().join("link.pem");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let e = Signer::load(&link).unwrap_err();
+        assert!(matches!(e, KeyError::NotAFile { .. }), "{e}");
+        // A symlink planted where the default key goes is not followed
+        // nor replaced.
+        let e = Signer::load_or_create(&link).unwrap_err();
+        assert!(matches!(e, KeyError::NotAFile { .. }), "{e}");
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+            let e = Signer::load(&path).unwrap_err();
+            assert!(matches!(e, KeyError::Owner { .. }), "{e}");
+        }
+    }
+}
