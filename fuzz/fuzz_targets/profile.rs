@@ -157,6 +157,7 @@ fn seatbelt(p: &Profile) {
             "/private/var/folders/fz/T/sr/e1/workspace/.sciencediscovery/skill-extensions".into(),
         workspace: "/private/var/folders/fz/T/sr/e1/workspace".into(),
         tmp_dir: "/private/var/folders/fz/T/sr/e1/tmp".into(),
+        environment: Some("/private/var/db/skill-runner/environments/trees/e1".into()),
     };
     let policy = seatbelt::SystemPolicy {
         read_only_subpaths: p.macos.read_only_subpaths.clone(),

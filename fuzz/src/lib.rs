@@ -163,6 +163,8 @@ impl Fixture {
                         .map(|s| SkillSpec::Name((*s).into()))
                         .collect(),
                     tools: tools.iter().map(|t| (*t).into()).collect(),
+                    workspace: None,
+                    environment: None,
                 })
                 .expect("create a fixture session");
             // The record names its own id: rewrite it under the known one.
@@ -248,6 +250,7 @@ impl Fixture {
                 skill_runner::daemon::SESSION_BODIES,
             )),
             sessions: self.host.clone(),
+            lanes: skill_runner::daemon::workspace::Lanes::new(),
             config: config.clone(),
         })
     }
