@@ -391,7 +391,10 @@ fn a_hundred_thousand_small_files_are_bounded() {
         return;
     }
     let w = World::new();
-    let script = "mkdir many && cd many && seq 100000 | xargs touch && ls | wc -l";
+    // Made by redirection, not `touch`: where the runner is root of a
+    // user namespace mapping no other uid, setting a file's times is
+    // refused in the sandbox.
+    let script = "mkdir many && cd many && for i in $(seq 100000); do : > $i; done && ls | wc -l";
     let job = json!({
         "argv": ["/bin/sh", "-c", script],
         "outputs": ["many/*"],
