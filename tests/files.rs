@@ -517,3 +517,72 @@ fn files_are_written_into_a_named_workspace_as_the_sandbox_user_owns_it() {
     );
     assert_nothing_left(&w);
 }
+
+/// A root runner reads outputs and writes input files for the sandbox
+/// user, never with its own rights: in a named workspace, a file or
+/// folder of another user that the sandbox user could not read is listed
+/// with an error and not kept, and an input file over a folder it could
+/// not write is refused before anything runs, the folder left as it was.
+#[test]
+fn a_root_runner_reads_and_writes_a_named_workspace_only_as_the_sandbox_user_could() {
+    use std::os::unix::fs::PermissionsExt;
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let ws = w.sandbox_folder("ws");
+    let probe = json!({"argv": ["true"], "workspace": ws});
+    let (_, doc, _) = w.run_json(&probe);
+    if doc["identity"]["mode"] != "sandbox_user" {
+        skip("only a root runner that switches to the sandbox user reads and writes for it");
+        return;
+    }
+    let secret = ws.join("secret");
+    std::fs::write(&secret, b"root's own\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let locked = ws.join("locked");
+    std::fs::create_dir(&locked).unwrap();
+    std::fs::write(locked.join("inside"), b"behind a 0700 folder\n").unwrap();
+    std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let hooks = ws.join("hooks");
+    std::fs::create_dir(&hooks).unwrap();
+    std::fs::write(hooks.join("post"), b"someone else's\n").unwrap();
+    std::fs::set_permissions(&hooks, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let job = json!({
+        "argv": ["true"],
+        "workspace": ws,
+        "outputs": ["secret", "locked/inside"],
+    });
+    let (code, doc, _) = w.run_json(&job);
+    assert_eq!(code, 0, "{doc:#}");
+    let outputs = doc["outputs"].as_array().unwrap();
+    assert_eq!(outputs.len(), 2, "{doc:#}");
+    for o in outputs {
+        assert!(o.get("sha256").is_none(), "never kept: {o:#}");
+        assert!(o.get("content").is_none(), "never read: {o:#}");
+        let why = o["error"].as_str().unwrap();
+        assert!(why.contains("the sandbox user may not"), "{why}");
+    }
+
+    let job = json!({
+        "argv": ["true"],
+        "workspace": ws,
+        "files": [{"path": "hooks/post", "content": b64(b"planted\n")}],
+    });
+    let (code, doc, _) = w.run_json(&job);
+    assert_ne!(code, 0, "{doc:#}");
+    assert_eq!(doc["error"]["kind"], "bad_job", "{doc:#}");
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(message.contains("the sandbox user may not"), "{message}");
+    assert_eq!(
+        std::fs::read(hooks.join("post")).unwrap(),
+        b"someone else's\n"
+    );
+    let names: Vec<_> = std::fs::read_dir(&hooks)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names.len(), 1, "no private name left: {names:?}");
+}

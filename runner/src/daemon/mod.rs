@@ -273,6 +273,7 @@ fn open_registry(config: &Config, runner: &Runner) -> Result<Arc<registry::Regis
     let kept = registry::Kept {
         root: config.data.outputs(),
         budget: runner.kept_budget().clone(),
+        taken: Default::default(),
     };
     let (registry, interrupted) = registry::Registry::with_store(
         config.max_running,

@@ -751,6 +751,10 @@ fn restore(s: Stored, kept: &Kept) -> (Done, Option<Change>) {
         ),
     };
     let outputs = record.outputs.as_ref().and_then(|k| {
+        let mut taken = kept.taken.lock().unwrap_or_else(|e| e.into_inner());
+        if !taken.insert(k.dir.clone()) {
+            return None;
+        }
         crate::exec::files::OutputStore::restore(&kept.root, &k.dir, &k.files, &kept.budget)
     });
     let done = Done {
@@ -775,6 +779,9 @@ fn restore(s: Stored, kept: &Kept) -> (Done, Option<Change>) {
 pub struct Kept {
     pub root: std::path::PathBuf,
     pub budget: Arc<crate::exec::files::KeptBudget>,
+    /// The folders restored so far: two records naming one folder (a
+    /// tampered store) give it to the first only.
+    pub taken: Mutex<std::collections::HashSet<String>>,
 }
 
 impl Kept {

@@ -486,6 +486,12 @@ pub fn write_inputs(
     // Look before writing: what would refuse a file refuses the job now.
     for f in files {
         beneath::check_writable(&root, &f.path).map_err(failed(f))?;
+        // A root runner writes for the sandbox user: never where that
+        // user could not write itself (a named workspace may hold files
+        // and folders of others).
+        if let Some(user) = owner {
+            beneath::check_user_may(&root, &f.path, user, true).map_err(failed(f))?;
+        }
     }
     // Not synced: the command reads them at once, and a crash ends the
     // execution with them (a sync per file was most of the cost of
@@ -636,6 +642,11 @@ impl OutputStore {
             return None;
         }
         let dir = root.join(dir);
+        // A real folder of `root`, never a link planted in its place.
+        let is_folder = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_dir());
+        if !is_folder {
+            return None;
+        }
         let mut held = 0u64;
         let mut map = BTreeMap::new();
         for (path, sha, size) in files {
@@ -697,6 +708,21 @@ pub fn collect(
     store_parent: &Path,
     budget: &Arc<KeptBudget>,
 ) -> Collected {
+    collect_as(workspace, globs, bounds, store_parent, budget, None)
+}
+
+/// [`collect`], reading only what `reader` (the sandbox user, when the
+/// runner is another: root) could read itself: a file of the workspace
+/// its owner and mode keep from the command is listed with an `error`,
+/// never read with the runner's rights.
+pub fn collect_as(
+    workspace: &Path,
+    globs: &[Glob],
+    bounds: &FileBounds,
+    store_parent: &Path,
+    budget: &Arc<KeptBudget>,
+    reader: Option<(u32, u32)>,
+) -> Collected {
     let mut collected = Collected {
         outputs: Vec::new(),
         outputs_note: None,
@@ -712,6 +738,7 @@ pub fn collect(
     let (candidates, note) = candidates(&root, globs, bounds.scan_entries);
     let mut notes: Vec<String> = note.into_iter().collect();
     let mut keeper = Keeper::new(bounds, store_parent, budget.clone());
+    keeper.reader = reader;
     let listed_max = bounds.output_files.saturating_mul(2).max(16);
     let mut unlisted = 0usize;
     for (path, kind) in candidates {
@@ -794,6 +821,8 @@ struct Keeper<'a> {
     inline_bytes: u64,
     /// Why nothing more can be kept (the store folder failed).
     failed: Option<String>,
+    /// The user whose rights reading is bounded by ([`collect_as`]).
+    reader: Option<(u32, u32)>,
 }
 
 impl<'a> Keeper<'a> {
@@ -808,6 +837,7 @@ impl<'a> Keeper<'a> {
             kept_bytes: 0,
             inline_bytes: 0,
             failed: None,
+            reader: None,
         }
     }
 
@@ -834,6 +864,13 @@ impl<'a> Keeper<'a> {
             }
             Some(Kind::Folder) => return None,
             _ => {}
+        }
+        if let Some(user) = self.reader {
+            if let Err(e @ BeneathError::Denied { .. }) =
+                beneath::check_user_may(root, &path, user, false)
+            {
+                return Some(refused(path, 0, e.to_string()));
+            }
         }
         let reg = match beneath::open_regular(root, &path) {
             Ok(r) => r,

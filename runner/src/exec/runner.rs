@@ -585,7 +585,8 @@ impl Runner {
         if let (false, Some(w)) = (job.outputs.is_empty(), &p.workspace) {
             let bounds = &self.config.files;
             let kept = &self.data.outputs();
-            let collected = files::collect(w, &job.outputs, bounds, kept, &self.kept);
+            let reader = self.host.identity.as_ref().ok().and_then(|i| i.switch_to());
+            let collected = files::collect_as(w, &job.outputs, bounds, kept, &self.kept, reader);
             result.outputs = Some(collected);
             tracing::debug!("outputs collected");
         }

@@ -55,6 +55,8 @@ pub enum BeneathError {
     Replaced { path: String },
     #[error("{path:?} does not exist")]
     Missing { path: String },
+    #[error("the sandbox user may not {want} {path:?} (its owner and mode deny it), so the runner does not either")]
+    Denied { path: String, want: &'static str },
     #[error("cannot {op} {path:?}: {source}")]
     Io {
         op: &'static str,
@@ -315,6 +317,89 @@ pub fn open_regular_in(dir: &File, name: &str, shown: &str) -> Result<Regular, B
         nlink: st.st_nlink as u64,
         mode: (st.st_mode as u32) & 0o7777,
     })
+}
+
+/// Whether `user` (uid, gid) may do `want` (a mask: 4 read, 2 write,
+/// 1 search) to an inode of this owner and mode, by its permission bits
+/// (the class that applies is the only one looked at, as the kernel does).
+pub fn user_may(st: &nix::sys::stat::FileStat, user: (u32, u32), want: u32) -> bool {
+    let mode = st.st_mode as u32;
+    let bits = if st.st_uid == user.0 {
+        mode >> 6
+    } else if st.st_gid == user.1 {
+        mode >> 3
+    } else {
+        mode
+    } & 0o7;
+    bits & want == want
+}
+
+/// Checks that `user` could itself reach `rel` below `root` (every folder
+/// on the way searchable, `root` too) and, for `write`, make or replace
+/// it (the deepest existing folder writable; a file of another user in a
+/// sticky folder refused), or otherwise read it. A root runner reads and
+/// writes a named workspace for the command; with this it never does
+/// what the command's own user could not. Links are never followed.
+pub fn check_user_may(
+    root: &File,
+    rel: &str,
+    user: (u32, u32),
+    write: bool,
+) -> Result<(), BeneathError> {
+    let parts = check(rel)?;
+    let denied = |path: &str, want: &'static str| BeneathError::Denied {
+        path: path.to_owned(),
+        want,
+    };
+    let mut dir = root
+        .try_clone()
+        .map_err(|e| BeneathError::io("open", rel, e))?;
+    let mut dir_st = fstat(dir.as_fd()).map_err(|e| BeneathError::io("stat", ".", e))?;
+    let mut walked = String::from(".");
+    for (i, part) in parts.iter().enumerate() {
+        if !user_may(&dir_st, user, 0o1) {
+            return Err(denied(&walked, "search"));
+        }
+        let last = i + 1 == parts.len();
+        let st = match fstatat(dir.as_fd(), *part, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(Errno::ENOENT) if write => {
+                return match user_may(&dir_st, user, 0o3) {
+                    true => Ok(()),
+                    false => Err(denied(&walked, "write in")),
+                };
+            }
+            Err(Errno::ENOENT) => return Err(BeneathError::Missing { path: rel.into() }),
+            Err(e) => return Err(BeneathError::io("stat", rel, e)),
+        };
+        walked = if walked == "." {
+            (*part).to_owned()
+        } else {
+            format!("{walked}/{part}")
+        };
+        if last {
+            if write {
+                let sticky = dir_st.st_mode as u32 & 0o1000 != 0;
+                if !user_may(&dir_st, user, 0o3) || (sticky && st.st_uid != user.0) {
+                    return Err(denied(&walked, "replace"));
+                }
+            } else if !user_may(&st, user, 0o4) {
+                return Err(denied(&walked, "read"));
+            }
+            return Ok(());
+        }
+        if !is_kind(&st, SFlag::S_IFDIR) {
+            return Err(BeneathError::NotFolder {
+                path: walked,
+                kind: kind_of(&st),
+            });
+        }
+        let fd = openat(dir.as_fd(), *part, DIR_FLAGS, Mode::empty())
+            .map_err(|e| not_a_folder(&dir, part, e, &walked))?;
+        dir = File::from(fd);
+        dir_st = fstat(dir.as_fd()).map_err(|e| BeneathError::io("stat", &walked, e))?;
+    }
+    Ok(())
 }
 
 /// A file being written below a folder under a private name; it takes its
@@ -607,7 +692,9 @@ pub fn list(root: &File, rel: &str, bounds: Bounds) -> Result<Listing, BeneathEr
                 Err(e) => return Err(e),
             }
         };
-        let mut names = read_names(&dir, shown)?;
+        let room = bounds.entries.saturating_sub(listing.entries.len());
+        let (mut names, more) = read_names(&dir, shown, room.saturating_add(1))?;
+        listing.truncated |= more;
         names.sort();
         let mut below = Vec::new();
         for name in names {
@@ -659,8 +746,10 @@ pub fn list(root: &File, rel: &str, bounds: Bounds) -> Result<Listing, BeneathEr
     Ok(listing)
 }
 
-/// The names in an open folder, without `.` and `..`.
-fn read_names(dir: &File, shown: &str) -> Result<Vec<OsString>, BeneathError> {
+/// The names in an open folder, without `.` and `..`: at most `cap` of
+/// them, and whether there were more (a folder of millions of empty
+/// files must not cost the runner memory for every name).
+fn read_names(dir: &File, shown: &str, cap: usize) -> Result<(Vec<OsString>, bool), BeneathError> {
     let fd: OwnedFd = dir
         .try_clone()
         .map_err(|e| BeneathError::io("list", shown, e))?
@@ -671,10 +760,13 @@ fn read_names(dir: &File, shown: &str) -> Result<Vec<OsString>, BeneathError> {
         let entry = entry.map_err(|e| BeneathError::io("list", shown, e))?;
         let n = entry.file_name().to_bytes();
         if n != b"." && n != b".." {
+            if names.len() >= cap {
+                return Ok((names, true));
+            }
             names.push(OsStr::from_bytes(n).to_owned());
         }
     }
-    Ok(names)
+    Ok((names, false))
 }
 
 #[cfg(test)]

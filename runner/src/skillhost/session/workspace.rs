@@ -298,6 +298,11 @@ impl Workspace {
             },
             BeneathError::Replaced { .. } => WorkspaceError::Replaced { session, path },
             BeneathError::Missing { .. } => WorkspaceError::NoSuchFile { session, path },
+            BeneathError::Denied { .. } => WorkspaceError::NoAccess {
+                session,
+                path,
+                source: std::io::Error::from_raw_os_error(libc::EACCES),
+            },
             // A mode a command set (chmod 000): its doing, not the host's.
             BeneathError::Io { source, .. } if denied(&source) => WorkspaceError::NoAccess {
                 session,
