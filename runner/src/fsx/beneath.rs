@@ -322,8 +322,9 @@ pub fn open_regular_in(dir: &File, name: &str, shown: &str) -> Result<Regular, B
 /// Whether `user` (uid, gid) may do `want` (a mask: 4 read, 2 write,
 /// 1 search) to an inode of this owner and mode, by its permission bits
 /// (the class that applies is the only one looked at, as the kernel does).
+#[allow(clippy::unnecessary_cast)] // `st_mode` is not u32 everywhere (macOS)
 pub fn user_may(st: &nix::sys::stat::FileStat, user: (u32, u32), want: u32) -> bool {
-    let mode = st.st_mode as u32;
+    let mode = (st.st_mode as u32) & 0o7777;
     let bits = if st.st_uid == user.0 {
         mode >> 6
     } else if st.st_gid == user.1 {
@@ -340,6 +341,7 @@ pub fn user_may(st: &nix::sys::stat::FileStat, user: (u32, u32), want: u32) -> b
 /// sticky folder refused), or otherwise read it. A root runner reads and
 /// writes a named workspace for the command; with this it never does
 /// what the command's own user could not. Links are never followed.
+#[allow(clippy::unnecessary_cast)] // `st_mode` is not u32 everywhere (macOS)
 pub fn check_user_may(
     root: &File,
     rel: &str,
@@ -379,7 +381,7 @@ pub fn check_user_may(
         };
         if last {
             if write {
-                let sticky = dir_st.st_mode as u32 & 0o1000 != 0;
+                let sticky = (dir_st.st_mode as u32) & 0o1000 != 0;
                 if !user_may(&dir_st, user, 0o3) || (sticky && st.st_uid != user.0) {
                     return Err(denied(&walked, "replace"));
                 }
