@@ -15,24 +15,8 @@ use std::process::Output;
 use serde_json::{json, Value};
 use skill_runner::exec::envbuild::{BuildDir, SandboxInstall};
 use skill_runner::package::environment::build::SandboxRun;
+use skill_runner_tests::envs::{install_runner, pip_usable, PYTHON};
 use skill_runner_tests::*;
-
-const PYTHON: &str = "/usr/bin/python3";
-
-/// Host has a sandbox and `/usr/bin/python3` with pip; else skipped.
-fn usable() -> bool {
-    if !require_sandbox() {
-        return false;
-    }
-    let pip = std::process::Command::new(PYTHON)
-        .args(["-I", "-m", "pip", "--version"])
-        .output();
-    if !pip.is_ok_and(|o| o.status.success()) {
-        skip(format!("{PYTHON} has no pip here"));
-        return false;
-    }
-    true
-}
 
 /// Writes the wheel `NAME-1.0-py3-none-any.whl` into `dir` holding
 /// `members` (archive name, bytes) beside a valid dist-info whose RECORD
@@ -107,7 +91,7 @@ fn assert_refused_and_nothing_published(world: &World, out: &Output, needle: &st
 
 #[test]
 fn a_wheel_with_paths_outside_its_target_is_refused_and_writes_nothing_outside() {
-    if !usable() {
+    if !pip_usable() {
         return;
     }
     let mark = skill_runner::fsx::random_hex();
@@ -156,7 +140,7 @@ fn a_wheel_with_paths_outside_its_target_is_refused_and_writes_nothing_outside()
 
 #[test]
 fn a_wheel_that_unpacks_past_the_byte_bound_is_stopped_and_nothing_is_published() {
-    if !usable() {
+    if !pip_usable() {
         return;
     }
     let world = World::new();
@@ -184,24 +168,13 @@ fn a_wheel_that_unpacks_past_the_byte_bound_is_stopped_and_nothing_is_published(
 /// runner's home.
 #[test]
 fn the_install_step_cannot_write_outside_its_tree() {
-    if !usable() {
-        return;
-    }
-    if skill_runner::sandbox::shim::small_shim().is_none() {
-        skip("this build has no small exec shim, which an in-process runner needs");
+    if !pip_usable() {
         return;
     }
     let world = World::new();
-    let runner = skill_runner::exec::Runner::new(skill_runner::exec::RunnerConfig {
-        data_dir: world.data_dir(),
-        package_limits: Default::default(),
-        keep: false,
-        reuse_cgroups: false,
-        strict_limits: false,
-        network: Default::default(),
-        files: Default::default(),
-    })
-    .unwrap();
+    let Some(runner) = install_runner(&world) else {
+        return;
+    };
     let owner = runner.host.identity.clone().unwrap().switch_to();
     let dir = BuildDir::create(owner).unwrap();
     let folders = dir.folders();

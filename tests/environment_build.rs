@@ -8,56 +8,25 @@
 use std::ffi::OsString;
 use std::fs;
 use std::path::Path;
-use std::process::Output;
 
 use serde_json::{json, Value};
 use skill_runner::exec::envbuild::{BuildDir, SandboxInstall};
 use skill_runner::package::environment::build::SandboxRun;
+use skill_runner_tests::envs::{
+    env_build, install_runner, pip_usable, skipped_without_index, PYTHON, SIX,
+};
 use skill_runner_tests::*;
-
-const PYTHON: &str = "/usr/bin/python3";
-const SIX: &str = "six==1.17.0 \\\n    --hash=sha256:4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274\n";
-
-fn build(world: &World, lock: &Path, id: &str, env: &[(&str, &str)]) -> Output {
-    let mut cmd = world.cmd();
-    cmd.args(["env", "build", "--python"])
-        .arg(lock)
-        .args(["--id", id]);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    output_within(&mut cmd, HANG_GUARD)
-}
-
-/// Host has a sandbox and `/usr/bin/python3` with pip; else skipped.
-fn usable() -> bool {
-    if !require_sandbox() {
-        return false;
-    }
-    let pip = std::process::Command::new(PYTHON)
-        .args(["-I", "-m", "pip", "--version"])
-        .output();
-    if !pip.is_ok_and(|o| o.status.success()) {
-        skip(format!("{PYTHON} has no pip here"));
-        return false;
-    }
-    true
-}
 
 #[test]
 fn a_built_environment_is_imported_by_a_job_and_a_second_build_is_served_from_the_store() {
-    if !usable() {
+    if !pip_usable() {
         return;
     }
     let world = World::new();
     let lock = world.path().join("requirements.txt");
     fs::write(&lock, SIX).unwrap();
-    let out = build(&world, &lock, "six-env", &[]);
-    if out.status.code() == Some(125) && text(&out.stderr).contains("pip download failed") {
-        skip(format!(
-            "pip cannot fetch from its index here: {}",
-            show(&out)
-        ));
+    let out = env_build(&world, &lock, "six-env", &[]);
+    if skipped_without_index(&out) {
         return;
     }
     assert!(out.status.success(), "{}", show(&out));
@@ -100,7 +69,7 @@ fn a_built_environment_is_imported_by_a_job_and_a_second_build_is_served_from_th
         ("PIP_INDEX_URL", "http://127.0.0.1:9/simple"),
         ("PIP_RETRIES", "0"),
     ];
-    let again = build(&world, &lock, "six-env", &nowhere);
+    let again = env_build(&world, &lock, "six-env", &nowhere);
     assert!(again.status.success(), "{}", show(&again));
     let rec2: Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(rec2, rec, "the same record");
@@ -108,7 +77,7 @@ fn a_built_environment_is_imported_by_a_job_and_a_second_build_is_served_from_th
     assert!(stderr.contains("served from the store"), "{stderr}");
     assert!(!stderr.contains(": fetch:"), "{stderr}");
     // Under another id: the same tree, a new record, still no fetch.
-    let other = build(&world, &lock, "six-copy", &nowhere);
+    let other = env_build(&world, &lock, "six-copy", &nowhere);
     assert!(other.status.success(), "{}", show(&other));
     let rec3: Value = serde_json::from_slice(&other.stdout).unwrap();
     assert_eq!(rec3["hash"], rec["hash"]);
@@ -120,7 +89,7 @@ fn a_loose_lock_is_refused_before_anything_is_fetched() {
     let world = World::new();
     let lock = world.path().join("requirements.txt");
     fs::write(&lock, "six==1.17.0\n").unwrap();
-    let out = build(&world, &lock, "six-env", &[]);
+    let out = env_build(&world, &lock, "six-env", &[]);
     assert_eq!(out.status.code(), Some(125), "{}", show(&out));
     let err = text(&out.stderr);
     assert!(err.contains("a requirement without --hash"), "{err}");
@@ -134,24 +103,13 @@ fn a_loose_lock_is_refused_before_anything_is_fetched() {
 /// succeeds (so a failure is the denial, not the sandbox).
 #[test]
 fn the_install_step_has_no_network_and_a_read_only_input() {
-    if !usable() {
-        return;
-    }
-    if skill_runner::sandbox::shim::small_shim().is_none() {
-        skip("this build has no small exec shim, which an in-process runner needs");
+    if !pip_usable() {
         return;
     }
     let world = World::new();
-    let runner = skill_runner::exec::Runner::new(skill_runner::exec::RunnerConfig {
-        data_dir: world.data_dir(),
-        package_limits: Default::default(),
-        keep: false,
-        reuse_cgroups: false,
-        strict_limits: false,
-        network: Default::default(),
-        files: Default::default(),
-    })
-    .unwrap();
+    let Some(runner) = install_runner(&world) else {
+        return;
+    };
     let owner = runner.host.identity.clone().unwrap().switch_to();
     let dir = BuildDir::create(owner).unwrap();
     let folders = dir.folders();

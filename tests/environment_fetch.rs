@@ -15,20 +15,8 @@ use std::path::Path;
 use std::process::Output;
 
 use serde_json::Value;
+use skill_runner_tests::envs::{env_build, skipped_without_index, SIX};
 use skill_runner_tests::*;
-
-const SIX: &str = "six==1.17.0 \\\n    --hash=sha256:4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274\n";
-
-fn build(world: &World, lock: &Path, id: &str, env: &[(&str, &str)]) -> Output {
-    let mut cmd = world.cmd();
-    cmd.args(["env", "build", "--python"])
-        .arg(lock)
-        .args(["--id", id]);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    output_within(&mut cmd, HANG_GUARD)
-}
 
 /// What a fetch attempts, reported on one line of stderr: `name=result`
 /// pairs; then it fails, so that the build says what it reported.
@@ -87,7 +75,7 @@ fn a_fetch_writes_only_its_staging_folder_reads_no_runner_state_and_shares_the_n
     // The data dir exists before the build (a runner made it).
     let data = world.data_dir();
     let _ = world.cmd().args(["env", "list"]).output().unwrap();
-    let out = build(
+    let out = env_build(
         &world,
         &lock,
         "fetch-probe",
@@ -154,7 +142,7 @@ fn a_fetch_that_leaves_other_bytes_than_the_lock_pins_publishes_nothing() {
     )
     .unwrap();
     fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).unwrap();
-    let out = build(
+    let out = env_build(
         &world,
         &lock,
         "six",
@@ -192,7 +180,7 @@ fn a_fetch_sandbox_bubblewrap_cannot_finish_is_said_in_one_sentence() {
     let lock = world.path().join("requirements.txt");
     fs::write(&lock, SIX).unwrap();
     let folder = world.sandbox_folder("not-a-program");
-    let out = build(
+    let out = env_build(
         &world,
         &lock,
         "six",
@@ -225,12 +213,8 @@ fn a_piped_build_prints_one_line_per_step_and_only_the_record_on_stdout() {
     let world = World::new();
     let lock = world.path().join("requirements.txt");
     fs::write(&lock, SIX).unwrap();
-    let out = build(&world, &lock, "six-env", &[]);
-    if out.status.code() == Some(125) && text(&out.stderr).contains("pip download failed") {
-        skip(format!(
-            "pip cannot fetch from its index here: {}",
-            show(&out)
-        ));
+    let out = env_build(&world, &lock, "six-env", &[]);
+    if skipped_without_index(&out) {
         return;
     }
     assert!(out.status.success(), "{}", show(&out));

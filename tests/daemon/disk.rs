@@ -3,19 +3,10 @@
 //! `ok` again once space is freed.
 
 use std::io::Write;
-use std::process::Command;
 
+use super::SmallDataDisk;
 use skill_runner_tests::daemon::*;
 use skill_runner_tests::*;
-
-/// Unmounts the data dir's file system however the test ends.
-struct Mounted(std::path::PathBuf);
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
 
 /// The free bytes `/metrics` reports for the data dir.
 fn free_in_metrics(d: &Daemon) -> i64 {
@@ -30,21 +21,10 @@ fn free_in_metrics(d: &Daemon) -> i64 {
 #[test]
 fn health_reports_a_full_data_dir_disk_and_metrics_its_free_bytes() {
     let w = World::new();
-    let data = w.data_dir();
-    std::fs::create_dir_all(&data).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    if !mounted.status.success() {
-        skip(format!(
-            "cannot mount a small file system for the data dir: {}",
-            String::from_utf8_lossy(&mounted.stderr)
-        ));
+    let Some(disk) = SmallDataDisk::mount(&w) else {
         return;
-    }
-    let _unmount = Mounted(data.clone());
+    };
+    let data = disk.0.clone();
     let d = Daemon::start(&w, &[]);
     let r = d.get("/v1/health");
     assert_eq!(r.status, 200, "{:#}", r.json());

@@ -11,12 +11,11 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use skill_runner::package::environment::tree::{tree_hash, Content};
 use skill_runner_tests::daemon::*;
+use skill_runner_tests::envs::SIX;
 use skill_runner_tests::*;
 
 use super::openapi::{conforms, openapi_doc};
 use super::*;
-
-const SIX: &str = "six==1.17.0 \\\n    --hash=sha256:4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274\n";
 
 const MODULE: &[u8] = b"GREETING = 'hello from an uploaded environment'\n";
 

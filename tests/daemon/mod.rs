@@ -117,3 +117,37 @@ pub(crate) fn publish_two(d: &Daemon, w: &World) -> Vec<Value> {
     }
     bindings
 }
+
+/// The data dir of `w` on a 64 MiB tmpfs of its own, so that a test can
+/// fill it; unmounted however the test ends. `None` (skipped) where no
+/// file system can be mounted.
+pub(super) struct SmallDataDisk(pub(super) PathBuf);
+
+impl SmallDataDisk {
+    pub(super) fn mount(w: &World) -> Option<SmallDataDisk> {
+        let data = w.data_dir();
+        std::fs::create_dir_all(&data).unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        if !mounted.status.success() {
+            skip(format!(
+                "cannot mount a small file system for the data dir: {}",
+                String::from_utf8_lossy(&mounted.stderr)
+            ));
+            return None;
+        }
+        Some(SmallDataDisk(data))
+    }
+}
+
+impl Drop for SmallDataDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}

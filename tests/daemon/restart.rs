@@ -6,13 +6,11 @@
 //! store stops the start with the way out; a full disk refuses new work
 //! and still serves reads.
 
-use std::process::Command;
-
 use serde_json::{json, Value};
 use skill_runner_tests::daemon::*;
 use skill_runner_tests::*;
 
-use super::{gated_job, open_gate, workspace_in, world_with_roots};
+use super::{gated_job, open_gate, workspace_in, world_with_roots, SmallDataDisk};
 
 /// A job that appends a line to `ran` in its workspace (one line per run
 /// of its command), then prints two lines.
@@ -189,36 +187,16 @@ fn a_damaged_store_stops_the_start_with_the_way_out() {
     assert!(d.stop().success());
 }
 
-/// Unmounts the data dir's file system however the test ends.
-struct Mounted(std::path::PathBuf);
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn a_full_disk_refuses_new_work_and_keeps_serving_reads() {
     if !require_sandbox() {
         return;
     }
     let w = World::new();
-    let data = w.data_dir();
-    std::fs::create_dir_all(&data).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs"])
-        .arg(&data)
-        .output()
-        .unwrap();
-    if !mounted.status.success() {
-        skip(format!(
-            "cannot mount a small file system for the data dir: {}",
-            String::from_utf8_lossy(&mounted.stderr)
-        ));
+    let Some(disk) = SmallDataDisk::mount(&w) else {
         return;
-    }
-    let _unmount = Mounted(data.clone());
+    };
+    let data = disk.0.clone();
     let mut d = Daemon::start(&w, &[]);
     let job = json!({"execution_id": "before", "argv": ["echo", "kept"]});
     let done = d.post("/v1/executions", &job);

@@ -241,3 +241,69 @@ fn install_on_host(lock: &Path, data_dir: &Path) -> Result<PathBuf, String> {
     }
     Ok(tree)
 }
+
+/// A one-wheel lock (`six`, pure Python, pinned by hash) for the tests of
+/// the build itself.
+pub const SIX: &str = "six==1.17.0 \\\n    --hash=sha256:4721f391ed90541fddacab5acf947aa0d3dc7d27b2e1e8eda2be8970586c3274\n";
+
+/// `skill-runner env build --python LOCK --id ID` in `world`, with
+/// `env` set, bounded by the hang guard.
+pub fn env_build(world: &World, lock: &Path, id: &str, env: &[(&str, &str)]) -> Output {
+    let mut cmd = world.cmd();
+    cmd.args(["env", "build", "--python"])
+        .arg(lock)
+        .args(["--id", id]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    output_within(&mut cmd, crate::HANG_GUARD)
+}
+
+/// Whether a build's failure is only that pip cannot reach its index
+/// here; then the test is skipped (and `true` returned).
+pub fn skipped_without_index(out: &Output) -> bool {
+    let offline =
+        out.status.code() == Some(125) && text(&out.stderr).contains("pip download failed");
+    if offline {
+        crate::skip(format!(
+            "pip cannot fetch from its index here: {}",
+            show(out)
+        ));
+    }
+    offline
+}
+
+/// The host has a sandbox and [`PYTHON`] with pip; else skipped.
+pub fn pip_usable() -> bool {
+    if !crate::require_sandbox() {
+        return false;
+    }
+    let pip = Command::new(PYTHON)
+        .args(["-I", "-m", "pip", "--version"])
+        .output();
+    if !pip.is_ok_and(|o| o.status.success()) {
+        crate::skip(format!("{PYTHON} has no pip here"));
+        return false;
+    }
+    true
+}
+
+/// An in-process runner over `world`'s data dir, for driving the install
+/// step's sandbox directly; `None` (skipped) where the build has no small
+/// exec shim, which an in-process runner needs.
+pub fn install_runner(world: &World) -> Option<skill_runner::exec::Runner> {
+    if skill_runner::sandbox::shim::small_shim().is_none() {
+        crate::skip("this build has no small exec shim, which an in-process runner needs");
+        return None;
+    }
+    let config = skill_runner::exec::RunnerConfig {
+        data_dir: world.data_dir(),
+        package_limits: Default::default(),
+        keep: false,
+        reuse_cgroups: false,
+        strict_limits: false,
+        network: Default::default(),
+        files: Default::default(),
+    };
+    Some(skill_runner::exec::Runner::new(config).unwrap())
+}
