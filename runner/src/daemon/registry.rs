@@ -961,6 +961,20 @@ impl Ticket {
         let Some(store) = &self.registry.store else {
             return (encoded, Ack::done());
         };
+        let record = self.finished_record(&encoded);
+        let change = Change::Finish {
+            id: self.live.id.clone(),
+            record,
+            result: encoded.json.clone(),
+            events: self.live.log.clone(),
+        };
+        let ack = store.send(change, true);
+        (encoded, ack)
+    }
+
+    /// The record of this execution finished with `encoded`: its status,
+    /// output weight, last `seq` (its `exit`), error kind and kept outputs.
+    fn finished_record(&self, encoded: &Encoded) -> Record {
         let r = &encoded.result;
         let mut record = self.live.record(State::Running).finished(
             status_name(r.status),
@@ -975,14 +989,7 @@ impl Ticket {
             .as_ref()
             .and_then(|c| c.store.as_ref())
             .and_then(|store| store::KeptRecord::of(store));
-        let change = Change::Finish {
-            id: self.live.id.clone(),
-            record,
-            result: encoded.json.clone(),
-            events: self.live.log.clone(),
-        };
-        let ack = store.send(change, true);
-        (encoded, ack)
+        record
     }
 
     fn retain(self, result: Encoded) -> Encoded {
@@ -994,20 +1001,7 @@ impl Ticket {
             // document counts at its encoded size (up to 6 bytes per
             // output byte: `\u0001`); the log's `exit` shares it.
             let bytes = result.bytes() + RECORD_BYTES + self.live.log.bytes();
-            let r = &result.result;
-            let mut record = self.live.record(State::Running).finished(
-                status_name(r.status),
-                r.exit_code,
-                r.finished_at.clone(),
-            );
-            record.output = result.output();
-            record.last_seq = self.live.log.last_seq() + 1;
-            record.error_kind = r.error.as_ref().map(|e| e.kind.as_str().to_owned());
-            record.outputs = r
-                .outputs
-                .as_ref()
-                .and_then(|c| c.store.as_ref())
-                .and_then(|store| store::KeptRecord::of(store));
+            let record = self.finished_record(&result);
             let done = Done {
                 id: self.live.id.clone(),
                 record,
