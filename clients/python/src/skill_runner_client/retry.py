@@ -66,6 +66,7 @@ async def retrying_async(
     call: Callable[[], Awaitable[T]],
     attempts: int = 5,
     total: float = 30.0,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> T:
     """:func:`retrying` for coroutines: ``await retrying_async(lambda: client.run(job))``."""
@@ -80,4 +81,4 @@ async def retrying_async(
             wait = _pause(e, attempt, attempts, started, total, clock())
             if wait is None:
                 raise
-            await asyncio.sleep(wait)
+            await sleep(wait)
