@@ -1,7 +1,7 @@
 """Typed answers, the error classes and the Retry-After helper, against real daemons."""
 
 import dataclasses
-from typing import Iterator, List
+from typing import Iterator, List, Optional
 
 import pytest
 from conftest import HELLO
@@ -229,3 +229,24 @@ def test_a_client_is_a_context_manager(daemon: Daemon) -> None:
     assert c.closed
     with pytest.raises(RuntimeError, match="closed"):
         c.version()
+
+
+def test_the_family_follows_the_status_and_retry_after() -> None:
+    from skill_runner_client.errors import ServerError, error_from_answer
+
+    def family(status: int, retry_after: Optional[str] = None) -> type:
+        return type(error_from_answer(status, {"error": {"kind": "k", "message": "m"}}, b"", retry_after))
+
+    assert [family(s) for s in (400, 413, 422, 401, 403, 404, 409, 410, 429)] == [
+        BadRequest, BadRequest, BadRequest, Unauthorized, Unauthorized, NotFound, Conflict, Gone, Busy]
+    # A 5xx the daemon says to retry is Busy; one it does not is a ServerError.
+    assert family(503, "5") is Busy and family(500, "30") is Busy
+    assert family(503) is ServerError and family(500) is ServerError
+    e = error_from_answer(429, None, b"too many", None)
+    assert isinstance(e, Busy) and e.retry_after == 1.0 and (e.kind, e.message) == ("http_error", "too many")
+
+
+def test_a_typed_answer_inside_a_job_is_sent_as_its_document(client: Client) -> None:
+    env = Result.from_json({"GREETING": "typed-inside"})
+    result = client.run({"argv": ["sh", "-c", "echo $GREETING"], "env": env})
+    assert result.stdout == "typed-inside\n"
