@@ -19,6 +19,7 @@ import {
   bundleFolder,
   retrying,
 } from "../src/index.js";
+import { ServerError, errorFromAnswer } from "../src/errors.js";
 import { Daemon, HELLO } from "./daemon.js";
 
 /** The error a promise rejects with; fails when it resolves. */
@@ -182,4 +183,19 @@ describe("Busy and retrying, on a daemon with one slot and no queue", () => {
       await free("ts-holder-2");
     }
   });
+});
+
+test("the family follows the status and Retry-After, as in Python", () => {
+  const body = Buffer.from(JSON.stringify({ error: { kind: "k", message: "m" } }));
+  const family = (status: number, retryAfter?: string) => errorFromAnswer(status, body, retryAfter).constructor;
+  assert.deepEqual(
+    [400, 413, 422, 401, 403, 404, 409, 410, 429].map((s) => family(s)),
+    [BadRequest, BadRequest, BadRequest, Unauthorized, Unauthorized, NotFound, Conflict, Gone, Busy],
+  );
+  assert.equal(family(503, "5"), Busy);
+  assert.equal(family(500, "30"), Busy);
+  assert.equal(family(503), ServerError);
+  const e = errorFromAnswer(429, Buffer.from("too many"), undefined);
+  assert.ok(e instanceof Busy);
+  assert.deepEqual([e.retryAfter, e.kind, e.message], [1, "http_error", "too many"]);
 });
