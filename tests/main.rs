@@ -10,6 +10,7 @@
 
 mod admission; // a job is admitted once, alike from both front ends; an unknown session is 404 before it is queued
 mod cli; // the command line as a user meets it: run, explain, hash, pack, store, doctor
+mod completions; // shell completions and man pages from the clap definition: a real bash completes every subcommand, groff renders the page
 mod daemon; // `skill-runner serve` over its socket or TCP, one file per promise
 mod datadir; // a data dir another local user could change is refused by every command; modes of what is made
 mod descriptors; // the daemon's descriptor budget: raised limit, refusal at start, nothing left by a refused admission

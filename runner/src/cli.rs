@@ -158,6 +158,22 @@ pub enum Command {
         #[arg(long, value_name = "FILE", env = "SKILL_RUNNER_RECEIPT_KEY")]
         receipt_key: Option<PathBuf>,
     },
+    /// Print the completion script of a shell (bash, zsh, fish, elvish,
+    /// powershell), e.g. `skill-runner completions bash >
+    /// /etc/bash_completion.d/skill-runner`.
+    Completions {
+        /// The shell to complete for.
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page skill-runner(1) as roff, e.g. `skill-runner man >
+    /// ~/.local/share/man/man1/skill-runner.1`.
+    Man {
+        /// Write skill-runner.1 and a page per subcommand into this existing
+        /// folder instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// How results are signed (docs/receipts.md).

@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 mod cli;
+mod completions;
 mod progress;
 
 use std::io::Write;
@@ -154,6 +155,18 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
             &receipts,
             data_dir,
         ),
+        Command::Completions { shell } => {
+            completions::completions(shell, &mut std::io::stdout().lock())?;
+            Ok(0)
+        }
+        Command::Man { dir: None } => {
+            completions::man(&mut std::io::stdout().lock())?;
+            Ok(0)
+        }
+        Command::Man { dir: Some(dir) } => {
+            completions::man_dir(&dir)?;
+            Ok(0)
+        }
         Command::ReceiptKey { json, receipt_key } => {
             receipt_key_cmd(json, receipt_key.as_deref(), data_dir)
         }

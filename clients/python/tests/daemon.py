@@ -71,8 +71,9 @@ class Daemon:
                     self.url = "http://" + m.group(2).strip('"')
                 break
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                log = self.log()
                 self.stop()
-                raise RuntimeError(f"skill-runner serve did not start:\n{self.log()}")
+                raise RuntimeError(f"skill-runner serve did not start:\n{log}")
             time.sleep(0.02)
 
     def log(self) -> str:

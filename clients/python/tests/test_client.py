@@ -11,6 +11,8 @@ from daemon import PATIENCE, Daemon
 from skill_runner_client import (
     Binding,
     Client,
+    Event,
+    Result,
     SkillRunnerError,
     bindings_of,
     bundle_bytes,
@@ -102,7 +104,7 @@ def test_a_refused_job_keeps_its_result_document(client: Client) -> None:
 
 
 def test_stream_yields_started_output_then_exit(client: Client) -> None:
-    events: List[Dict[str, Any]] = list(
+    events: List[Event] = list(
         client.stream({"argv": ["sh", "-c", "echo one; echo err >&2; echo two"]})
     )
     assert events[0]["event"] == "started"
@@ -121,7 +123,7 @@ def test_a_refused_stream_raises_before_any_event(client: Client) -> None:
 
 
 def test_cancel_ends_a_sleeping_command(client: Client) -> None:
-    results: List[Dict[str, Any]] = []
+    results: List[Result] = []
     runner = threading.Thread(
         target=lambda: results.append(client.run({"execution_id": "py-sleeper", "argv": ["sleep", "300"]}))
     )

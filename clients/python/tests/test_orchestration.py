@@ -7,7 +7,7 @@ import pytest
 from conftest import HELLO
 from daemon import Daemon
 
-from skill_runner_client import Client, NdjsonStream, SkillRunnerError, bindings_of, bundle_folder
+from skill_runner_client import Client, Event, NdjsonStream, SkillRunnerError, bindings_of, bundle_folder
 
 
 @pytest.fixture(scope="module")
@@ -21,9 +21,9 @@ def client() -> Iterator[Client]:
         d.stop()
 
 
-def take_until(stream: NdjsonStream, kind: str) -> List[Dict[str, Any]]:
+def take_until(stream: NdjsonStream, kind: str) -> List[Event]:
     """Events up to and including the first of ``kind``."""
-    taken: List[Dict[str, Any]] = []
+    taken: List[Event] = []
     for event in stream:
         taken.append(event)
         if event["event"] == kind:

@@ -16,7 +16,7 @@ def test_daemon_results_verify_and_changes_are_refused(client: Client) -> None:
     statement = verify_receipt(result, key["public_key_pem"])
     assert statement["predicate"]["execution_id"] == result["execution_id"]
     for field, value in (("stdout", "hj\n"), ("exit_code", 1), ("status", "failed"), ("extra", True)):
-        changed = copy.deepcopy(result)
+        changed = copy.deepcopy(result.raw)
         changed[field] = value
         with pytest.raises(ReceiptError):
             verify_receipt(changed, key["public_key_pem"])

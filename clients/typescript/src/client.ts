@@ -1,9 +1,11 @@
 /**
  * The client: one method per daemon route (docs/daemon.md, docs/skill-host.md).
  *
- * Methods resolve to the daemon's JSON answer and reject with
- * `SkillRunnerError` for every 4xx/5xx answer; connection failures stay
- * Node's own errors. Nothing is cached or retried: a method is one request.
+ * Methods resolve to the daemon's JSON answer (typed as `types.ts` names it)
+ * and reject with a `SkillRunnerError` subclass (`NotFound`, `Busy`, …) for
+ * every 4xx/5xx answer; connection failures stay Node's own errors. Nothing
+ * is cached or retried: a method is one request (`retrying` retries a `Busy`
+ * one).
  */
 import { bundleBytes, bundleFolder } from "./bundle.js";
 import { type Provenance, environmentUpload } from "./environment.js";
@@ -14,7 +16,21 @@ import { createWriteStream } from "node:fs";
 import { mkdir, realpath, rm } from "node:fs/promises";
 import * as nodePath from "node:path";
 
-import type { Binding, Bundle, InputFile, Job, JsonObject, Output, Progress, Result } from "./types.js";
+import type {
+  Binding,
+  Bundle,
+  InputFile,
+  Job,
+  JsonObject,
+  Output,
+  Progress,
+  Publication,
+  Result,
+  Session,
+  StoredFile,
+  ToolAnswer,
+  Version,
+} from "./types.js";
 
 type Body = object | Buffer;
 
@@ -91,8 +107,8 @@ export class Client {
   }
 
   /** `GET /v1/version`: `{name, version, api_version, capabilities}`. */
-  version(): Promise<JsonObject> {
-    return this.json("GET", "/v1/version");
+  version(): Promise<Version> {
+    return this.json<Version>("GET", "/v1/version");
   }
 
   /** `GET /v1/receipt-key`: `{keyid, public_key_pem}`, the key results are signed with. */
@@ -113,12 +129,12 @@ export class Client {
   // -- skill packages --------------------------------------------------------
 
   /** `POST /v1/skill-packages`: publishes a bundle; `{identity, skills, new_packages, warnings}`. */
-  publish(bundle: Bundle | Buffer): Promise<JsonObject> {
-    return this.json("POST", "/v1/skill-packages", Buffer.isBuffer(bundle) ? bundle : bundleBytes(bundle));
+  publish(bundle: Bundle | Buffer): Promise<Publication> {
+    return this.json<Publication>("POST", "/v1/skill-packages", Buffer.isBuffer(bundle) ? bundle : bundleBytes(bundle));
   }
 
   /** Builds the bundle of one skill folder (`bundleFolder`) and publishes it. */
-  publishFolder(folder: string, id: string, revision: number, version: string): Promise<JsonObject> {
+  publishFolder(folder: string, id: string, revision: number, version: string): Promise<Publication> {
     return this.publish(bundleFolder(folder, id, revision, version));
   }
 
@@ -311,7 +327,7 @@ export class Client {
     skills: SessionSkill[],
     tools: string[],
     options: { workspace?: "managed"; environment?: { id: string; hash: string } } = {},
-  ): Promise<JsonObject> {
+  ): Promise<Session> {
     const doc: {
       skills: SessionSkill[];
       tools: string[];
@@ -320,7 +336,7 @@ export class Client {
     } = { skills, tools };
     if (options.workspace !== undefined) doc.workspace = options.workspace;
     if (options.environment !== undefined) doc.environment = options.environment;
-    return this.json("POST", "/v1/sessions", doc);
+    return this.json<Session>("POST", "/v1/sessions", doc);
   }
 
   /** `GET /v1/sessions`: `{sessions: [{id, delivery, created_at, last_used_at, skills}]}`, newest first. */
@@ -329,8 +345,8 @@ export class Client {
   }
 
   /** `GET /v1/sessions/{id}`. */
-  session(sessionId: string): Promise<JsonObject> {
-    return this.json("GET", `/v1/sessions/${seg(sessionId)}`);
+  session(sessionId: string): Promise<Session> {
+    return this.json<Session>("GET", `/v1/sessions/${seg(sessionId)}`);
   }
 
   /** `DELETE /v1/sessions/{id}`: `{id, deleted: true}`. */
@@ -343,8 +359,8 @@ export class Client {
    * Resolves to `{content, is_error}`, ready to hand back to the model; a
    * fault the model can fix is `is_error: true`, not a rejection.
    */
-  callTool(sessionId: string, tool: string, input: object): Promise<{ content: string; is_error: boolean }> {
-    return this.json("POST", `/v1/sessions/${seg(sessionId)}/tools/${seg(tool)}`, input);
+  callTool(sessionId: string, tool: string, input: object): Promise<ToolAnswer> {
+    return this.json<ToolAnswer>("POST", `/v1/sessions/${seg(sessionId)}/tools/${seg(tool)}`, input);
   }
 
   /** `GET /v1/sessions/{id}/skills`: list, or find with `query` (tools `list_skills`, `find_skills`). */
@@ -379,13 +395,13 @@ export class Client {
    * Refused (409 `conflict`) while a job of the session is admitted; 413 past the
    * daemon's `file_body_limit` or `workspace_bytes`.
    */
-  async uploadFile(sessionId: string, path: string, data: Buffer | Uint8Array | string): Promise<JsonObject> {
+  async uploadFile(sessionId: string, path: string, data: Buffer | Uint8Array | string): Promise<StoredFile> {
     const bytes = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data);
     const answer = await this.transport.request("PUT", `/v1/sessions/${seg(sessionId)}/files/${filePath(path)}`, bytes, {
       "Content-Type": "application/octet-stream",
     });
     if (answer.status !== 200) throw errorOf(answer);
-    return JSON.parse(answer.body.toString("utf8")) as JsonObject;
+    return JSON.parse(answer.body.toString("utf8")) as StoredFile;
   }
 
   /** `GET /v1/sessions/{id}/files/{path}`: the bytes of one regular file of the workspace. */

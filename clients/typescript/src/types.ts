@@ -2,9 +2,13 @@
  * Shapes of the documents the daemon takes and gives (docs/formats.md).
  *
  * The shapes a client builds (bindings, bundles) are spelled out; the
- * documents the daemon answers with (results, sessions, listings) are typed
- * loosely (`JsonObject`) with the keys a caller most often reads, because the
- * daemon may add keys in later versions and a client must keep them.
+ * documents the daemon answers with are named as the Python client names
+ * them (`Result`, `Progress`, `Output`, `ResultError`, `Event`, `ToolAnswer`,
+ * `Session`, `Publication`, `StoredFile`, `Version`) and typed with the keys a
+ * caller most often reads, each open to more (`[key: string]: Json |
+ * undefined`), because the daemon may add keys in later versions and a client
+ * must keep them: every key sent is in the object as sent. Listings and
+ * records stay `JsonObject`.
  */
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -88,11 +92,61 @@ export interface Result extends Record<string, Json | undefined> {
   signal: number | null;
   stdout: string;
   stderr: string;
-  error: { kind: string; message: string } | null;
+  error: ResultError | null;
   /** Present when the job named `outputs`. */
   outputs?: Output[];
   /** Said when a bound stopped the listing of outputs. */
   outputs_note?: string;
+}
+
+/** A result's `error`: `{kind, message}`, the message one sentence saying what to change. */
+export interface ResultError extends JsonObject {
+  kind: string;
+  message: string;
+}
+
+/** A tool call's answer, `{content, is_error}`, ready to hand back to the model. */
+export interface ToolAnswer extends Record<string, Json | undefined> {
+  content: string;
+  is_error: boolean;
+}
+
+/** A skill-host session (docs/skill-host.md). */
+export interface Session extends Record<string, Json | undefined> {
+  id: string;
+  delivery: string;
+  /** Bindings when created or shown. */
+  skills: Json[];
+  /** `{skills, text}`: what to put in the model's system prompt. */
+  prompt?: JsonObject;
+  /** The tool definitions to hand to the model. */
+  tools: JsonObject[];
+  created_at?: string;
+  last_used_at?: string;
+}
+
+/** What `POST /v1/skill-packages` answered. */
+export interface Publication extends Record<string, Json | undefined> {
+  identity: string;
+  skills: Array<Binding & JsonObject>;
+  new_packages: number;
+  warnings: Json[];
+}
+
+/** One file written into a session's workspace. */
+export interface StoredFile extends Record<string, Json | undefined> {
+  session: string;
+  path: string;
+  size: number;
+  sha256: string;
+}
+
+/** `GET /v1/version`. */
+export interface Version extends Record<string, Json | undefined> {
+  name: string;
+  version: string;
+  api_version: string;
+  capabilities: JsonObject;
 }
 
 /** `{execution_id, status}` of an execution that has not finished. */

@@ -1,4 +1,5 @@
-"""Client of the skill-runner daemon (``skill-runner serve``), standard library only.
+"""Client of the skill-runner daemon (``skill-runner serve``), standard library only:
+:class:`Client`, and :class:`AsyncClient` for ``asyncio``.
 
 >>> from skill_runner_client import Client, bundle_folder, bindings_of
 >>> c = Client(socket_path="/var/lib/skill-runner/run/skill-runner.sock")
@@ -23,14 +24,67 @@ from .bundle import (
     set_identity,
     utf16_order,
 )
-from .client import Client, input_file
+from .aio import AsyncClient, AsyncNdjsonStream, AsyncTransport
+from .client import Client, Request, Routes, input_file
 from .environment import environment_hash, environment_upload
-from .errors import SkillRunnerError
+from .errors import (
+    BadRequest,
+    Busy,
+    Conflict,
+    Gone,
+    NotFound,
+    ServerError,
+    SkillRunnerError,
+    Unauthorized,
+)
 from .receipt import ReceiptError, verify_receipt
+from .retry import retrying, retrying_async
 from .transport import NdjsonStream, Transport
-from .types import Binding, Bundle, BundleFile, BundleSkill, Document, Event, InputFile, Job, Output
+from .types import (
+    Answer,
+    Binding,
+    Bundle,
+    BundleFile,
+    BundleSkill,
+    Document,
+    Event,
+    InputFile,
+    Job,
+    Output,
+    Progress,
+    Publication,
+    Result,
+    ResultError,
+    Session,
+    StoredFile,
+    ToolAnswer,
+    Version,
+)
 
 __all__ = [
+    "Answer",
+    "AsyncClient",
+    "AsyncNdjsonStream",
+    "AsyncTransport",
+    "BadRequest",
+    "Busy",
+    "Conflict",
+    "Gone",
+    "NotFound",
+    "Progress",
+    "Publication",
+    "Request",
+    "Result",
+    "ResultError",
+    "Routes",
+    "ServerError",
+    "Session",
+    "StoredFile",
+    "ToolAnswer",
+    "Unauthorized",
+    "Version",
+    "retrying",
+    "retrying_async",
     "Binding",
     "Bundle",
     "BundleFile",

@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 from urllib.parse import urlsplit
 
 from .errors import SkillRunnerError, error_from_answer
+from .types import Event
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -147,7 +148,7 @@ class Transport:
 
 
 class NdjsonStream:
-    """The events of a streamed execution, one decoded JSON object a line.
+    """The events of a streamed execution, one :class:`Event` a line.
 
     Iterate it (it ends after the ``exit`` event, when the daemon closes the
     stream); use it as a context manager or call :meth:`close` to leave
@@ -159,7 +160,7 @@ class NdjsonStream:
         self._conn = conn
         self._resp = resp
 
-    def __iter__(self) -> Iterator[Dict[str, Any]]:
+    def __iter__(self) -> Iterator[Event]:
         try:
             while True:
                 line = self._resp.readline()
@@ -170,7 +171,7 @@ class NdjsonStream:
                     event = json.loads(line)
                     if not isinstance(event, dict):
                         raise ValueError(f"the daemon sent an event that is not a JSON object: {line[:200]!r}")
-                    yield event
+                    yield Event.from_json(event)
         finally:
             self.close()
 
