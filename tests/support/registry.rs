@@ -106,15 +106,17 @@ impl Drop for Registry {
     }
 }
 
-/// One plain HTTP/1.1 request; the status, headers (lowercase names) and
-/// body.
+/// A status, headers (lowercase names) and body.
+pub type Answer = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// One plain HTTP/1.1 request.
 pub fn http(
     host: &str,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: &[u8],
-) -> std::io::Result<(u16, Vec<(String, String)>, Vec<u8>)> {
+) -> std::io::Result<Answer> {
     let mut s = TcpStream::connect(host)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut req = format!(
