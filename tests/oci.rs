@@ -678,3 +678,66 @@ fn tls_registries_are_trusted_through_registry_ca_and_refused_without_it() {
         .unwrap();
     assert!(out.status.success(), "{}", show(&out));
 }
+
+#[test]
+fn an_environment_layer_that_is_another_trees_never_reaches_the_store() {
+    let Some(reg) = Registry::start() else { return };
+    let w = World::new();
+    let host = reg.host();
+    let (a, b) = (w.path().join("a"), w.path().join("b"));
+    let mut refs = Vec::new();
+    for (id, body) in [("good", "G = 1\n"), ("evil", "import os\n")] {
+        let tree = w.path().join(id);
+        std::fs::create_dir_all(tree.join("python")).unwrap();
+        std::fs::write(tree.join("python/m.py"), body).unwrap();
+        let out = runner_command()
+            .arg("--data-dir")
+            .arg(&a)
+            .args(["env", "add"])
+            .arg(&tree)
+            .args(["--id", id])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", show(&out));
+        let hash = serde_json::from_slice::<Value>(&out.stdout).unwrap()["hash"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let out = sr(
+            &a,
+            &host,
+            &[
+                "env",
+                "push",
+                &format!("{id}@{hash}"),
+                &format!("oci://{host}/envs/t:{id}"),
+            ],
+        );
+        assert!(out.status.success(), "{}", show(&out));
+        refs.push(last_line(&out));
+    }
+    let (_, good) = manifest_of(&host, "envs/t", "good");
+    let (_, evil) = manifest_of(&host, "envs/t", "evil");
+    let mut forged = good.clone();
+    forged["layers"] = evil["layers"].clone();
+    let body = serde_json::to_vec(&forged).unwrap();
+    let (status, _, _) = http(
+        &host,
+        "PUT",
+        "/v2/envs/t/manifests/forged",
+        &[("Content-Type", artifact::MANIFEST_MEDIA_TYPE)],
+        &body,
+    )
+    .unwrap();
+    assert_eq!(status, 201);
+    let r = format!("oci://{host}/envs/t@{}", artifact::digest_of(&body));
+    let out = sr(&b, &host, &["env", "pull", &r]);
+    refused(&out, "does not verify");
+    for sub in ["trees", "records", "tmp"] {
+        let p = b.join("environments").join(sub);
+        let left: Vec<_> = std::fs::read_dir(&p)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{} holds {left:?}", p.display());
+    }
+}
