@@ -289,7 +289,7 @@ impl<'c> Session<'c> {
                 ),
             });
         }
-        let body = read_capped(resp, 64 * 1024, self.cfg.idle_timeout).await?;
+        let body = read_capped(resp, &self.registry, 64 * 1024, self.cfg.idle_timeout).await?;
         let doc: serde_json::Value = serde_json::from_slice(&body).map_err(|_| OciError::Auth {
             registry: self.registry.clone(),
             reason: "its token service answered something that is not JSON".into(),
@@ -488,6 +488,7 @@ fn encode(s: &str) -> String {
 /// Reads a whole body of at most `cap` bytes (manifests, tokens, errors).
 pub async fn read_capped(
     resp: Response<Incoming>,
+    registry: &str,
     cap: u64,
     idle: Duration,
 ) -> Result<Vec<u8>, OciError> {
@@ -502,7 +503,7 @@ pub async fn read_capped(
             })?;
         let Some(frame) = frame else { break };
         let frame = frame.map_err(|e| OciError::Connect {
-            registry: String::new(),
+            registry: registry.to_owned(),
             reason: e.to_string(),
         })?;
         if let Ok(data) = frame.into_data() {

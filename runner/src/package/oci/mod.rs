@@ -576,15 +576,20 @@ async fn get_manifest(
             })
         }
     }
-    let bytes = client::read_capped(resp, MAX_MANIFEST_BYTES, cfg.idle_timeout)
-        .await
-        .map_err(|e| match e {
-            OciError::TooBig { limit, .. } => OciError::TooBig {
-                what: format!("the manifest of {reference}"),
-                limit,
-            },
-            e => e,
-        })?;
+    let bytes = client::read_capped(
+        resp,
+        &reference.registry,
+        MAX_MANIFEST_BYTES,
+        cfg.idle_timeout,
+    )
+    .await
+    .map_err(|e| match e {
+        OciError::TooBig { limit, .. } => OciError::TooBig {
+            what: format!("the manifest of {reference}"),
+            limit,
+        },
+        e => e,
+    })?;
     let digest = artifact::digest_of(&bytes);
     if name.starts_with("sha256:") && digest != name {
         return Err(OciError::ManifestDigest {
