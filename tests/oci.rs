@@ -377,7 +377,7 @@ fn a_registry_serving_another_manifest_for_a_digest_is_refused() {
 }
 
 #[test]
-fn a_ten_gigabyte_blob_is_never_read_and_an_endless_one_is_cut_at_its_declared_size() {
+fn a_ten_gigabyte_blob_is_never_read_and_an_endless_blob_or_manifest_is_cut_at_its_bound() {
     let w = World::new();
     let art = artifact_of(&w, "huge");
     // Declared 10 GB: refused by the bound before a byte of it is asked for.
@@ -407,6 +407,20 @@ fn a_ten_gigabyte_blob_is_never_read_and_an_endless_one_is_cut_at_its_declared_s
         served < 64 << 20,
         "the pull read on: the fake sent {served} bytes"
     );
+    drop(reg);
+    // A manifest without end: read up to its bound, then refused.
+    let reg = FakeRegistry::start(|_, path, _| match path {
+        "/v2/" => Reply::ok(b"{}".to_vec()),
+        _ => Reply::Endless,
+    });
+    let host = reg.host();
+    let data = w.path().join("d3");
+    let r = format!("oci://{host}/skills/f@sha256:{}", "0".repeat(64));
+    let out = sr(&data, &host, &["store", "pull", &r]);
+    refused(&out, "is over 4194304 bytes; reading stopped there");
+    store_is_empty(&data);
+    let served = reg.sent.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(served < 64 << 20, "the fake sent {served} bytes");
 }
 
 #[test]
