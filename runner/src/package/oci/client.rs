@@ -375,6 +375,13 @@ impl<'c> Session<'c> {
         .map_err(|_| connect_err("no connection within the idle timeout".into()))?
         .map_err(|e| connect_err(e.to_string()))?;
         let _ = tcp.set_nodelay(true);
+        // An upload's answer comes after its whole body: bounded by the
+        // push's own time-out, not by the idle one.
+        let answer_within = if matches!(body, ReqBody::File { .. }) {
+            self.cfg.timeout
+        } else {
+            self.cfg.idle_timeout
+        };
         let mut req = Request::builder()
             .method(method)
             .uri(&url.path)
@@ -420,9 +427,9 @@ impl<'c> Session<'c> {
             }
             .map_err(|e| connect_err(e.to_string()))
         };
-        tokio::time::timeout(self.cfg.idle_timeout, fut)
+        tokio::time::timeout(answer_within, fut)
             .await
-            .map_err(|_| connect_err("no answer within the idle timeout".into()))?
+            .map_err(|_| connect_err(format!("no answer within {} s", answer_within.as_secs())))?
     }
 }
 
