@@ -10,6 +10,7 @@
 
 mod cli;
 mod completions;
+mod distribute;
 mod progress;
 
 use std::io::Write;
@@ -200,6 +201,9 @@ fn pack(dir: &Path, meta: cli::BindingArgs) -> anyhow::Result<i32> {
 fn store_cmd(cmd: StoreCommand, data_dir: &DataDir) -> anyhow::Result<i32> {
     let store = skill_runner::package::store::Store::open(data_dir)?;
     match cmd {
+        StoreCommand::Push { .. } | StoreCommand::Pull { .. } => {
+            return distribute::store(cmd, &store);
+        }
         StoreCommand::Add { dir, meta } => {
             let p = store.publish_dir(
                 &dir,
@@ -691,6 +695,9 @@ fn env_cmd(cmd: EnvCommand, data_dir: Option<PathBuf>) -> anyhow::Result<i32> {
     }
     let store = EnvStore::open(&open_data_dir(data_dir)?)?;
     match cmd {
+        EnvCommand::Push { .. } | EnvCommand::Pull { .. } => {
+            return distribute::env(cmd, &store);
+        }
         EnvCommand::Add {
             dir,
             id,
@@ -784,7 +791,7 @@ fn env_cmd(cmd: EnvCommand, data_dir: Option<PathBuf>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-fn emit(text: &str) -> anyhow::Result<()> {
+pub(crate) fn emit(text: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())

@@ -57,6 +57,7 @@ impl Crate {
                 || parts == ["cli"]
                 || parts == ["progress"]
                 || parts == ["completions"]
+                || parts == ["distribute"]
             {
                 continue; // the binary, above every room
             }
