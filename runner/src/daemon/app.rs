@@ -102,6 +102,8 @@ pub enum ApiError {
         status: String,
         code: String,
     },
+    #[error("the stored result of execution {id:?} is damaged ({reason}); it cannot be answered as it was: see the daemon's log, and resubmit the job under a new execution_id if it must run again")]
+    ResultDamaged { id: String, reason: String },
     #[error("after={after} is past the last event of execution {id:?} (seq {last}); give the seq of the last event you have (0 for all)")]
     AfterTheEnd { id: String, after: u64, last: u64 },
     #[error("execution {0:?} has already finished; GET /v1/executions/{0} for its result")]
@@ -166,6 +168,7 @@ impl ApiError {
             ApiError::NotRunning(_) => K::NotRunning,
             ApiError::OutputsPending(_) => K::Conflict,
             ApiError::Dropped { .. } => K::ResultDropped,
+            ApiError::ResultDamaged { .. } => K::StoreCorrupted,
             ApiError::Method { .. } => K::MethodNotAllowed,
             ApiError::MediaType(_) | ApiError::FileMediaType(_) => K::UnsupportedMediaType,
             ApiError::WorkspaceBusy(_) => K::Conflict,

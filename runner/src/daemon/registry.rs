@@ -177,6 +177,9 @@ pub struct Done {
     /// The kept outputs, for as long as the record lives (also when its
     /// result was dropped).
     pub outputs: Option<Arc<crate::exec::files::OutputStore>>,
+    /// Its result could not be read back from the store (a damaged
+    /// file): `GET` answers `store_corrupted` with this reason.
+    pub damaged: Option<String>,
     pub status: Status,
     pub exit_code: Option<i32>,
     finished_at: String,
@@ -204,6 +207,7 @@ impl Done {
             log: self.log.clone(),
             digest: self.digest.clone(),
             outputs: self.outputs.clone(),
+            damaged: self.damaged.clone(),
             status: self.status,
             exit_code: self.exit_code,
             finished_at: self.finished_at.clone(),
@@ -659,6 +663,7 @@ fn restore(s: Stored, kept: &Kept) -> (Done, Option<Change>) {
         record,
         result,
         events,
+        damaged,
     } = s;
     let submitted_at =
         std::time::UNIX_EPOCH + std::time::Duration::from_millis(record.submitted_ms);
@@ -697,6 +702,7 @@ fn restore(s: Stored, kept: &Kept) -> (Done, Option<Change>) {
             result: Some(encoded),
             log,
             outputs: None,
+            damaged: None,
             digest: record.digest,
             status: Status::Failed,
             exit_code: None,
@@ -762,6 +768,7 @@ fn restore(s: Stored, kept: &Kept) -> (Done, Option<Change>) {
         result: encoded,
         log: Arc::new(log),
         outputs,
+        damaged,
         digest: record.digest.clone(),
         status,
         exit_code: record.exit_code,
@@ -1009,6 +1016,7 @@ impl Ticket {
                 log: self.live.log.clone(),
                 digest: self.live.digest.clone(),
                 outputs: result.result.outputs.as_ref().and_then(|c| c.store.clone()),
+                damaged: None,
                 status: result.result.status,
                 exit_code: result.result.exit_code,
                 finished_at: result.result.finished_at.clone(),
