@@ -46,6 +46,8 @@ pub struct AppInner {
     pub sessions: Arc<crate::skillhost::session::SessionHost>,
     /// The order of each managed session workspace (docs/workspaces.md).
     pub lanes: Arc<super::workspace::Lanes>,
+    /// Session file downloads being streamed (`max_downloads`).
+    pub downloads: Arc<Semaphore>,
 }
 
 impl App {
@@ -82,6 +84,8 @@ pub enum ApiError {
     UploadsBusy,
     #[error("too many session requests with a body at once; retry after a moment")]
     SessionsBusy,
+    #[error("too many session file downloads at once (max_downloads {0}); retry after a moment")]
+    DownloadsBusy(usize),
     #[error("the request body is larger than the limit of {limit} bytes; send less, or raise the daemon's body limit")]
     TooLarge { limit: u64 },
     #[error(
@@ -150,7 +154,8 @@ impl ApiError {
             ApiError::Environment(e) => e.kind(),
             ApiError::Admission(RegistryError::Busy { .. } | RegistryError::Switch(_))
             | ApiError::UploadsBusy
-            | ApiError::SessionsBusy => K::Busy,
+            | ApiError::SessionsBusy
+            | ApiError::DownloadsBusy(_) => K::Busy,
             ApiError::Admission(RegistryError::Draining) => K::ShuttingDown,
             ApiError::Admission(RegistryError::InUse { .. }) => K::ExecutionIdInUse,
             ApiError::Admission(RegistryError::Record(e)) => super::store::kind(e),
@@ -263,7 +268,8 @@ impl IntoResponse for ApiError {
         let retry = match self {
             ApiError::Admission(RegistryError::Busy { .. } | RegistryError::Switch(_))
             | ApiError::UploadsBusy
-            | ApiError::SessionsBusy => Some("1"),
+            | ApiError::SessionsBusy
+            | ApiError::DownloadsBusy(_) => Some("1"),
             ApiError::Admission(RegistryError::Draining) => Some("5"),
             ApiError::Admission(RegistryError::Record(_)) => Some("30"),
             _ => None,
