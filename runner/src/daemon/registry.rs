@@ -1000,6 +1000,7 @@ impl Ticket {
     }
 
     fn retain(self, result: Encoded) -> Encoded {
+        let result = slim(&result);
         let registry = self.registry.clone();
         let mut inner = registry.lock();
         inner.live.remove(&self.live.id);
@@ -1044,6 +1045,29 @@ impl Ticket {
         registry.changed.notify_waiters();
         result
     }
+}
+
+/// The same document, with only what the daemon still reads of its
+/// result kept beside it (status, exit code, signal, finish time, error,
+/// kept outputs). The rest (receipt, skills, limits, usage, identity,
+/// output) is in the document already: a retained result held both, and
+/// a receipt is most of a small result (about 5 of 6.5 KiB).
+fn slim(enc: &Encoded) -> Encoded {
+    let r = &enc.result;
+    let mut stand_in = ExecResult::rejected(
+        &r.execution_id,
+        r.sandbox,
+        ErrorInfo::new(ErrorKind::Internal, String::new()),
+    );
+    stand_in.status = r.status;
+    stand_in.exit_code = r.exit_code;
+    stand_in.signal = r.signal;
+    stand_in.started_at.clone_from(&r.started_at);
+    stand_in.finished_at.clone_from(&r.finished_at);
+    stand_in.duration_ms = r.duration_ms;
+    stand_in.error.clone_from(&r.error);
+    stand_in.outputs.clone_from(&r.outputs);
+    Encoded::restored(Arc::new(stand_in), enc.json.clone(), enc.output())
 }
 
 impl Drop for Ticket {
