@@ -4,6 +4,7 @@
 
 mod auth; // TCP needs a valid bearer token; idle clients without it starve no one
 mod cancellation; // a client that leaves, or DELETE, cancels and leaves no process
+mod damaged_results; // a stored result file of another length than its record answers store_corrupted after a restart, never read
 mod disk; // a full data-dir disk makes health 503 disk_full; /metrics shows its free bytes
 mod downloads; // session file downloads past max_downloads get 429 with Retry-After until one ends
 mod drain; // a SIGTERM keeps answering reads, refuses admissions, records what finishes or is cancelled

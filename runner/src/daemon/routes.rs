@@ -613,6 +613,8 @@ async fn execute(
     let task = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let live = sink_live;
+        // Its commit overlaps the preparation; waited for at the launch.
+        live.start_running();
         let mut sink = match sink_progress {
             Some(progress) => DaemonSink::streaming(
                 worker.metrics.clone(),
