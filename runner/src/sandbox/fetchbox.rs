@@ -217,7 +217,7 @@ mod tests {
         // Through a link, as pip would follow it.
         let link = top.join("innocent");
         std::os::unix::fs::symlink(&data, &link).unwrap();
-        assert!(check_config(&[conf.clone()], &data, Some(&key)).is_ok());
+        assert!(check_config(std::slice::from_ref(&conf), &data, Some(&key)).is_ok());
         for (bad, said) in [
             (PathBuf::from("/"), "the root of the file system"),
             (data.clone(), "inside the runner's data dir"),
