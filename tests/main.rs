@@ -23,6 +23,7 @@ mod environment_use; // a job names an environment, or its skills declare one: i
 mod environments; // env add/list/show/verify/gc through the real binary; tampered or escaping trees are refused
 mod escape; // every isolation promise, by attempting the forbidden thing inside a sandbox
 mod explained_fds; // explain --fds-dir writes byte for byte what a launch loads
+mod fetch_config; // pip's configuration naming the data dir (or inside it) or / is refused before env build's fetch, with a sentence
 mod files; // files in before the command and outputs out after it, through the CLI; links, FIFOs, devices, races, huge and many files refused or bounded
 mod host; // the command is never host root; host-global state out of reach; limits hold
 mod hostlimits; // front matter bounded before parsing, skills per bundle, memory no cgroup holds is said or refused

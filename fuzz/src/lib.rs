@@ -251,6 +251,7 @@ impl Fixture {
             )),
             sessions: self.host.clone(),
             lanes: skill_runner::daemon::workspace::Lanes::new(),
+            downloads: Arc::new(tokio::sync::Semaphore::new(config.max_downloads)),
             config: config.clone(),
         })
     }

@@ -4,7 +4,9 @@
 
 mod auth; // TCP needs a valid bearer token; idle clients without it starve no one
 mod cancellation; // a client that leaves, or DELETE, cancels and leaves no process
+mod damaged_results; // a stored result file of another length than its record answers store_corrupted after a restart, never read
 mod disk; // a full data-dir disk makes health 503 disk_full; /metrics shows its free bytes
+mod downloads; // session file downloads past max_downloads get 429 with Retry-After until one ends
 mod drain; // a SIGTERM keeps answering reads, refuses admissions, records what finishes or is cancelled
 mod environments; // uploaded trees published only as claimed and imported by a job; records listed and answered; builds only when turned on; token needed
 mod executions; // many at once stay isolated; detached runs; listing and paging

@@ -46,6 +46,8 @@ pub struct AppInner {
     pub sessions: Arc<crate::skillhost::session::SessionHost>,
     /// The order of each managed session workspace (docs/workspaces.md).
     pub lanes: Arc<super::workspace::Lanes>,
+    /// Session file downloads being streamed (`max_downloads`).
+    pub downloads: Arc<Semaphore>,
 }
 
 impl App {
@@ -82,6 +84,8 @@ pub enum ApiError {
     UploadsBusy,
     #[error("too many session requests with a body at once; retry after a moment")]
     SessionsBusy,
+    #[error("too many session file downloads at once (max_downloads {0}); retry after a moment")]
+    DownloadsBusy(usize),
     #[error("the request body is larger than the limit of {limit} bytes; send less, or raise the daemon's body limit")]
     TooLarge { limit: u64 },
     #[error(
@@ -102,6 +106,8 @@ pub enum ApiError {
         status: String,
         code: String,
     },
+    #[error("the stored result of execution {id:?} is damaged ({reason}); it cannot be answered as it was: see the daemon's log, and resubmit the job under a new execution_id if it must run again")]
+    ResultDamaged { id: String, reason: String },
     #[error("after={after} is past the last event of execution {id:?} (seq {last}); give the seq of the last event you have (0 for all)")]
     AfterTheEnd { id: String, after: u64, last: u64 },
     #[error("execution {0:?} has already finished; GET /v1/executions/{0} for its result")]
@@ -148,7 +154,8 @@ impl ApiError {
             ApiError::Environment(e) => e.kind(),
             ApiError::Admission(RegistryError::Busy { .. } | RegistryError::Switch(_))
             | ApiError::UploadsBusy
-            | ApiError::SessionsBusy => K::Busy,
+            | ApiError::SessionsBusy
+            | ApiError::DownloadsBusy(_) => K::Busy,
             ApiError::Admission(RegistryError::Draining) => K::ShuttingDown,
             ApiError::Admission(RegistryError::InUse { .. }) => K::ExecutionIdInUse,
             ApiError::Admission(RegistryError::Record(e)) => super::store::kind(e),
@@ -166,6 +173,7 @@ impl ApiError {
             ApiError::NotRunning(_) => K::NotRunning,
             ApiError::OutputsPending(_) => K::Conflict,
             ApiError::Dropped { .. } => K::ResultDropped,
+            ApiError::ResultDamaged { .. } => K::StoreCorrupted,
             ApiError::Method { .. } => K::MethodNotAllowed,
             ApiError::MediaType(_) | ApiError::FileMediaType(_) => K::UnsupportedMediaType,
             ApiError::WorkspaceBusy(_) => K::Conflict,
@@ -260,7 +268,8 @@ impl IntoResponse for ApiError {
         let retry = match self {
             ApiError::Admission(RegistryError::Busy { .. } | RegistryError::Switch(_))
             | ApiError::UploadsBusy
-            | ApiError::SessionsBusy => Some("1"),
+            | ApiError::SessionsBusy
+            | ApiError::DownloadsBusy(_) => Some("1"),
             ApiError::Admission(RegistryError::Draining) => Some("5"),
             ApiError::Admission(RegistryError::Record(_)) => Some("30"),
             _ => None,

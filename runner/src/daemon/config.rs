@@ -420,6 +420,14 @@ settings! {
         default: 64 << 20,
         check: at_least(1),
     }
+    max_downloads: Option<usize> {
+        /// Session workspace files streamed to clients at once; more get 429 [default: 16].
+        flag: "max-downloads" <"N">,
+        env: "SKILL_RUNNER_MAX_DOWNLOADS",
+        file: "max_downloads",
+        default: 16,
+        check: within(1, 4096),
+    }
     workspace_bytes: Option<u64> {
         /// Most a managed session workspace may hold after an upload [default: 1GiB].
         flag: "workspace-bytes" <"SIZE"> [value_parser = parse_size],
@@ -736,6 +744,8 @@ pub struct Config {
     pub file_body_limit: u64,
     /// Most a managed workspace may hold after an upload.
     pub workspace_bytes: u64,
+    /// Session file downloads streamed at once.
+    pub max_downloads: usize,
     pub log_format: LogFormat,
     /// Where execution traces are exported (OTLP/HTTP), when at all.
     pub otlp: Option<super::trace::Endpoint>,
@@ -984,6 +994,7 @@ impl Config {
             session_idle: s.session_idle()?,
             file_body_limit: s.file_body_limit()?,
             workspace_bytes: s.workspace_bytes()?,
+            max_downloads: s.max_downloads()?,
             log_format: s.log_format()?,
             otlp: s
                 .otlp_endpoint()?

@@ -226,6 +226,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
             session_bodies: Arc::new(Semaphore::new(SESSION_BODIES)),
             sessions,
             lanes,
+            downloads: Arc::new(Semaphore::new(config.max_downloads)),
             config,
         });
         if let Some(interval) = notify::watchdog_interval() {

@@ -94,6 +94,9 @@ pub struct Live {
     /// Wakes everyone waiting in [`Live::cancelled`].
     on_cancel: Notify,
     store: Option<Arc<Store>>,
+    /// The commit of its move to running, sent when it took its run slot
+    /// ([`Live::start_running`]) and waited for before the launch.
+    starting: Mutex<Option<Ack>>,
 }
 
 impl Live {
@@ -139,12 +142,11 @@ impl Live {
         }
     }
 
-    /// Records, durably, that its command is about to start: called on
-    /// its blocking thread just before the launch, so that after a crash
-    /// the store says whether the command had started, and a retry never
-    /// runs it again. A failure cancels the execution (nothing starts that
-    /// is not recorded).
-    pub fn mark_running(&self) {
+    /// Sends the record of its move to running, durably, as soon as it has
+    /// its run slot (before its sandbox is prepared); [`Live::mark_running`]
+    /// waits for it before the launch. A crash in between says the command
+    /// had started or was about to, never that it had not when it had.
+    pub fn start_running(&self) {
         let Some(store) = &self.store else {
             return;
         };
@@ -152,7 +154,36 @@ impl Live {
             id: self.id.clone(),
             record: self.record(State::Running),
         };
-        if let Err(e) = store.send(change, true).wait() {
+        let ack = store.send(change, true);
+        *self.starting.lock().unwrap_or_else(|e| e.into_inner()) = Some(ack);
+    }
+
+    /// Records, durably, that its command is about to start: called on
+    /// its blocking thread just before the launch, so that after a crash
+    /// the store says whether the command had started, and a retry never
+    /// runs it again. A failure cancels the execution (nothing starts that
+    /// is not recorded).
+    ///
+    /// The commit was sent already when the execution took its run slot
+    /// ([`Live::start_running`]): its `fsync` overlaps the sandbox's
+    /// preparation instead of adding to every execution's latency.
+    pub fn mark_running(&self) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        let sent = self
+            .starting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let ack = sent.unwrap_or_else(|| {
+            let change = Change::Put {
+                id: self.id.clone(),
+                record: self.record(State::Running),
+            };
+            store.send(change, true)
+        });
+        if let Err(e) = ack.wait() {
             tracing::error!(id = %self.id, "cancelling the execution before its command starts: {e}");
             self.cancel();
         }
@@ -177,6 +208,9 @@ pub struct Done {
     /// The kept outputs, for as long as the record lives (also when its
     /// result was dropped).
     pub outputs: Option<Arc<crate::exec::files::OutputStore>>,
+    /// Its result could not be read back from the store (a damaged
+    /// file): `GET` answers `store_corrupted` with this reason.
+    pub damaged: Option<String>,
     pub status: Status,
     pub exit_code: Option<i32>,
     finished_at: String,
@@ -204,6 +238,7 @@ impl Done {
             log: self.log.clone(),
             digest: self.digest.clone(),
             outputs: self.outputs.clone(),
+            damaged: self.damaged.clone(),
             status: self.status,
             exit_code: self.exit_code,
             finished_at: self.finished_at.clone(),
@@ -659,12 +694,13 @@ fn restore(s: Stored, kept: &Kept) -> (Done, Option<Change>) {
         record,
         result,
         events,
+        damaged,
     } = s;
     let submitted_at =
         std::time::UNIX_EPOCH + std::time::Duration::from_millis(record.submitted_ms);
     if record.state != State::Finished {
         let message = if record.state == State::Running {
-            "the daemon stopped while this execution was running: its command had started, and was ended with the daemon; nothing of it is left running. Check what the command may have done before resubmitting it under a new execution_id"
+            "the daemon stopped while this execution was running: its command had started (or was about to), and was ended with the daemon; nothing of it is left running. Check what the command may have done before resubmitting it under a new execution_id"
         } else {
             "the daemon stopped while this execution was queued: its command never started. Resubmit the job under a new execution_id to run it"
         };
@@ -697,6 +733,7 @@ fn restore(s: Stored, kept: &Kept) -> (Done, Option<Change>) {
             result: Some(encoded),
             log,
             outputs: None,
+            damaged: None,
             digest: record.digest,
             status: Status::Failed,
             exit_code: None,
@@ -762,6 +799,7 @@ fn restore(s: Stored, kept: &Kept) -> (Done, Option<Change>) {
         result: encoded,
         log: Arc::new(log),
         outputs,
+        damaged,
         digest: record.digest.clone(),
         status,
         exit_code: record.exit_code,
@@ -864,6 +902,7 @@ impl Slot {
             wake: Notify::new(),
             on_cancel: Notify::new(),
             store: registry.store.clone(),
+            starting: Mutex::new(None),
         });
         inner.live.insert(id.to_owned(), live.clone());
         if let Some(store) = &registry.store {
@@ -993,6 +1032,7 @@ impl Ticket {
     }
 
     fn retain(self, result: Encoded) -> Encoded {
+        let result = slim(&result);
         let registry = self.registry.clone();
         let mut inner = registry.lock();
         inner.live.remove(&self.live.id);
@@ -1009,6 +1049,7 @@ impl Ticket {
                 log: self.live.log.clone(),
                 digest: self.live.digest.clone(),
                 outputs: result.result.outputs.as_ref().and_then(|c| c.store.clone()),
+                damaged: None,
                 status: result.result.status,
                 exit_code: result.result.exit_code,
                 finished_at: result.result.finished_at.clone(),
@@ -1036,6 +1077,29 @@ impl Ticket {
         registry.changed.notify_waiters();
         result
     }
+}
+
+/// The same document, with only what the daemon still reads of its
+/// result kept beside it (status, exit code, signal, finish time, error,
+/// kept outputs). The rest (receipt, skills, limits, usage, identity,
+/// output) is in the document already: a retained result held both, and
+/// a receipt is most of a small result (about 5 of 6.5 KiB).
+fn slim(enc: &Encoded) -> Encoded {
+    let r = &enc.result;
+    let mut stand_in = ExecResult::rejected(
+        &r.execution_id,
+        r.sandbox,
+        ErrorInfo::new(ErrorKind::Internal, String::new()),
+    );
+    stand_in.status = r.status;
+    stand_in.exit_code = r.exit_code;
+    stand_in.signal = r.signal;
+    stand_in.started_at.clone_from(&r.started_at);
+    stand_in.finished_at.clone_from(&r.finished_at);
+    stand_in.duration_ms = r.duration_ms;
+    stand_in.error.clone_from(&r.error);
+    stand_in.outputs.clone_from(&r.outputs);
+    Encoded::restored(Arc::new(stand_in), enc.json.clone(), enc.output())
 }
 
 impl Drop for Ticket {

@@ -524,6 +524,12 @@ async fn existing(
 
 /// The result document of a retained execution, unless it was dropped.
 fn kept(done: &Done) -> Result<Encoded, ApiError> {
+    if let Some(reason) = &done.damaged {
+        return Err(ApiError::ResultDamaged {
+            id: done.id.clone(),
+            reason: reason.clone(),
+        });
+    }
     done.result.clone().ok_or_else(|| ApiError::Dropped {
         id: done.id.clone(),
         status: status_name(done.status),
@@ -607,6 +613,8 @@ async fn execute(
     let task = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let live = sink_live;
+        // Its commit overlaps the preparation; waited for at the launch.
+        live.start_running();
         let mut sink = match sink_progress {
             Some(progress) => DaemonSink::streaming(
                 worker.metrics.clone(),

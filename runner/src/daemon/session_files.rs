@@ -22,6 +22,10 @@
 //!   size the file had when it was opened), so a slow client holds no
 //!   blocking thread, which executions need, and at most one chunk of
 //!   memory;
+//! - at most `max_downloads` downloads are streamed at once, across all
+//!   sessions: each holds a permit until its last byte is sent or its
+//!   client leaves, and one more is refused `429 busy` with
+//!   `Retry-After` before its file is opened;
 //! - every path and every file met is handled by
 //!   [`crate::skillhost::session::workspace`]: no link is followed, only
 //!   regular files with one link are read.
@@ -238,6 +242,11 @@ async fn download(
     State(app): State<App>,
     UrlPath((id, path)): UrlPath<(String, String)>,
 ) -> Result<Response, ApiError> {
+    let permit = app
+        .downloads
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError::DownloadsBusy(app.config.max_downloads))?;
     let worker = app.clone();
     let file = tokio::task::spawn_blocking(move || {
         let (ws, _) = open(&worker, &id, Some(&path), false)?;
@@ -250,6 +259,7 @@ async fn download(
         file: tokio::fs::File::from_std(file),
         left: size,
         buf: vec![0u8; CHUNK],
+        _permit: permit,
     };
     let mut resp = Body::new(body).into_response();
     resp.headers_mut().insert(
@@ -266,6 +276,8 @@ struct FileBody {
     file: tokio::fs::File,
     left: u64,
     buf: Vec<u8>,
+    /// Its place among `max_downloads`, given back when the body goes.
+    _permit: tokio::sync::OwnedSemaphorePermit,
 }
 
 impl http_body::Body for FileBody {

@@ -59,6 +59,9 @@ const EVENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("events");
 pub const CACHE_BYTES: usize = 256 << 10;
 /// Larger results and event logs are files of `blobs/`.
 pub const INLINE: u64 = 64 * 1024;
+/// The longest `blobs/` file read back without a recorded length (a
+/// result is bounded well below this by the daemon's output limits).
+const MAX_BLOB: u64 = 1 << 30;
 /// Changes one commit takes at most.
 const BATCH: usize = 512;
 
@@ -130,6 +133,10 @@ pub struct Record {
     /// not values of the database.
     #[serde(default)]
     pub blobs: bool,
+    /// The lengths of its `blobs/` files (result, events) as written:
+    /// a file of another length is damaged and is not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob_lens: Option<(u64, u64)>,
     /// Its kept outputs: the folder's name under `<data-dir>/outputs/`
     /// and each output's path, SHA-256 and size, so that a restart serves
     /// them again.
@@ -201,6 +208,9 @@ pub struct Stored {
     pub record: Record,
     pub result: Option<Vec<u8>>,
     pub events: Option<Vec<u8>>,
+    /// Why its result could not be read back (a `blobs/` file missing or
+    /// of another length than recorded): it answers `store_corrupted`.
+    pub damaged: Option<String>,
 }
 
 /// The open store; its writer thread ends when it is dropped.
@@ -514,20 +524,28 @@ fn read_all(db: &Database, blobs: &Path) -> Result<Vec<Stored>, String> {
                         .map(|v| v.value().to_vec())),
                 }
             };
+        let mut damaged = None;
         let (result, events) = if record.blobs {
-            let file = |what: &str| {
+            let lens = record.blob_lens;
+            let mut file = |what: &str, len: Option<u64>| {
                 let path = blob(blobs, record.order, what);
-                match std::fs::read(&path) {
+                match read_blob(&path, len) {
                     Ok(b) => Some(b),
                     Err(e) => {
-                        tracing::error!(id = %id.escape_debug(), path = %path.display(), error = %e, "a stored execution's file cannot be read; answering without it");
+                        tracing::error!(id = %id.escape_debug(), path = %path.display(), error = %e, "a stored execution's file cannot be read; its result answers store_corrupted");
+                        damaged.get_or_insert_with(|| format!("{}: {e}", path.display()));
                         None
                     }
                 }
             };
             (
-                record.result_kept.then(|| file("result")).flatten(),
-                (!record.shed).then(|| file("events")).flatten(),
+                record
+                    .result_kept
+                    .then(|| file("result", lens.map(|l| l.0)))
+                    .flatten(),
+                (!record.shed)
+                    .then(|| file("events", lens.map(|l| l.1)))
+                    .flatten(),
             )
         } else {
             (get(&results)?, get(&events)?)
@@ -537,10 +555,48 @@ fn read_all(db: &Database, blobs: &Path) -> Result<Vec<Stored>, String> {
             record,
             result,
             events,
+            damaged,
         });
     }
     all.sort_by_key(|s| s.record.order);
     Ok(all)
+}
+
+/// Reads a file of `blobs/`, never more than its recorded length `len`:
+/// a file that is not a regular file (no link is followed) or is of
+/// another length is refused before a byte of it is read. A record of an
+/// earlier version, which has no length, is read bounded by [`MAX_BLOB`].
+fn read_blob(path: &Path, len: Option<u64>) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(bad("it is not a regular file".into()));
+    }
+    let want = len.unwrap_or(meta.len());
+    if meta.len() != want {
+        return Err(bad(format!(
+            "it holds {} bytes where the record says {want}",
+            meta.len()
+        )));
+    }
+    if want > MAX_BLOB {
+        return Err(bad(format!("it holds {want} bytes, over {MAX_BLOB}")));
+    }
+    let mut bytes = Vec::with_capacity(want as usize);
+    file.take(want + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 != want {
+        return Err(bad(format!(
+            "it changed while read: {} bytes where the record says {want}",
+            bytes.len()
+        )));
+    }
+    Ok(bytes)
 }
 
 fn write_loop(db: Database, rx: mpsc::Receiver<Message>, path: PathBuf, blobs: PathBuf) {
@@ -611,11 +667,12 @@ macro_rules! storage_error {
 }
 storage_error!(redb::TransactionError, redb::TableError, redb::CommitError);
 
-/// Writes `bytes` (or what `fill` writes) to a new file, `fsync`ed.
+/// Writes `bytes` (or what `fill` writes) to a new file, `fsync`ed;
+/// returns its length.
 fn write_blob(
     path: &Path,
     fill: &mut dyn FnMut(&mut dyn std::io::Write) -> std::io::Result<()>,
-) -> Result<(), Failure> {
+) -> Result<u64, Failure> {
     use std::io::Write;
     let file = std::fs::File::create(path)?;
     let mut w = std::io::BufWriter::with_capacity(256 * 1024, file);
@@ -623,7 +680,7 @@ fn write_blob(
     w.flush()?;
     let file = w.into_inner().map_err(|e| e.into_error())?;
     file.sync_all()?;
-    Ok(())
+    Ok(file.metadata()?.len())
 }
 
 fn apply(db: &Database, dir: &Path, batch: &[Message], durable: bool) -> Result<(), Failure> {
@@ -660,12 +717,13 @@ fn apply(db: &Database, dir: &Path, batch: &[Message], durable: bool) -> Result<
                     let mut record = record.clone();
                     record.blobs = result.len() as u64 + log.bytes() > INLINE;
                     if record.blobs {
-                        write_blob(&blob(dir, record.order, "result"), &mut |w| {
+                        let r = write_blob(&blob(dir, record.order, "result"), &mut |w| {
                             w.write_all(result)
                         })?;
-                        write_blob(&blob(dir, record.order, "events"), &mut |w| {
+                        let e = write_blob(&blob(dir, record.order, "events"), &mut |w| {
                             log.freeze_to(w)
                         })?;
+                        record.blob_lens = Some((r, e));
                         wrote_blobs = true;
                         results.remove(id.as_str())?;
                         events.remove(id.as_str())?;
@@ -680,6 +738,7 @@ fn apply(db: &Database, dir: &Path, batch: &[Message], durable: bool) -> Result<
                     if let Some(old) = stored(&records, id)? {
                         let record = Record {
                             blobs: old.blobs,
+                            blob_lens: old.blob_lens,
                             ..record.clone()
                         };
                         records.insert(id.as_str(), encode(&record).as_slice())?;
@@ -744,6 +803,7 @@ impl Record {
             result_kept: true,
             error_kind: None,
             blobs: false,
+            blob_lens: None,
             outputs: None,
         }
     }
@@ -842,6 +902,64 @@ mod tests {
             std::fs::read_dir(dir.path().join("blobs")).unwrap().count(),
             0
         );
+    }
+
+    /// A result file of `blobs/` longer or shorter than its record says
+    /// (or replaced by a link) is not read: its execution is restored as
+    /// damaged, and the others as they were.
+    #[test]
+    fn a_blob_of_another_length_than_recorded_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Store::file(dir.path());
+        let big = 2 * INLINE as usize;
+        let (store, _) = Store::open(&path).unwrap();
+        for (i, id) in ["grown", "cut", "linked", "fine"].iter().enumerate() {
+            let rec = Record::queued("d", i as u64 + 1, std::time::SystemTime::now());
+            store
+                .send(
+                    Change::Finish {
+                        id: (*id).into(),
+                        record: rec.finished("exited".into(), Some(0), "t".into()),
+                        result: axum::body::Bytes::from(vec![b'r'; big]),
+                        events: log_of(b"out"),
+                    },
+                    true,
+                )
+                .wait()
+                .unwrap();
+        }
+        store.close();
+        drop(store);
+        let blobs = dir.path().join("blobs");
+        let result = |order: u64| blob(&blobs, order, "result");
+        // One more byte, one fewer, a link to a file of the right length.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(result(1))
+            .unwrap();
+        std::io::Write::write_all(&mut f, b"x").unwrap();
+        let cut = std::fs::File::options()
+            .write(true)
+            .open(result(2))
+            .unwrap();
+        cut.set_len(big as u64 - 1).unwrap();
+        std::fs::remove_file(result(3)).unwrap();
+        std::os::unix::fs::symlink(result(4), result(3)).unwrap();
+        let (_store, stored) = Store::open(&path).unwrap();
+        let by = |id: &str| stored.iter().find(|s| s.id == id).unwrap();
+        for id in ["grown", "cut", "linked"] {
+            let s = by(id);
+            assert!(s.result.is_none(), "{id}");
+            let why = s.damaged.as_deref().unwrap_or_else(|| panic!("{id}"));
+            assert!(why.contains("result"), "{id}: {why}");
+        }
+        assert!(by("grown")
+            .damaged
+            .as_deref()
+            .unwrap()
+            .contains("the record says"));
+        assert!(by("fine").damaged.is_none());
+        assert_eq!(by("fine").result.as_deref(), Some(&vec![b'r'; big][..]));
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub enum EnvFetchError {
     BuildDir(#[from] crate::exec::envbuild::EnvBuildError),
     #[error(transparent)]
     Build(#[from] crate::package::environment::build::BuildError),
+    #[error(transparent)]
+    Config(#[from] crate::sandbox::fetchbox::FetchboxError),
 }
 
 /// One build from a lock, as both front ends ask for it.
@@ -304,6 +306,13 @@ impl SandboxFetcher {
                 .then(|| fs::read_to_string(p).ok())
                 .flatten()
         });
+        let config: Vec<PathBuf> = setup.paths.iter().filter(|p| p.exists()).cloned().collect();
+        // Before anything is made: the runner's state is never bound.
+        crate::sandbox::fetchbox::check_config(
+            &config,
+            runner.data_dir().path(),
+            runner.signer().map(|s| s.path()),
+        )?;
         let program = std::env::var_os(PROGRAM_VAR).map(PathBuf::from);
         let staging =
             std::env::temp_dir().join(format!("skill-runner-fetch-{}", crate::fsx::random_hex()));
@@ -312,7 +321,6 @@ impl SandboxFetcher {
             move |source| EnvFetchError::Prepare { path, source }
         };
         fs::create_dir(&staging).map_err(err(&staging))?;
-        let config = setup.paths.iter().filter(|p| p.exists()).cloned().collect();
         let fetcher = SandboxFetcher {
             bwrap: bwrap.path,
             features: bwrap.features,

@@ -29,6 +29,11 @@
 //! Later operations win, in this order: namespaces and flags, the system
 //! view, the network files, the configuration files, `/proc`, `/dev`, an
 //! optional program, the staging folder, the read-only root.
+//!
+//! The configuration paths are the runner's own setting, but they are
+//! still checked before they are bound ([`check_config`]): never `/`,
+//! never the data dir, a folder inside it or above it, and never the
+//! receipt key or a folder above it, each refused with a sentence.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -62,6 +67,52 @@ pub const FD_PROGRAM: i32 = 4;
 /// The descriptor of the first of [`FetchPlan::config`], in bubblewrap;
 /// the others follow in order.
 pub const FD_CONFIG_BASE: i32 = 5;
+
+/// Why a path pip's configuration names is not bound into the fetch
+/// sandbox.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchboxError {
+    #[error("pip's configuration names {path} ({real}), which is {what}; the fetch sandbox binds every path pip's configuration names next to the network, so it refuses it: point pip's configuration (PIP_CONFIG_FILE, pip.conf, the PIP_* variables) elsewhere", path = path.display(), real = real.display())]
+    ConfigPath {
+        path: PathBuf,
+        real: PathBuf,
+        what: String,
+    },
+}
+
+/// Refuses a configuration path that would put the runner's state in the
+/// fetch sandbox: `/`, the data dir `data` (canonical), anything inside
+/// it or above it, and the receipt key `key` or a folder above it. Each
+/// path is resolved first (pip follows links, and so does the bind).
+pub fn check_config(
+    paths: &[PathBuf],
+    data: &Path,
+    key: Option<&Path>,
+) -> Result<(), FetchboxError> {
+    let key = key.map(|k| k.canonicalize().unwrap_or_else(|_| k.to_owned()));
+    for path in paths {
+        let real = path.canonicalize().unwrap_or_else(|_| path.clone());
+        let what = if real == Path::new("/") {
+            Some("the root of the file system".to_owned())
+        } else if real.starts_with(data) {
+            Some(format!("inside the runner's data dir {}", data.display()))
+        } else if data.starts_with(&real) {
+            Some(format!("above the runner's data dir {}", data.display()))
+        } else {
+            key.as_ref()
+                .filter(|k| k.starts_with(&real))
+                .map(|k| format!("the receipt key {} or a folder above it", k.display()))
+        };
+        if let Some(what) = what {
+            return Err(FetchboxError::ConfigPath {
+                path: path.clone(),
+                real,
+                what,
+            });
+        }
+    }
+    Ok(())
+}
 
 /// What the fetch sandbox is made of.
 #[derive(Debug, Clone)]
@@ -148,6 +199,47 @@ pub fn fetch_args(plan: &FetchPlan<'_>) -> Vec<OsString> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A pip configuration that names `/`, the data dir, a file inside
+    /// it, a folder above it or the receipt key is refused, naming it;
+    /// an ordinary configuration file is bound.
+    #[test]
+    fn pip_configuration_naming_the_runners_state_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let top = tmp.path().canonicalize().unwrap();
+        let data = top.join("data");
+        std::fs::create_dir_all(data.join("store")).unwrap();
+        let key = top.join("keys/receipt.key");
+        std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+        std::fs::write(&key, b"k").unwrap();
+        let conf = top.join("pip.conf");
+        std::fs::write(&conf, b"[global]\n").unwrap();
+        // Through a link, as pip would follow it.
+        let link = top.join("innocent");
+        std::os::unix::fs::symlink(&data, &link).unwrap();
+        assert!(check_config(std::slice::from_ref(&conf), &data, Some(&key)).is_ok());
+        for (bad, said) in [
+            (PathBuf::from("/"), "the root of the file system"),
+            (data.clone(), "inside the runner's data dir"),
+            (data.join("store"), "inside the runner's data dir"),
+            (link, "inside the runner's data dir"),
+            (top.clone(), "above the runner's data dir"),
+            (key.clone(), "the receipt key"),
+        ] {
+            let e = check_config(&[conf.clone(), bad.clone()], &data, Some(&key))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(said), "{bad:?}: {e}");
+            assert!(e.contains(&bad.display().to_string()), "{e}");
+        }
+        // The key's folder, with the data dir elsewhere.
+        let other = top.join("elsewhere");
+        std::fs::create_dir(&other).unwrap();
+        let e = check_config(&[key.parent().unwrap().to_owned()], &other, Some(&key))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("the receipt key"), "{e}");
+    }
 
     /// The whole argv: the network is the host's, every other namespace
     /// new, the staging folder the only writable bind, the root read-only.

@@ -1,0 +1,65 @@
+//! Session file downloads are bounded: at most `max_downloads` are
+//! streamed at once, across all sessions, and one more is refused `429
+//! busy` with `Retry-After` instead of taking another file descriptor
+//! and buffer (docs/workspaces.md, "Bounds").
+
+use std::io::{BufReader, Read};
+
+use serde_json::json;
+use skill_runner_tests::daemon::*;
+use skill_runner_tests::*;
+
+use super::*;
+
+/// A client that stops reading holds its download's place; the next
+/// download is refused with `Retry-After` and the JSON sentence; once the
+/// first is read to its end, downloads are served again.
+#[test]
+fn a_download_past_max_downloads_is_refused_until_one_ends() {
+    let w = World::new();
+    let d = Daemon::start(&w, &["--max-downloads", "1"]);
+    let dir = w.skill("tiny", &[("scripts/hi.sh", b"echo hi\n")]);
+    let (bundle, binding) = bundle_of("tiny", &dir);
+    let r = d.post("/v1/skill-packages", &bundle);
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    let r = d.post(
+        "/v1/sessions",
+        &json!({"skills": [binding], "tools": ["bash"], "workspace": "managed"}),
+    );
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    // Larger than any socket buffer: its stream stays open while the
+    // client does not read.
+    let big: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+    let path = format!("/v1/sessions/{id}/files/big.bin");
+    let r = d.request(
+        "PUT",
+        &path,
+        &[("Content-Type", "application/octet-stream")],
+        &big,
+    );
+    assert_eq!(r.status, 200, "{:#}", r.json());
+
+    // The first download: its head is read, its body is not (yet).
+    let mut slow = d.connect();
+    send(&mut slow, "GET", &path, &[], b"", None);
+    let mut slow = BufReader::new(slow);
+    let (status, headers) = read_head(&mut slow);
+    assert_eq!(status, 200);
+
+    let r = d.get(&path);
+    let msg = r.assert_error(429, "busy");
+    assert!(msg.contains("max_downloads 1"), "{msg}");
+    assert_eq!(r.header("retry-after"), Some("1"));
+
+    // Read to its end, the first gives its place back.
+    let mut got = Vec::new();
+    if is_chunked(&headers) {
+        Chunked::new(slow).read_to_end(&mut got).unwrap();
+    } else {
+        slow.read_to_end(&mut got).unwrap();
+    }
+    assert!(got == big, "the held download was served whole");
+    wait_until("a download is served again", || d.get(&path).status == 200);
+    assert_eq!(d.get(&path).body, big);
+}
