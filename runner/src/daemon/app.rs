@@ -46,6 +46,9 @@ pub struct AppInner {
     pub sessions: Arc<crate::skillhost::session::SessionHost>,
     /// The order of each managed session workspace (docs/workspaces.md).
     pub lanes: Arc<super::workspace::Lanes>,
+    /// Sandboxes prepared for sessions' next commands (docs/prepared.md).
+    #[cfg(target_os = "linux")]
+    pub prepared: Arc<super::prepared::Pool>,
 }
 
 impl App {

@@ -20,7 +20,7 @@ pub mod report;
 #[allow(unsafe_code)]
 pub mod sys;
 
-pub use process::{
+pub use process::{start, Started, 
     supervise, Cancel, Captured, ForwardSink, NoSink, Outcome, OutputPolicy, Sink, Spawn, Stream,
 };
 pub use report::ExecReport;
