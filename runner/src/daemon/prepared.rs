@@ -33,6 +33,11 @@ pub struct Pool {
     runner: Arc<Runner>,
     metrics: Arc<Metrics>,
     state: Mutex<State>,
+    /// The refill thread's queue. One thread, living as long as the pool,
+    /// spawns every prepared sandbox: a child's parent-death signal
+    /// follows the *thread* that forked it, so a sandbox spawned from a
+    /// short-lived thread would be killed when that thread ends.
+    refills: Mutex<Option<std::sync::mpsc::Sender<(String, Job)>>>,
 }
 
 #[derive(Debug, Default)]
@@ -59,8 +64,24 @@ impl Pool {
             runner,
             metrics,
             state: Mutex::new(State::default()),
+            refills: Mutex::new(None),
         });
         if bounds.per_session > 0 {
+            let (tx, rx) = std::sync::mpsc::channel::<(String, Job)>();
+            let weak = Arc::downgrade(&pool);
+            let started = std::thread::Builder::new()
+                .name("prepared-refill".into())
+                .spawn(move || {
+                    while let Ok((session, job)) = rx.recv() {
+                        let Some(pool) = weak.upgrade() else { return };
+                        pool.fill(&session, &job);
+                        pool.lock().refilling.remove(&session);
+                        pool.metrics.prepared_waiting(pool.waiting());
+                    }
+                });
+            if started.is_ok() {
+                *pool.refills.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+            }
             let weak = Arc::downgrade(&pool);
             let every = (bounds.idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
             std::thread::Builder::new()
@@ -158,24 +179,21 @@ impl Pool {
     }
 
     /// Prepares sandboxes for `session` up to the bounds, from `job`, on
-    /// a thread of its own.
-    fn refill(self: &Arc<Self>, session: &str, job: &Job) {
+    /// the refill thread.
+    fn refill(&self, session: &str, job: &Job) {
         {
             let mut st = self.lock();
             if st.closed || !st.refilling.insert(session.to_owned()) {
                 return;
             }
         }
-        let pool = self.clone();
-        let (name, job) = (session.to_owned(), job.clone());
-        let spawned = std::thread::Builder::new()
-            .name("prepared-refill".into())
-            .spawn(move || {
-                pool.fill(&name, &job);
-                pool.lock().refilling.remove(&name);
-                pool.metrics.prepared_waiting(pool.waiting());
-            });
-        if spawned.is_err() {
+        let queued = self
+            .refills
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|tx| tx.send((session.to_owned(), job.clone())).is_ok());
+        if !queued {
             self.lock().refilling.remove(session);
         }
     }

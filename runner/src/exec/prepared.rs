@@ -156,7 +156,9 @@ impl Runner {
             "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
             plan.program, plan.args, plan.files, plan.folders, limits, p.identity
         );
-        Ok(Key(crate::package::hash::file_hash(text.as_bytes())))
+        let key = crate::package::hash::file_hash(text.as_bytes());
+        tracing::info!(key, "KEYDEBUG {}", text.escape_debug());
+        Ok(Key(key))
     }
 
     /// Prepares a sandbox for the next command of jobs like `job`, or
@@ -268,6 +270,7 @@ impl Runner {
                     self.hand_over(job, p, warm, opts)
                 }
                 Some(dead) => {
+                    tracing::warn!("a prepared sandbox had died while it waited; building one");
                     self.discard(dead);
                     used = Use::Died;
                     self.launch(job, p, opts)
