@@ -124,7 +124,7 @@ impl Pool {
             }
             Use::Ineligible => {}
         }
-        if used != Use::Ineligible && result.error.is_none() {
+        if used != Use::Ineligible && result.status != crate::exec::result::Status::Rejected {
             self.refill(&session, job);
         }
         self.metrics.prepared_waiting(self.waiting());

@@ -157,7 +157,6 @@ impl Runner {
             plan.program, plan.args, plan.files, plan.folders, limits, p.identity
         );
         let key = crate::package::hash::file_hash(text.as_bytes());
-        tracing::info!(key, "KEYDEBUG {}", text.escape_debug());
         Ok(Key(key))
     }
 
