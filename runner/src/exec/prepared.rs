@@ -293,6 +293,25 @@ impl Runner {
         (result, used)
     }
 
+    /// Runs `job` as a session's command would with a sandbox prepared
+    /// for it: prepares one from the job, then hands the command over
+    /// (`run` with `SKILL_RUNNER_RUN_PREPARED=1`: how the escape suite
+    /// runs every attempt in a prepared sandbox too). A job that cannot
+    /// use one runs as [`Runner::run`]; the result's `prepared_sandbox`
+    /// says which it was.
+    pub fn run_in_prepared(&self, job: &Job, opts: RunOptions<'_>) -> ExecResult {
+        let mut slot = match self.prepare_sandbox(job) {
+            Ok(Some(warm)) => Some(warm),
+            Ok(None) | Err(_) => return self.run(job, opts),
+        };
+        let (result, _) =
+            self.run_session(job, opts, &mut |key| slot.take_if(|w| w.key() == key));
+        if let Some(unused) = slot {
+            self.discard(unused);
+        }
+        result
+    }
+
     /// Hands `job`'s command to a prepared sandbox and supervises it.
     fn hand_over(
         &self,

@@ -285,6 +285,8 @@ fn take_handover() -> Vec<std::ffi::OsString> {
     for (k, v) in &command.env {
         std::env::set_var(k, v);
     }
+    // As bubblewrap does after its --chdir.
+    std::env::set_var("PWD", &command.cwd);
     command.argv.into_iter().map(Into::into).collect()
 }
 
