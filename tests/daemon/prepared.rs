@@ -285,3 +285,27 @@ fn children_named(pid: u32, name: &str) -> usize {
     }
     count
 }
+
+#[test]
+fn a_sandbox_prepared_from_anything_else_is_discarded_and_never_used() {
+    if skip_without_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let (d, id) = prepared_session(&w, &[]);
+    exec(&d, &id, &["true"], json!({}));
+    ready(&d);
+    // Other limits make another sandbox (another cgroup limit, tmpfs
+    // size): the one prepared is discarded, the command gets its own.
+    let other = json!({"limits": {"tmp_bytes": 1 << 20}});
+    let res = exec(&d, &id, &["sh", "-c", "df -k /tmp | tail -1"], other.clone());
+    assert!(res.get("prepared_sandbox").is_none(), "{res:#}");
+    assert_eq!(
+        sample(&d, "skill_runner_prepared_sandboxes_discarded_total{reason=\"changed\"}"),
+        1.0
+    );
+    // The one prepared after it has the new limits, and holds them.
+    let res = exec_prepared(&d, &id, &["sh", "-c", "head -c 2000000 /dev/zero > /tmp/f"], other);
+    assert_eq!(res["status"], "exited", "{res:#}");
+    assert_ne!(res["exit_code"], 0, "a 1 MiB /tmp took 2 MB: {res:#}");
+}
