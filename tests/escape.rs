@@ -114,7 +114,10 @@ impl Run {
     fn new(code: i32, doc: Value, out: &Output) -> Run {
         // Every command that started ran in its prepared sandbox.
         if super::PREPARED && doc["status"] != "rejected" {
-            assert_eq!(doc["prepared_sandbox"], true, "not in a prepared sandbox: {doc:#}");
+            assert_eq!(
+                doc["prepared_sandbox"], true,
+                "not in a prepared sandbox: {doc:#}"
+            );
         }
         Run {
             code,

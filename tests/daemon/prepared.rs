@@ -64,10 +64,16 @@ pub fn ready(d: &Daemon) {
 /// to a prepared one.
 pub fn exec_prepared(d: &Daemon, id: &str, argv: &[&str], extra: Value) -> Value {
     ready(d);
-    let hits = sample(d, "skill_runner_prepared_sandbox_uses_total{outcome=\"hit\"}");
+    let hits = sample(
+        d,
+        "skill_runner_prepared_sandbox_uses_total{outcome=\"hit\"}",
+    );
     let res = exec(d, id, argv, extra);
     assert_eq!(res["prepared_sandbox"], true, "{res:#}\n{}", d.log());
-    let after = sample(d, "skill_runner_prepared_sandbox_uses_total{outcome=\"hit\"}");
+    let after = sample(
+        d,
+        "skill_runner_prepared_sandbox_uses_total{outcome=\"hit\"}",
+    );
     assert_eq!(after, hits + 1.0);
     res
 }
@@ -93,13 +99,20 @@ fn a_sessions_next_command_runs_in_a_prepared_sandbox() {
     let res = exec_prepared(
         &d,
         &id,
-        &["sh", "-c", "pwd; echo $GREETING; cat; id -u; ls /skills; exit 3"],
+        &[
+            "sh",
+            "-c",
+            "pwd; echo $GREETING; cat; id -u; ls /skills; exit 3",
+        ],
         json!({"env": {"GREETING": "hi there"}, "stdin": "from stdin\n"}),
     );
     assert_eq!(res["status"], "exited", "{res:#}");
     assert_eq!(res["exit_code"], 3, "{res:#}");
     let out = res["stdout"].as_str().unwrap();
-    assert!(out.starts_with("/workspace\nhi there\nfrom stdin\n"), "{out}");
+    assert!(
+        out.starts_with("/workspace\nhi there\nfrom stdin\n"),
+        "{out}"
+    );
     assert!(out.contains("probe"), "{out}");
     // A missing command is 127, as in a sandbox built for it.
     let res = exec_prepared(&d, &id, &["no-such-command-anywhere"], json!({}));
@@ -155,7 +168,9 @@ fn nothing_of_one_command_is_seen_by_the_next() {
     let res = exec_prepared(&d, &id, &["sh", "-c", &leave], json!({}));
     assert_eq!(res["stdout"], "left\n", "{res:#}");
     // The host has none of them either: the sandbox went with its command.
-    wait_until("the left processes gone", || processes_with(&marker).is_empty());
+    wait_until("the left processes gone", || {
+        processes_with(&marker).is_empty()
+    });
     let look = "ls -A /tmp /dev/shm; ps -eo pid=,args= 2>/dev/null || ls /proc | grep -c '^[0-9]'";
     let res = exec_prepared(&d, &id, &["sh", "-c", look], json!({}));
     let out = res["stdout"].as_str().unwrap();
@@ -192,12 +207,18 @@ fn a_running_command_cannot_reach_the_sandbox_prepared_for_the_next() {
     "#;
     let res = exec_prepared(&d, &id, &["sh", "-c", attack], json!({}));
     let out = res["stdout"].as_str().unwrap();
-    assert!(out.contains("shims 0"), "another sandbox's shim is visible: {out}");
+    assert!(
+        out.contains("shims 0"),
+        "another sandbox's shim is visible: {out}"
+    );
     // The other prepared sandbox survived and runs the next command.
     let res = exec_prepared(&d, &id, &["sh", "-c", "echo alive"], json!({}));
     assert_eq!(res["stdout"], "alive\n", "{res:#}");
     assert_eq!(
-        sample(&d, "skill_runner_prepared_sandboxes_discarded_total{reason=\"died\"}"),
+        sample(
+            &d,
+            "skill_runner_prepared_sandboxes_discarded_total{reason=\"died\"}"
+        ),
         0.0
     );
 }
@@ -211,12 +232,17 @@ fn idle_prepared_sandboxes_are_discarded() {
     let (d, id) = prepared_session(&w, &["--prepared-idle", "300ms"]);
     exec(&d, &id, &["true"], json!({}));
     wait_until("an idle discard", || {
-        sample(&d, "skill_runner_prepared_sandboxes_discarded_total{reason=\"idle\"}") >= 1.0
+        sample(
+            &d,
+            "skill_runner_prepared_sandboxes_discarded_total{reason=\"idle\"}",
+        ) >= 1.0
     });
     assert_eq!(sample(&d, "skill_runner_prepared_sandboxes"), 0.0);
     // Its bubblewrap is gone from the host.
     let daemon = d.pid();
-    wait_until("no bwrap below the daemon", || children_named(daemon, "bwrap") == 0);
+    wait_until("no bwrap below the daemon", || {
+        children_named(daemon, "bwrap") == 0
+    });
     // The next call is a miss, and builds its own.
     let res = exec(&d, &id, &["echo", "built"], json!({}));
     assert_eq!(res["stdout"], "built\n");
@@ -235,12 +261,17 @@ fn deleting_the_session_discards_its_prepared_sandboxes() {
     let r = d.delete(&format!("/v1/sessions/{id}"));
     assert_eq!(r.status, 200, "{:#}", r.json());
     assert_eq!(
-        sample(&d, "skill_runner_prepared_sandboxes_discarded_total{reason=\"session_ended\"}"),
+        sample(
+            &d,
+            "skill_runner_prepared_sandboxes_discarded_total{reason=\"session_ended\"}"
+        ),
         1.0
     );
     assert_eq!(sample(&d, "skill_runner_prepared_sandboxes"), 0.0);
     let daemon = d.pid();
-    wait_until("no bwrap below the daemon", || children_named(daemon, "bwrap") == 0);
+    wait_until("no bwrap below the daemon", || {
+        children_named(daemon, "bwrap") == 0
+    });
 }
 
 #[test]
@@ -260,7 +291,9 @@ fn a_cancelled_command_in_a_prepared_sandbox_leaves_nothing() {
         let d = d.clone();
         std::thread::spawn(move || d.post("/v1/executions", &job).json())
     };
-    wait_until("the command running", || !processes_with(&marker).is_empty());
+    wait_until("the command running", || {
+        !processes_with(&marker).is_empty()
+    });
     let r = d.delete("/v1/executions/cancel-me");
     assert!(r.status == 200 || r.status == 202, "{}", r.status);
     let res = handle.join().unwrap();
@@ -274,8 +307,12 @@ fn children_named(pid: u32, name: &str) -> usize {
     let mut count = 0;
     let mut stack = vec![pid];
     while let Some(p) = stack.pop() {
-        let kids = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
-        for k in kids.split_whitespace().filter_map(|k| k.parse::<u32>().ok()) {
+        let kids =
+            std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+        for k in kids
+            .split_whitespace()
+            .filter_map(|k| k.parse::<u32>().ok())
+        {
             let comm = std::fs::read_to_string(format!("/proc/{k}/comm")).unwrap_or_default();
             if comm.trim() == name {
                 count += 1;
@@ -298,14 +335,27 @@ fn a_sandbox_prepared_from_anything_else_is_discarded_and_never_used() {
     // Other limits make another sandbox (another cgroup limit, tmpfs
     // size): the one prepared is discarded, the command gets its own.
     let other = json!({"limits": {"tmp_bytes": 1 << 20}});
-    let res = exec(&d, &id, &["sh", "-c", "df -k /tmp | tail -1"], other.clone());
+    let res = exec(
+        &d,
+        &id,
+        &["sh", "-c", "df -k /tmp | tail -1"],
+        other.clone(),
+    );
     assert!(res.get("prepared_sandbox").is_none(), "{res:#}");
     assert_eq!(
-        sample(&d, "skill_runner_prepared_sandboxes_discarded_total{reason=\"changed\"}"),
+        sample(
+            &d,
+            "skill_runner_prepared_sandboxes_discarded_total{reason=\"changed\"}"
+        ),
         1.0
     );
     // The one prepared after it has the new limits, and holds them.
-    let res = exec_prepared(&d, &id, &["sh", "-c", "head -c 2000000 /dev/zero > /tmp/f"], other);
+    let res = exec_prepared(
+        &d,
+        &id,
+        &["sh", "-c", "head -c 2000000 /dev/zero > /tmp/f"],
+        other,
+    );
     assert_eq!(res["status"], "exited", "{res:#}");
     assert_ne!(res["exit_code"], 0, "a 1 MiB /tmp took 2 MB: {res:#}");
 }

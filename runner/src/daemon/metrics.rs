@@ -442,7 +442,9 @@ impl Metrics {
     /// Counts a session execution's use of a prepared sandbox.
     pub fn prepared_use(&self, hit: bool) {
         let outcome = if hit { "hit" } else { "miss" };
-        self.prepared_uses.get_or_create(&OutcomeLabel { outcome }).inc();
+        self.prepared_uses
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
     }
 
     /// Counts prepared sandboxes discarded unused (`reason` one of

@@ -136,11 +136,10 @@ impl Pool {
     fn take(&self, session: &str, key: &Key) -> Option<Warm> {
         let (found, stale) = {
             let mut st = self.lock();
-            let Some(list) = st.sessions.get_mut(session) else {
-                return None;
-            };
-            let (same, stale): (Vec<Warm>, Vec<Warm>) =
-                std::mem::take(list).into_iter().partition(|w| w.key() == key);
+            let list = st.sessions.get_mut(session)?;
+            let (same, stale): (Vec<Warm>, Vec<Warm>) = std::mem::take(list)
+                .into_iter()
+                .partition(|w| w.key() == key);
             let mut same = same.into_iter();
             let found = same.next();
             *list = same.collect();
@@ -213,7 +212,10 @@ impl Pool {
             st.making -= 1;
             match made {
                 Ok(Some(warm)) if !st.closed => {
-                    st.sessions.entry(session.to_owned()).or_default().push(warm);
+                    st.sessions
+                        .entry(session.to_owned())
+                        .or_default()
+                        .push(warm);
                 }
                 Ok(Some(warm)) => {
                     drop(st);

@@ -304,8 +304,7 @@ impl Runner {
             Ok(Some(warm)) => Some(warm),
             Ok(None) | Err(_) => return self.run(job, opts),
         };
-        let (result, _) =
-            self.run_session(job, opts, &mut |key| slot.take_if(|w| w.key() == key));
+        let (result, _) = self.run_session(job, opts, &mut |key| slot.take_if(|w| w.key() == key));
         if let Some(unused) = slot {
             self.discard(unused);
         }
@@ -345,7 +344,8 @@ impl Runner {
                 drop(started);
                 self.give_cgroup(cgroup);
                 l.map_err(ExecError::Limits)?;
-                let source = std::io::Error::other(m.err().map(|e| e.to_string()).unwrap_or_default());
+                let source =
+                    std::io::Error::other(m.err().map(|e| e.to_string()).unwrap_or_default());
                 return Err(ExecError::PrepareDescriptors { source });
             }
         };

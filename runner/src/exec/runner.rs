@@ -565,7 +565,12 @@ impl Runner {
     /// How a supervised execution ended becomes its result: the cgroup's
     /// and the watcher's verdicts, the cgroup back to the pool, the
     /// outputs collected.
-    pub(crate) fn conclude(&self, job: &Job, p: Prepared, ran: Ran) -> Result<ExecResult, ExecError> {
+    pub(crate) fn conclude(
+        &self,
+        job: &Job,
+        p: Prepared,
+        ran: Ran,
+    ) -> Result<ExecResult, ExecError> {
         let l = job.limits;
         let Ran {
             outcome,

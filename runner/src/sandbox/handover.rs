@@ -130,7 +130,10 @@ mod tests {
     fn command() -> Command {
         Command {
             cwd: "/workspace/sub".into(),
-            env: vec![("PATH".into(), "/usr/bin:/bin".into()), ("E".into(), "a=b".into())],
+            env: vec![
+                ("PATH".into(), "/usr/bin:/bin".into()),
+                ("E".into(), "a=b".into()),
+            ],
             argv: vec!["sh".into(), "-c".into(), String::new(), "x y".into()],
         }
     }
@@ -144,7 +147,13 @@ mod tests {
     #[test]
     fn a_malformed_message_is_refused() {
         let good = command().encode().unwrap();
-        let bad = |b: &[u8]| assert!(Command::decode(b).is_err(), "{:?}", String::from_utf8_lossy(b));
+        let bad = |b: &[u8]| {
+            assert!(
+                Command::decode(b).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(b)
+            )
+        };
         bad(b"");
         bad(&good[..good.len() - 1]); // not ended
         bad(&good[1..]); // no magic

@@ -276,7 +276,10 @@ fn take_handover() -> Vec<std::ffi::OsString> {
     let bytes: Vec<u8> = unfinished("prepared sandboxes are bubblewrap's");
     let command = Command::decode(&bytes).unwrap_or_else(|e| unfinished(&e.to_string()));
     if let Err(e) = std::env::set_current_dir(&command.cwd) {
-        unfinished(&format!("cannot enter the command's cwd {}: {e}", command.cwd));
+        unfinished(&format!(
+            "cannot enter the command's cwd {}: {e}",
+            command.cwd
+        ));
     }
     let names: Vec<_> = std::env::vars_os().map(|(k, _)| k).collect();
     for k in names {

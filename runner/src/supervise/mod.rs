@@ -20,7 +20,8 @@ pub mod report;
 #[allow(unsafe_code)]
 pub mod sys;
 
-pub use process::{start, Started, 
-    supervise, Cancel, Captured, ForwardSink, NoSink, Outcome, OutputPolicy, Sink, Spawn, Stream,
+pub use process::{
+    start, supervise, Cancel, Captured, ForwardSink, NoSink, Outcome, OutputPolicy, Sink, Spawn,
+    Started, Stream,
 };
 pub use report::ExecReport;

@@ -630,7 +630,10 @@ pub fn read_inherited(fd: RawFd, max: usize) -> io::Result<Vec<u8>> {
         }
         out.extend_from_slice(&buf[..n as usize]);
         if out.len() > max {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "message too large"));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "message too large",
+            ));
         }
     }
 }
