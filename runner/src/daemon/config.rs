@@ -935,12 +935,22 @@ impl Config {
                 "0 would refuse every proxy connection; give 1 or more, or leave it unset",
             ));
         }
+        let prepared = PreparedBounds {
+            per_session: s.prepared_sandboxes()?,
+            total: s.prepared_total()?,
+            idle: s.prepared_idle()?,
+        };
         let descriptors = Budget::fit(
             Demand {
                 max_running,
                 max_queued,
                 max_connections,
                 max_proxy_connections,
+                prepared: if prepared.per_session > 0 {
+                    prepared.total
+                } else {
+                    0
+                },
             },
             descriptors::current(),
         )?;
@@ -1023,11 +1033,7 @@ impl Config {
             },
             heartbeat: s.heartbeat()?,
             session_idle: s.session_idle()?,
-            prepared: PreparedBounds {
-                per_session: s.prepared_sandboxes()?,
-                total: s.prepared_total()?,
-                idle: s.prepared_idle()?,
-            },
+            prepared,
             file_body_limit: s.file_body_limit()?,
             workspace_bytes: s.workspace_bytes()?,
             log_format: s.log_format()?,
