@@ -229,8 +229,11 @@ fn idle_prepared_sandboxes_are_discarded() {
         return;
     }
     let w = World::new();
-    let (d, id) = prepared_session(&w, &["--prepared-idle", "300ms"]);
+    let (d, id) = prepared_session(&w, &["--prepared-idle", "1s"]);
     exec(&d, &id, &["true"], json!({}));
+    ready(&d);
+    let daemon = d.pid();
+    assert!(children_named(daemon, "bwrap") >= 1, "its bubblewrap");
     wait_until("an idle discard", || {
         sample(
             &d,
@@ -239,7 +242,6 @@ fn idle_prepared_sandboxes_are_discarded() {
     });
     assert_eq!(sample(&d, "skill_runner_prepared_sandboxes"), 0.0);
     // Its bubblewrap is gone from the host.
-    let daemon = d.pid();
     wait_until("no bwrap below the daemon", || {
         children_named(daemon, "bwrap") == 0
     });
@@ -258,6 +260,8 @@ fn deleting_the_session_discards_its_prepared_sandboxes() {
     let (d, id) = prepared_session(&w, &[]);
     exec(&d, &id, &["true"], json!({}));
     ready(&d);
+    let daemon = d.pid();
+    assert!(children_named(daemon, "bwrap") >= 1, "its bubblewrap");
     let r = d.delete(&format!("/v1/sessions/{id}"));
     assert_eq!(r.status, 200, "{:#}", r.json());
     assert_eq!(
@@ -268,7 +272,6 @@ fn deleting_the_session_discards_its_prepared_sandboxes() {
         1.0
     );
     assert_eq!(sample(&d, "skill_runner_prepared_sandboxes"), 0.0);
-    let daemon = d.pid();
     wait_until("no bwrap below the daemon", || {
         children_named(daemon, "bwrap") == 0
     });
@@ -302,13 +305,20 @@ fn a_cancelled_command_in_a_prepared_sandbox_leaves_nothing() {
     wait_until("nothing of it left", || processes_with(&marker).is_empty());
 }
 
-/// Processes named `name` among the descendants of `pid`.
+/// Processes named `name` among the descendants of `pid` (children of
+/// any of its threads: the daemon's refill thread spawns the sandboxes).
 fn children_named(pid: u32, name: &str) -> usize {
     let mut count = 0;
     let mut stack = vec![pid];
     while let Some(p) = stack.pop() {
-        let kids =
-            std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+        let mut kids = String::new();
+        let tasks = std::fs::read_dir(format!("/proc/{p}/task"))
+            .into_iter()
+            .flatten();
+        for t in tasks.flatten() {
+            kids += &std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            kids.push(' ');
+        }
         for k in kids
             .split_whitespace()
             .filter_map(|k| k.parse::<u32>().ok())
