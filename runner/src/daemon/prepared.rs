@@ -170,6 +170,8 @@ impl Pool {
         if warms.is_empty() {
             return;
         }
+        // Out of the pool already: the gauge first, then the count.
+        self.metrics.prepared_waiting(self.waiting());
         self.metrics.prepared_discarded(reason, warms.len() as u64);
         for w in warms {
             tracing::debug!(key = w.key().as_str(), reason, "prepared sandbox discarded");
