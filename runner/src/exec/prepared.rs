@@ -152,11 +152,31 @@ impl Runner {
         let mut limits = canon.limits;
         limits.timeout_ms = 0;
         limits.output_bytes = 0;
-        let text = format!(
-            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
-            plan.program, plan.args, plan.files, plan.folders, limits, p.identity
-        );
-        let key = crate::package::hash::file_hash(text.as_bytes());
+        // Every byte, each field length-prefixed: no two plans hash alike
+        // by a shifted boundary.
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        let mut field = |bytes: &[u8]| {
+            h.update((bytes.len() as u64).to_le_bytes());
+            h.update(bytes);
+        };
+        field(plan.program.as_os_str().as_encoded_bytes());
+        for a in &plan.args {
+            field(a.as_encoded_bytes());
+        }
+        for (fd, content) in &plan.files {
+            field(&fd.to_le_bytes());
+            match content {
+                plan::Content::Bytes(b) => field(b),
+                plan::Content::Shim(kind) => field(format!("{kind:?}").as_bytes()),
+            }
+        }
+        for (fd, path) in &plan.folders {
+            field(&fd.to_le_bytes());
+            field(path.as_os_str().as_encoded_bytes());
+        }
+        field(format!("{limits:?}\n{:?}", p.identity).as_bytes());
+        let key = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
         Ok(Key(key))
     }
 
