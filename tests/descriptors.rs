@@ -296,6 +296,7 @@ fn the_systemd_unit_sets_a_descriptor_limit_the_defaults_fit() {
         max_queued: 64,
         max_connections: 256,
         max_proxy_connections: None,
+        prepared: 0,
     };
     let b = Budget::fit(demand, limit).unwrap();
     assert_eq!(b.proxy_connections, 128 * 64);

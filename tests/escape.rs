@@ -12,6 +12,11 @@
 //! wrong path (hence also the errno checks: `ENOENT` under `/skills` would
 //! only prove the test named a missing file).
 //!
+//! The suite runs twice: as it is (`escape::`), and with every command
+//! handed to a sandbox prepared ahead (`escape_prepared::`, the path of a
+//! daemon session's next command, docs/prepared.md), each result checked
+//! to say it ran in one.
+//!
 //! Liveness is judged from the host without timing assertions: the
 //! long-running probes rewrite a heartbeat file every 100 ms, and
 //! [`processes_in`] finds any process whose current directory is the
@@ -78,13 +83,23 @@ impl Fixture {
     }
 
     fn run_job(&self, job: &Value) -> Run {
-        let (code, doc, out) = self.world.run_json_env(job, &[]);
+        let (code, doc, out) = self.world.run_json_env(job, prepared_env());
         Run::new(code, doc, &out)
     }
 
     /// The host side of `/skill-extensions` (the default under the workspace).
     fn extensions(&self) -> PathBuf {
         self.workspace.join(".sciencediscovery/skill-extensions")
+    }
+}
+
+/// The environment of `run` that makes it hand each command to a sandbox
+/// prepared ahead, when this copy of the suite is the prepared one.
+fn prepared_env() -> &'static [(&'static str, &'static str)] {
+    if super::PREPARED {
+        &[("SKILL_RUNNER_RUN_PREPARED", "1")]
+    } else {
+        &[]
     }
 }
 
@@ -97,6 +112,13 @@ struct Run {
 
 impl Run {
     fn new(code: i32, doc: Value, out: &Output) -> Run {
+        // Every command that started ran in its prepared sandbox.
+        if super::PREPARED && doc["status"] != "rejected" {
+            assert_eq!(
+                doc["prepared_sandbox"], true,
+                "not in a prepared sandbox: {doc:#}"
+            );
+        }
         Run {
             code,
             doc,
@@ -671,9 +693,9 @@ fn environment_is_the_baseline_and_the_jobs() {
     let canary = format!("SR_ESCAPE_CANARY_{}", std::process::id());
     let mut job = fx.probe_job(&["env"], json!({}));
     job["env"] = json!({"GREETING": "hi there", "SKILL_MODE": "test"});
-    let (code, doc, out) = fx
-        .world
-        .run_json_env(&job, &[(canary.as_str(), "leaked from the host")]);
+    let mut env = vec![(canary.as_str(), "leaked from the host")];
+    env.extend_from_slice(prepared_env());
+    let (code, doc, out) = fx.world.run_json_env(&job, &env);
     let run = Run::new(code, doc, &out);
     assert_eq!(run.exit_code(), Some(0), "{run}");
     assert!(!run.stdout().contains(&canary), "host env leaked:{run}");
@@ -716,6 +738,7 @@ fn only_stdio_descriptors_reach_the_command() {
         .args(["run", "--json"])
         .arg(&job)
         .env("SKILL_RUNNER_DATA_DIR", fx.world.data_dir())
+        .envs(prepared_env().iter().copied())
         .env_remove("SKILL_RUNNER_LOG")
         .stdin(Stdio::null());
     let run = Run::from_output(&output_within(&mut cmd, HANG_GUARD));
@@ -892,6 +915,7 @@ fn killing_the_runner_kills_the_sandbox() {
         .cmd()
         .arg("run")
         .arg(&job)
+        .envs(prepared_env().iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -21,7 +21,11 @@ mod environment_build; // env build: a one-wheel lock installed offline in the s
 mod environment_fetch; // env build's fetch step: only the staging folder is writable, no runner state or home is readable, only pip's variables pass, the network is the host's; progress lines when piped
 mod environment_use; // a job names an environment, or its skills declare one: imported read-only at /opt/skill-env, named in the result; a changed, unknown, stale or conflicting one refused before the command starts
 mod environments; // env add/list/show/verify/gc through the real binary; tampered or escaping trees are refused
+/// Read by the escape suite: this copy builds each sandbox for its command.
+const PREPARED: bool = false;
+
 mod escape; // every isolation promise, by attempting the forbidden thing inside a sandbox
+mod escape_prepared; // the same escape suite, every command in a sandbox prepared ahead
 mod explained_fds; // explain --fds-dir writes byte for byte what a launch loads
 mod fetch_config; // pip's configuration naming the data dir (or inside it) or / is refused before env build's fetch, with a sentence
 mod files; // files in before the command and outputs out after it, through the CLI; links, FIFOs, devices, races, huge and many files refused or bounded

@@ -303,7 +303,8 @@ fn run(
     let cancel = Cancel::new()?;
     spawn_signal_thread(cancel.clone());
     let result = if json {
-        runner.run(
+        run_job(
+            &runner,
             &job,
             RunOptions {
                 output: OutputMode::Capture,
@@ -312,7 +313,8 @@ fn run(
             },
         )
     } else {
-        runner.run(
+        run_job(
+            &runner,
             &job,
             RunOptions {
                 output: OutputMode::Forward,
@@ -800,4 +802,15 @@ pub(crate) fn emit(text: &str) -> anyhow::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         r => Ok(r?),
     }
+}
+
+/// Runs the job; with `SKILL_RUNNER_RUN_PREPARED=1`, in a sandbox prepared
+/// first and handed the command, as the daemon runs a session's next
+/// command (docs/prepared.md).
+fn run_job(runner: &Runner, job: &Job, opts: RunOptions<'_>) -> ExecResult {
+    #[cfg(target_os = "linux")]
+    if std::env::var_os("SKILL_RUNNER_RUN_PREPARED").is_some_and(|v| v == "1") {
+        return runner.run_in_prepared(job, opts);
+    }
+    runner.run(job, opts)
 }

@@ -48,6 +48,9 @@ pub struct AppInner {
     pub lanes: Arc<super::workspace::Lanes>,
     /// Session file downloads being streamed (`max_downloads`).
     pub downloads: Arc<Semaphore>,
+    /// Sandboxes prepared for sessions' next commands (docs/prepared.md).
+    #[cfg(target_os = "linux")]
+    pub prepared: Arc<super::prepared::Pool>,
 }
 
 impl App {

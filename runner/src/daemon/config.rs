@@ -412,6 +412,33 @@ settings! {
         default: Duration::from_secs(24 * 3600),
         check: longer_than_zero,
     }
+    prepared_sandboxes: Option<usize> {
+        /// Sandboxes kept prepared for each session's next command; 0 turns
+        /// prepared sandboxes off [default: 0].
+        flag: "prepared-sandboxes" <"N">,
+        env: "SKILL_RUNNER_PREPARED_SANDBOXES",
+        file: "prepared_sandboxes",
+        default: 0,
+        check: within(0, 16),
+    }
+    prepared_total: Option<usize> {
+        /// Prepared sandboxes the daemon keeps in all sessions together
+        /// [default: 64].
+        flag: "prepared-total" <"N">,
+        env: "SKILL_RUNNER_PREPARED_TOTAL",
+        file: "prepared_total",
+        default: 64,
+        check: within(1, 1024),
+    }
+    prepared_idle: Option<Duration> {
+        /// A prepared sandbox no command took for this long is discarded
+        /// [default: 60s].
+        flag: "prepared-idle" <"DURATION"> [value_parser = humantime::parse_duration],
+        env: "SKILL_RUNNER_PREPARED_IDLE",
+        file: "prepared_idle",
+        default: Duration::from_secs(60),
+        check: longer_than_zero,
+    }
     file_body_limit: Option<u64> {
         /// Largest file uploaded into a session workspace in one PUT [default: 64MiB].
         flag: "file-body-limit" <"SIZE"> [value_parser = parse_size],
@@ -704,6 +731,17 @@ pub struct Retention {
 }
 
 /// Validated daemon settings.
+/// The bounds of prepared sandboxes (docs/prepared.md): three rows of
+/// the settings table.
+#[derive(Debug, Clone, Copy)]
+pub struct PreparedBounds {
+    /// Per session; 0 turns prepared sandboxes off.
+    pub per_session: usize,
+    pub total: usize,
+    /// Unused for this long: discarded.
+    pub idle: Duration,
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     /// The opened data dir.
@@ -740,6 +778,9 @@ pub struct Config {
     pub heartbeat: Duration,
     /// Idle time after which a session expires.
     pub session_idle: Duration,
+    /// Prepared sandboxes per session (0: off), in all, and their idle
+    /// bound (docs/prepared.md).
+    pub prepared: PreparedBounds,
     /// Largest single upload into a managed workspace.
     pub file_body_limit: u64,
     /// Most a managed workspace may hold after an upload.
@@ -904,12 +945,22 @@ impl Config {
                 "0 would refuse every proxy connection; give 1 or more, or leave it unset",
             ));
         }
+        let prepared = PreparedBounds {
+            per_session: s.prepared_sandboxes()?,
+            total: s.prepared_total()?,
+            idle: s.prepared_idle()?,
+        };
         let descriptors = Budget::fit(
             Demand {
                 max_running,
                 max_queued,
                 max_connections,
                 max_proxy_connections,
+                prepared: if prepared.per_session > 0 {
+                    prepared.total
+                } else {
+                    0
+                },
             },
             descriptors::current(),
         )?;
@@ -992,6 +1043,7 @@ impl Config {
             },
             heartbeat: s.heartbeat()?,
             session_idle: s.session_idle()?,
+            prepared,
             file_body_limit: s.file_body_limit()?,
             workspace_bytes: s.workspace_bytes()?,
             max_downloads: s.max_downloads()?,

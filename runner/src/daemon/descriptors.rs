@@ -9,6 +9,7 @@
 //!      + max_connections                      (one per client connection)
 //!      + (max_running + max_queued) × PER_SLOT (an admitted execution's switch)
 //!      + max_running × PER_EXECUTION          (a running sandbox's own)
+//!      + prepared × PER_PREPARED              (sandboxes prepared ahead)
 //!      + max_proxy_connections × 2            (client and upstream of a tunnel)
 //! ```
 //!
@@ -33,6 +34,9 @@ pub const PER_SLOT: u64 = 2;
 /// the sandbox's pipes, pidfd, folders, memfds, cgroup files, disk watcher
 /// and proxy listener (measured, with headroom: docs/daemon.md).
 pub const PER_EXECUTION: u64 = 48;
+/// Descriptors a prepared sandbox holds in the daemon while it waits
+/// (its pidfd and six pipe ends, docs/prepared.md), with one to spare.
+pub const PER_PREPARED: u64 = 8;
 /// The per-execution cap on proxy connections.
 pub const PER_EXECUTION_PROXY: u64 = proxy::Limits::DEFAULT_OPEN as u64;
 
@@ -74,6 +78,8 @@ pub struct Demand {
     pub max_connections: usize,
     /// `None`: what the limit leaves.
     pub max_proxy_connections: Option<usize>,
+    /// Sandboxes the daemon may keep prepared (0 with them off).
+    pub prepared: usize,
 }
 
 impl Budget {
@@ -83,7 +89,8 @@ impl Budget {
         let fixed = RESERVE
             + d.max_connections as u64
             + (d.max_running + d.max_queued) as u64 * PER_SLOT
-            + d.max_running as u64 * PER_EXECUTION;
+            + d.max_running as u64 * PER_EXECUTION
+            + d.prepared as u64 * PER_PREPARED;
         let one = 2 * PER_EXECUTION_PROXY;
         if fixed + one > limit {
             return Err(DescriptorError::TooFew {
@@ -146,6 +153,7 @@ mod tests {
 
     fn demand(running: usize, queued: usize, conns: usize, proxy: Option<usize>) -> Demand {
         Demand {
+            prepared: 0,
             max_running: running,
             max_queued: queued,
             max_connections: conns,

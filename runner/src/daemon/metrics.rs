@@ -182,6 +182,24 @@ pub const FAMILIES: &[FamilyInfo] = &[
         "Bytes free on the data dir's file system (-1: cannot be read).",
     ),
     family(
+        "skill_runner_prepared_sandbox_uses_total",
+        &["outcome"],
+        Kind::Counter,
+        "Session executions by how they got their sandbox: hit (a prepared one) or miss (built for it).",
+    ),
+    family(
+        "skill_runner_prepared_sandboxes_discarded_total",
+        &["reason"],
+        Kind::Counter,
+        "Prepared sandboxes discarded unused, by reason.",
+    ),
+    family(
+        "skill_runner_prepared_sandboxes",
+        &[],
+        Kind::Gauge,
+        "Prepared sandboxes waiting for a command now.",
+    ),
+    family(
         "skill_runner_build_info",
         &["version", "api_version", "os", "arch"],
         Kind::Gauge,
@@ -308,6 +326,9 @@ pub struct Metrics {
     /// Bytes free for the daemon on the data dir's file system, as last
     /// read (by health or `/metrics`); -1 when unknown.
     data_dir_free: Gauge,
+    prepared_uses: Family<OutcomeLabel, Counter>,
+    prepared_discarded: Family<ReasonLabel, Counter>,
+    prepared_waiting: Gauge,
     /// Renders, one at a time: the registry's gauges are set, then read.
     render: Mutex<()>,
 }
@@ -331,6 +352,9 @@ impl Default for Metrics {
             hosts: Mutex::new(0),
             network_dropped: Counter::default(),
             data_dir_free: Gauge::default(),
+            prepared_uses: Family::default(),
+            prepared_discarded: Family::default(),
+            prepared_waiting: Gauge::default(),
             render: Mutex::new(()),
         };
         for (_, status) in STATUSES {
@@ -338,6 +362,12 @@ impl Default for Metrics {
         }
         for reason in ["busy", "draining"] {
             let _ = m.refused.get_or_create(&ReasonLabel { reason });
+        }
+        for outcome in ["hit", "miss"] {
+            let _ = m.prepared_uses.get_or_create(&OutcomeLabel { outcome });
+        }
+        for reason in PREPARED_DISCARDS {
+            let _ = m.prepared_discarded.get_or_create(&ReasonLabel { reason });
         }
         let build = Info::new(BuildLabel {
             version: env!("CARGO_PKG_VERSION"),
@@ -372,6 +402,9 @@ impl Default for Metrics {
             m.network.clone(),
             m.network_dropped.clone(),
             m.data_dir_free.clone(),
+            m.prepared_uses.clone(),
+            m.prepared_discarded.clone(),
+            m.prepared_waiting.clone(),
             build,
         );
         registry.register_collector(Box::new(Process));
@@ -393,7 +426,40 @@ fn strip_period(help: &'static str) -> &'static str {
     help.strip_suffix('.').unwrap_or(help)
 }
 
+/// Why prepared sandboxes are discarded unused (each exists from the
+/// start, at 0): what they were prepared from changed (the published root,
+/// the `/etc` view, the environment, the profile or limits), they idled
+/// past the bound, their session ended, their bubblewrap died, or the
+/// daemon stops.
+pub const PREPARED_DISCARDS: [&str; 5] = ["changed", "idle", "session_ended", "died", "shutdown"];
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
 impl Metrics {
+    /// Counts a session execution's use of a prepared sandbox.
+    pub fn prepared_use(&self, hit: bool) {
+        let outcome = if hit { "hit" } else { "miss" };
+        self.prepared_uses
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
+    }
+
+    /// Counts prepared sandboxes discarded unused (`reason` one of
+    /// [`PREPARED_DISCARDS`]).
+    pub fn prepared_discarded(&self, reason: &'static str, n: u64) {
+        self.prepared_discarded
+            .get_or_create(&ReasonLabel { reason })
+            .inc_by(n);
+    }
+
+    /// How many prepared sandboxes wait now.
+    pub fn prepared_waiting(&self, n: usize) {
+        self.prepared_waiting.set(n as i64);
+    }
+
     /// Counts a finished execution.
     pub fn execution(&self, status: Status, duration: Duration) {
         if let Some((_, status)) = STATUSES.iter().find(|(s, _)| *s == status) {

@@ -41,6 +41,8 @@ pub mod events;
 pub mod metrics;
 pub mod notify;
 pub mod outputs;
+#[cfg(target_os = "linux")]
+pub mod prepared;
 pub mod receipts;
 pub mod registry;
 pub mod routes;
@@ -213,11 +215,16 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
                 }
             });
         }
+        let metrics = Arc::new(metrics::Metrics::default());
+        #[cfg(target_os = "linux")]
+        let prepared = prepared::Pool::new(config.prepared, runner.clone(), metrics.clone());
         let app = app::App::new(app::AppInner {
             runner,
             selfcheck,
             registry,
-            metrics: Arc::new(metrics::Metrics::default()),
+            metrics,
+            #[cfg(target_os = "linux")]
+            prepared,
             roots: crate::exec::confine::Confinement::new(
                 config.roots.clone(),
                 crate::exec::confine::Gate::Daemon,
@@ -235,7 +242,11 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
                 watchdog_check(app.registry.clone()),
             ));
         }
+        #[cfg(target_os = "linux")]
+        let pool = app.prepared.clone();
         let served = server::run(listener, app).await;
+        #[cfg(target_os = "linux")]
+        pool.shutdown();
         drop(socket);
         served
     });

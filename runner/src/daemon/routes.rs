@@ -630,14 +630,16 @@ async fn execute(
             r
         });
         let result = refused.unwrap_or_else(|| {
-            worker.runner.run(
-                &job,
-                RunOptions {
-                    output: OutputMode::Capture,
-                    sink: &mut sink,
-                    cancel: Some(live.switch()),
-                },
-            )
+            let opts = RunOptions {
+                output: OutputMode::Capture,
+                sink: &mut sink,
+                cancel: Some(live.switch()),
+            };
+            #[cfg(target_os = "linux")]
+            let result = worker.prepared.run(&job, opts);
+            #[cfg(not(target_os = "linux"))]
+            let result = worker.runner.run(&job, opts);
+            result
         });
         // Held until the command is gone, and given up before its result
         // is: a client that has the result finds the workspace free.

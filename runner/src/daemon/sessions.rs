@@ -212,9 +212,13 @@ async fn delete(
             )))
         }
     };
+    #[cfg(target_os = "linux")]
+    let pool = app.prepared.clone();
     blocking(&app, None, move |host| {
         let _place = place;
         host.sessions().delete(&id)?;
+        #[cfg(target_os = "linux")]
+        pool.end_session(&id);
         tracing::info!(session = %id, "session deleted");
         Ok(wire::SessionDeleted { deleted: true, id })
     })

@@ -366,6 +366,18 @@ impl fmt::Display for Bubblewrap {
                 )?;
             }
         }
+        match &self.allowlist {
+            None => writeln!(
+                f,
+                "# prepared: a session's command through a daemon with --prepared-sandboxes gets this sandbox prepared ahead, its shim started with {} and waiting on fd {} for this argv, environment and cwd (docs/prepared.md)",
+                crate::sandbox::shim::HANDOVER_OPT,
+                fds::FD_HANDOVER
+            )?,
+            Some(_) => writeln!(
+                f,
+                "# prepared: never (a network allowlist needs a sandbox and a proxy of its own)"
+            )?,
+        }
         writeln!(
             f,
             "{}",

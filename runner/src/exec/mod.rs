@@ -39,6 +39,8 @@ pub mod launch;
 pub mod limits;
 pub mod outcome;
 pub mod plan;
+#[cfg(target_os = "linux")]
+pub mod prepared;
 pub mod replay;
 pub mod result;
 pub mod runner;

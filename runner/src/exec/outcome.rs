@@ -285,6 +285,7 @@ pub fn result(job: &Job, p: &Prepared, outcome: &supervise::Outcome, f: Finished
         error: ended.error.as_ref().map(EndError::info),
         warnings,
         identity: Some(p.identity.clone()),
+        prepared_sandbox: false,
         outputs: None,
         receipt: None,
     }

@@ -137,21 +137,28 @@ pub struct Sandbox<'a> {
     pub nproc: Option<u64>,
 }
 
-/// The plan of a bubblewrap sandbox.
-pub fn bwrap(job: &Job, s: Sandbox<'_>) -> Result<Plan, ExecError> {
-    let argv = paths::rewrite_argv(&job.argv, Spelling::Sandbox)?;
+/// The command's whole environment in a bubblewrap sandbox (what the
+/// plan passes as `--setenv`, and a prepared sandbox's hand-over).
+pub fn command_env(job: &Job, f: &Folders) -> Vec<(String, String)> {
     let mut env = bwrap::environment(&job.env);
-    let proxy = job.network.allowlist().is_some();
-    if proxy {
+    if job.network.allowlist().is_some() {
         env.extend(crate::sandbox::net::proxy_environment(
             crate::sandbox::net::PROXY_URL,
         ));
     }
-    let f = s.folders;
     if let Some(e) = &f.environment {
         environment_path(&mut env);
         env.extend(e.variables.iter().cloned());
     }
+    env
+}
+
+/// The plan of a bubblewrap sandbox.
+pub fn bwrap(job: &Job, s: Sandbox<'_>) -> Result<Plan, ExecError> {
+    let argv = paths::rewrite_argv(&job.argv, Spelling::Sandbox)?;
+    let env = command_env(job, s.folders);
+    let proxy = job.network.allowlist().is_some();
+    let f = s.folders;
     let workspace = match f.workspace {
         Some(_) => bwrap::Workspace::Host,
         None => bwrap::Workspace::Fresh {

@@ -219,6 +219,10 @@ pub struct ExecResult {
     /// Who the command was on the host (absent when nothing started).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub identity: Option<crate::sandbox::identity::Identity>,
+    /// The command ran in a sandbox prepared ahead of its request
+    /// (docs/prepared.md); absent when its sandbox was built for it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub prepared_sandbox: bool,
     /// `outputs` (and `outputs_note`), when the job named outputs.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub outputs: Option<crate::exec::files::Collected>,
@@ -258,6 +262,7 @@ impl ExecResult {
             error: Some(error),
             warnings: Vec::new(),
             identity: None,
+            prepared_sandbox: false,
             outputs: None,
             receipt: None,
         }

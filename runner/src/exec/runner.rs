@@ -275,7 +275,7 @@ impl Runner {
     }
 
     /// Everything before the launch: checks, staging, folders.
-    fn prepare(&self, job: &Job) -> Result<Prepared, ExecError> {
+    pub(crate) fn prepare(&self, job: &Job) -> Result<Prepared, ExecError> {
         files::check_inputs(&job.files, &self.config.files)?;
         // The folders the job names exist, or nothing else is done.
         let (named_workspace, named_extensions) = self.named_folders(job)?;
@@ -497,7 +497,7 @@ impl Runner {
     /// The execution's cgroup: from the pool, or made for it, named after
     /// the execution's reserved name (its lock file, and the folder where
     /// one is made); or why there is none.
-    fn cgroup(
+    pub(crate) fn cgroup(
         &self,
         p: &Prepared,
         l: &crate::exec::job::Limits,
@@ -518,7 +518,7 @@ impl Runner {
     }
 
     /// Launches a prepared execution and supervises it to its end.
-    fn launch(
+    pub(crate) fn launch(
         &self,
         job: &Job,
         mut p: Prepared,
@@ -551,6 +551,35 @@ impl Runner {
         let outcome = tracing::trace_span!("wait").in_scope(|| {
             supervise::supervise(spawn, timeout, output, opts.sink, cancel.as_deref())
         });
+        let ran = Ran {
+            outcome,
+            program,
+            disk_watch,
+            cgroup,
+            applied,
+            proxy,
+        };
+        self.conclude(job, p, ran)
+    }
+
+    /// How a supervised execution ended becomes its result: the cgroup's
+    /// and the watcher's verdicts, the cgroup back to the pool, the
+    /// outputs collected.
+    pub(crate) fn conclude(
+        &self,
+        job: &Job,
+        p: Prepared,
+        ran: Ran,
+    ) -> Result<ExecResult, ExecError> {
+        let l = job.limits;
+        let Ran {
+            outcome,
+            program,
+            disk_watch,
+            cgroup,
+            applied,
+            proxy,
+        } = ran;
         let verdict = disk_watch.map(DiskWatch::stop);
         let outcome = outcome.map_err(|source| ExecError::Start { program, source })?;
         tracing::debug!("supervised");
@@ -563,11 +592,7 @@ impl Runner {
         // The whole tree's CPU time: bwrap's own rusage misses its pid 1
         // and everything below it.
         let cpu_ms = cgroup.as_ref().and_then(Cgroup::cpu_ms);
-        // Kills stragglers; removes the cgroup or keeps it for reuse.
-        match (cgroup, &self.cgroups) {
-            (Some(cg), Some((pool, _))) => pool.give(cg),
-            (cg, _) => drop(cg),
-        }
+        self.give_cgroup(cgroup);
         tracing::debug!("cgroup removed");
         let ended = match verdict {
             Some(Verdict::Failed(reason)) => Ended::watcher_failed(reason),
@@ -598,6 +623,26 @@ impl Runner {
         );
         drop(p);
         Ok(result)
+    }
+}
+
+/// A supervised execution, for [`Runner::conclude`].
+pub(crate) struct Ran {
+    pub outcome: io::Result<supervise::Outcome>,
+    pub program: PathBuf,
+    pub disk_watch: Option<DiskWatch>,
+    pub cgroup: Option<Cgroup>,
+    pub applied: crate::exec::result::AppliedLimits,
+    pub proxy: Option<crate::sandbox::net::proxy::Session>,
+}
+
+impl Runner {
+    /// Kills stragglers; removes the cgroup or keeps it for reuse.
+    pub(crate) fn give_cgroup(&self, cgroup: Option<Cgroup>) {
+        match (cgroup, &self.cgroups) {
+            (Some(cg), Some((pool, _))) => pool.give(cg),
+            (cg, _) => drop(cg),
+        }
     }
 }
 

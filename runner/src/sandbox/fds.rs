@@ -39,6 +39,10 @@ pub const FD_ETC: i32 = 14;
 /// Child fd of the job's environment (`/opt/skill-env`,
 /// docs/environments.md).
 pub const FD_ENVIRONMENT: i32 = 15;
+/// Child fd of a prepared sandbox's hand-over pipe: the runner writes the
+/// command (argv, environment, cwd) once, the exec shim reads it
+/// ([`crate::sandbox::shim`], docs/prepared.md).
+pub const FD_HANDOVER: i32 = 16;
 
 /// What kind of thing a descriptor is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +86,7 @@ const fn row(
 }
 
 /// Every descriptor the sandbox may find, in the order of their numbers.
-pub const TABLE: [Descriptor; 13] = [
+pub const TABLE: [Descriptor; 14] = [
     row(
         FD_SECCOMP_RULES,
         Holds::File,
@@ -160,6 +164,13 @@ pub const TABLE: [Descriptor; 13] = [
         Holds::Folder,
         "/opt/skill-env",
         "the job's environment (a sealed tree of the store, read-only)",
+        None,
+    ),
+    row(
+        FD_HANDOVER,
+        Holds::Pipe,
+        "hand-over",
+        "a prepared sandbox's hand-over pipe (written once by the runner: the command's argv, environment and cwd; read and closed by the exec shim)",
         None,
     ),
 ];

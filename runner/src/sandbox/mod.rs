@@ -27,6 +27,7 @@ pub mod bwrap;
 pub mod etcview;
 pub mod fds;
 pub mod fetchbox;
+pub mod handover;
 pub mod host;
 pub mod identity;
 pub mod macos;

@@ -153,12 +153,22 @@ pub fn executable(kind: ShimKind) -> std::io::Result<std::os::fd::OwnedFd> {
 /// executions' included, and could even refuse bwrap its namespaces.
 pub const NPROC_OPT: &str = "--nproc";
 
+/// The option that makes the shim of a prepared sandbox wait for its
+/// command: it reads the hand-over message on
+/// [`crate::sandbox::handover::FD_HANDOVER`] to its end, checks it, moves
+/// to its cwd, takes its environment as its whole one and then goes on as
+/// with a command on its argv (docs/prepared.md). Anything wrong with the
+/// message is a sandbox that was not finished (125 before the report).
+pub const HANDOVER_OPT: &str = "--handover";
+
 /// The shim's arguments: `MODE [--nproc N] -- COMMAND…`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShimArgs {
     /// [`SHIM_NET_ARG`]: start the network forwarder first.
     pub network: bool,
     pub nproc: Option<u64>,
+    /// [`HANDOVER_OPT`]: the command comes on the hand-over pipe.
+    pub handover: bool,
     pub argv: Vec<std::ffi::OsString>,
 }
 
@@ -174,9 +184,11 @@ impl ShimArgs {
             _ => return None,
         };
         let mut nproc = None;
+        let mut handover = false;
         loop {
             match args.next() {
                 Some(a) if a == "--" => break,
+                Some(a) if a == HANDOVER_OPT => handover = true,
                 Some(a) if a == NPROC_OPT => {
                     let n = args.next().and_then(|n| n.to_str()?.parse().ok());
                     match n {
@@ -188,10 +200,15 @@ impl ShimArgs {
                 None => return Some(Err("no -- before the command".into())),
             }
         }
+        let argv: Vec<_> = args.collect();
+        if handover && !argv.is_empty() {
+            return Some(Err(format!("{HANDOVER_OPT} takes no command after --")));
+        }
         Some(Ok(ShimArgs {
             network,
             nproc,
-            argv: args.collect(),
+            handover,
+            argv,
         }))
     }
 }
@@ -228,8 +245,12 @@ pub fn run_if_shim() {
         #[cfg(not(target_os = "linux"))]
         let _ = n;
     }
-    let argv: Vec<CString> = shim
-        .argv
+    let argv = if shim.handover {
+        take_handover()
+    } else {
+        shim.argv
+    };
+    let argv: Vec<CString> = argv
         .into_iter()
         .filter_map(|a| CString::new(a.into_vec()).ok())
         .collect();
@@ -241,6 +262,35 @@ pub fn run_if_shim() {
         libc::ENOSYS
     };
     std::process::exit(exit_code_for(errno));
+}
+
+/// A prepared sandbox's command: read to the end of its pipe, checked,
+/// its cwd entered and its environment made the whole one. Never returns
+/// on a message that is not right.
+fn take_handover() -> Vec<std::ffi::OsString> {
+    use crate::sandbox::handover::{Command, FD_HANDOVER, MAX_BYTES};
+    #[cfg(target_os = "linux")]
+    let bytes = crate::supervise::sys::read_inherited(FD_HANDOVER, MAX_BYTES)
+        .unwrap_or_else(|e| unfinished(&format!("cannot read the hand-over: {e}")));
+    #[cfg(not(target_os = "linux"))]
+    let bytes: Vec<u8> = unfinished("prepared sandboxes are bubblewrap's");
+    let command = Command::decode(&bytes).unwrap_or_else(|e| unfinished(&e.to_string()));
+    if let Err(e) = std::env::set_current_dir(&command.cwd) {
+        unfinished(&format!(
+            "cannot enter the command's cwd {}: {e}",
+            command.cwd
+        ));
+    }
+    let names: Vec<_> = std::env::vars_os().map(|(k, _)| k).collect();
+    for k in names {
+        std::env::remove_var(k);
+    }
+    for (k, v) in &command.env {
+        std::env::set_var(k, v);
+    }
+    // As bubblewrap does after its --chdir.
+    std::env::set_var("PWD", &command.cwd);
+    command.argv.into_iter().map(Into::into).collect()
 }
 
 /// Ends the shim before its report: the runner sees a sandbox that was
@@ -274,6 +324,7 @@ mod tests {
             Some(Ok(ShimArgs {
                 network: false,
                 nproc: None,
+                handover: false,
                 argv: vec!["--nproc".into(), "3".into()],
             }))
         );
@@ -282,6 +333,7 @@ mod tests {
             Some(Ok(ShimArgs {
                 network: true,
                 nproc: Some(20),
+                handover: false,
                 argv: vec!["true".into()],
             }))
         );
@@ -290,6 +342,7 @@ mod tests {
             &[SHIM_ARG, NPROC_OPT, "x", "--", "true"],
             &[SHIM_ARG, NPROC_OPT],
             &[SHIM_ARG],
+            &[SHIM_ARG, HANDOVER_OPT, "--", "true"],
         ] {
             assert!(matches!(parse(bad), Some(Err(_))), "{bad:?}");
         }

@@ -21,6 +21,7 @@ pub mod report;
 pub mod sys;
 
 pub use process::{
-    supervise, Cancel, Captured, ForwardSink, NoSink, Outcome, OutputPolicy, Sink, Spawn, Stream,
+    start, supervise, Cancel, Captured, ForwardSink, NoSink, Outcome, OutputPolicy, Sink, Spawn,
+    Started, Stream,
 };
 pub use report::ExecReport;

@@ -187,6 +187,33 @@ pub fn supervise(
     sink: &mut dyn Sink,
     cancel: Option<&Cancel>,
 ) -> io::Result<Outcome> {
+    start(spawn)?.watch(timeout, output, sink, cancel)
+}
+
+/// A launcher spawned and not yet watched: its pid (not reaped), its
+/// exit notice and its pipes. [`Started::watch`] supervises it to its
+/// end; dropped unwatched, it is killed and reaped (a prepared sandbox
+/// discarded, see [`crate::exec::prepared`]).
+#[derive(Debug)]
+pub struct Started {
+    pid: libc::pid_t,
+    exit_r: OwnedFd,
+    waiter: Option<std::thread::JoinHandle<()>>,
+    stdin: Option<(File, Vec<u8>)>,
+    stdout: Option<File>,
+    stderr: Option<File>,
+    report: Option<File>,
+    launcher_err: Option<File>,
+    has_report: bool,
+    started_at: SystemTime,
+    start: Instant,
+    /// Watched (or being watched): the loop owns the pid now.
+    taken: bool,
+}
+
+/// Spawns `spawn` and returns it unwatched: nothing reads its pipes or
+/// counts its time until [`Started::watch`].
+pub fn start(spawn: Spawn) -> io::Result<Started> {
     // Stdio: pipes for the outputs (and for stdin when the job gives
     // some), /dev/null otherwise. Every end is close-on-exec; the child
     // gets its ends at 0, 1 and 2 through the fd map.
@@ -258,8 +285,6 @@ pub fn supervise(
     drop(spawn.cgroup_procs);
 
     let stdin = stdin_ours.map(|s| (s, spawn.stdin.unwrap_or_default()));
-    let stdout = Some(File::from(stdout_r));
-    let stderr = Some(File::from(stderr_r));
     // Learn of the exit without reaping: a pidfd where the kernel has one
     // (no thread needed), else a waiter thread and a pipe.
     let pidfd = sys::pidfd_open(pid).ok();
@@ -278,7 +303,122 @@ pub fn supervise(
             let _ = nix::unistd::write(&exit_w, b"x");
         })
     });
-    let mut io = Io::new(stdin, stdout, stderr, report_read, launcher_err, output);
+    Ok(Started {
+        pid,
+        exit_r,
+        waiter,
+        stdin,
+        stdout: Some(File::from(stdout_r)),
+        stderr: Some(File::from(stderr_r)),
+        report: report_read,
+        launcher_err,
+        has_report,
+        started_at,
+        start,
+        taken: false,
+    })
+}
+
+impl Started {
+    /// Whether the launcher has not exited yet (a prepared sandbox whose
+    /// bubblewrap died while it waited is never handed a command).
+    pub fn alive(&self) -> bool {
+        let mut fds = [PollFd::new(self.exit_r.as_fd(), PollFlags::POLLIN)];
+        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(0))
+    }
+
+    /// The launcher's pid (not reaped while this lives).
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// Hands the launcher its command's stdin and starts its clock now:
+    /// the timeout and `duration_ms` of a prepared sandbox count from its
+    /// hand-over, not from when it was prepared.
+    pub fn hand_over(&mut self, stdin: Option<Vec<u8>>) {
+        if let Some((_, data)) = self.stdin.as_mut() {
+            *data = stdin.unwrap_or_default();
+        }
+        self.started_at = SystemTime::now();
+        self.start = Instant::now();
+    }
+
+    /// Supervises the launcher to its end under `timeout`, counted from
+    /// its spawn (or its hand-over).
+    pub fn watch(
+        mut self,
+        timeout: Duration,
+        output: OutputPolicy,
+        sink: &mut dyn Sink,
+        cancel: Option<&Cancel>,
+    ) -> io::Result<Outcome> {
+        self.taken = true;
+        let pid = self.pid;
+        let (started_at, start, has_report) = (self.started_at, self.start, self.has_report);
+        let waiter = self.waiter.take();
+        let exit_r = self.exit_r.try_clone()?;
+        // An empty stdin is an end of file at once, never a pipe left open.
+        let stdin = self.stdin.take().filter(|(_, data)| !data.is_empty());
+        let (stdout, stderr) = (self.stdout.take(), self.stderr.take());
+        let (report_read, launcher_err) = (self.report.take(), self.launcher_err.take());
+        drop(self);
+        watch(Watch {
+            pid,
+            exit_r,
+            waiter,
+            io: Io::new(stdin, stdout, stderr, report_read, launcher_err, output),
+            has_report,
+            started_at,
+            start,
+            timeout,
+            sink,
+            cancel,
+        })
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if self.taken {
+            return;
+        }
+        kill_launcher(self.pid);
+        let _ = sys::reap(self.pid);
+        if let Some(w) = self.waiter.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+/// What the watch loop works on.
+struct Watch<'a> {
+    pid: libc::pid_t,
+    exit_r: OwnedFd,
+    waiter: Option<std::thread::JoinHandle<()>>,
+    io: Io,
+    has_report: bool,
+    started_at: SystemTime,
+    start: Instant,
+    timeout: Duration,
+    sink: &'a mut dyn Sink,
+    cancel: Option<&'a Cancel>,
+}
+
+/// The one loop: the exit, the cancel switch, the deadline, and every
+/// byte in and out.
+fn watch(w: Watch<'_>) -> io::Result<Outcome> {
+    let Watch {
+        pid,
+        exit_r,
+        waiter,
+        mut io,
+        has_report,
+        started_at,
+        start,
+        timeout,
+        sink,
+        cancel,
+    } = w;
 
     // One loop on this thread: the exit, the cancel switch, the deadline,
     // and every byte in and out.

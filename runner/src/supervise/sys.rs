@@ -608,6 +608,36 @@ pub fn sealed_memfd(name: &std::ffi::CStr, bytes: &[u8]) -> io::Result<OwnedFd> 
     Ok(OwnedFd::from(file))
 }
 
+/// Reads descriptor `fd` (inherited, not owned by anything else) to its
+/// end, at most `max` bytes: `Err` past them. The exec shim reads a
+/// prepared sandbox's hand-over this way (crate::sandbox::handover).
+pub fn read_inherited(fd: RawFd, max: usize) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        // SAFETY: reads into a live local buffer of the given length; the
+        // number is only read from, never closed or owned here.
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Ok(out);
+        }
+        out.extend_from_slice(&buf[..n as usize]);
+        if out.len() > max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "message too large",
+            ));
+        }
+    }
+}
+
 /// A pipe whose both ends are close-on-exec.
 pub fn pipe_cloexec() -> io::Result<(OwnedFd, OwnedFd)> {
     #[cfg(target_os = "linux")]

@@ -93,21 +93,7 @@ pub fn etc_view(data: &DataDir, mounts: &[profile::Mount], identity: &Identity) 
 /// sealed memfds, the host folders opened now.
 pub fn launcher(job: &Job, p: &Prepared, nproc: Option<u64>) -> Result<Launcher, ExecError> {
     let bwrap = p.bwrap.as_ref().ok_or(ExecError::FindBwrap)?;
-    let folders = Folders {
-        skills: p.lease.snapshot.root.clone(),
-        workspace: p.workspace.clone(),
-        extensions: p.extensions.clone(),
-        net: p
-            .net
-            .as_ref()
-            .and_then(|n| n.dir.as_ref())
-            .map(|(path, _)| path.clone()),
-        etc: p.etc.clone(),
-        environment: p
-            .environment
-            .as_ref()
-            .map(|e| EnvMount::of(&e.record, e.host_tree().clone())),
-    };
+    let folders = folders(p);
     let plan = plan::bwrap(
         job,
         Sandbox {
@@ -138,6 +124,25 @@ pub fn launcher(job: &Job, p: &Prepared, nproc: Option<u64>) -> Result<Launcher,
         fds.push((open_folder(*fd, path, p)?, *fd));
     }
     Ok(Launcher { plan, fds })
+}
+
+/// The host folders of a prepared execution, as its plan binds them.
+pub fn folders(p: &Prepared) -> Folders {
+    Folders {
+        skills: p.lease.snapshot.root.clone(),
+        workspace: p.workspace.clone(),
+        extensions: p.extensions.clone(),
+        net: p
+            .net
+            .as_ref()
+            .and_then(|n| n.dir.as_ref())
+            .map(|(path, _)| path.clone()),
+        etc: p.etc.clone(),
+        environment: p
+            .environment
+            .as_ref()
+            .map(|e| EnvMount::of(&e.record, e.host_tree().clone())),
+    }
 }
 
 /// What the checks and refusals call the folder on `fd`.

@@ -26,8 +26,8 @@ use crate::sandbox::profile;
 mod linux;
 #[cfg(not(target_os = "macos"))]
 pub use linux::{
-    available, environments_supported, etc_view, fresh_workspace, launcher, lease, NEEDS_FOLDER,
-    SANDBOX,
+    available, environments_supported, etc_view, folders, fresh_workspace, launcher, lease,
+    NEEDS_FOLDER, SANDBOX,
 };
 
 #[cfg(target_os = "macos")]

@@ -1,0 +1,267 @@
+//! The daemon's prepared sandboxes (docs/prepared.md): per session, up to
+//! `prepared_sandboxes` sandboxes made ahead of the session's next
+//! command ([`crate::exec::prepared`]), at most `prepared_total` in all,
+//! each discarded after `prepared_idle` unused.
+//!
+//! After each execution of a session the pool refills that session on a
+//! thread of its own, never on a request's path, from the job that just
+//! ran (its command taken out). A request of the session takes one whose
+//! key is its own (a hit); one prepared from anything else (another
+//! published root, `/etc` view, environment, profile or limits) is
+//! discarded then ("changed"), and the request builds its own (a miss).
+//! Deleting a session discards its sandboxes; so does a stopping daemon.
+//! A sandbox is taken out of the pool before its command is handed over,
+//! so none runs two commands.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use crate::exec::job::Job;
+use crate::exec::prepared::{Key, Use, Warm};
+use crate::exec::result::ExecResult;
+use crate::exec::runner::{RunOptions, Runner};
+
+use super::metrics::Metrics;
+
+pub use super::config::PreparedBounds as Bounds;
+
+/// The prepared sandboxes of every session.
+#[derive(Debug)]
+pub struct Pool {
+    bounds: Bounds,
+    runner: Arc<Runner>,
+    metrics: Arc<Metrics>,
+    state: Mutex<State>,
+    /// The refill thread's queue. One thread, living as long as the pool,
+    /// spawns every prepared sandbox: a child's parent-death signal
+    /// follows the *thread* that forked it, so a sandbox spawned from a
+    /// short-lived thread would be killed when that thread ends.
+    refills: Mutex<Option<std::sync::mpsc::Sender<(String, Job)>>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    sessions: HashMap<String, Vec<Warm>>,
+    /// Sessions being refilled now (one refill at a time each).
+    refilling: std::collections::HashSet<String>,
+    /// Sandboxes counted against the total while being made.
+    making: usize,
+    closed: bool,
+}
+
+impl State {
+    fn total(&self) -> usize {
+        self.sessions.values().map(Vec::len).sum::<usize>() + self.making
+    }
+}
+
+impl Pool {
+    /// A pool; with prepared sandboxes on, a thread discards idle ones.
+    pub fn new(bounds: Bounds, runner: Arc<Runner>, metrics: Arc<Metrics>) -> Arc<Pool> {
+        let pool = Arc::new(Pool {
+            bounds,
+            runner,
+            metrics,
+            state: Mutex::new(State::default()),
+            refills: Mutex::new(None),
+        });
+        if bounds.per_session > 0 {
+            let (tx, rx) = std::sync::mpsc::channel::<(String, Job)>();
+            let weak = Arc::downgrade(&pool);
+            let started = std::thread::Builder::new()
+                .name("prepared-refill".into())
+                .spawn(move || {
+                    while let Ok((session, job)) = rx.recv() {
+                        let Some(pool) = weak.upgrade() else { return };
+                        pool.fill(&session, &job);
+                        pool.lock().refilling.remove(&session);
+                        pool.metrics.prepared_waiting(pool.waiting());
+                    }
+                });
+            if started.is_ok() {
+                *pool.refills.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+            }
+            let weak = Arc::downgrade(&pool);
+            let every = (bounds.idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
+            std::thread::Builder::new()
+                .name("prepared-expiry".into())
+                .spawn(move || expiry(weak, every))
+                .ok();
+        }
+        pool
+    }
+
+    /// Whether prepared sandboxes are on.
+    pub fn on(&self) -> bool {
+        self.bounds.per_session > 0
+    }
+
+    /// How many wait now.
+    pub fn waiting(&self) -> usize {
+        self.lock().sessions.values().map(Vec::len).sum()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs a job: a session's through [`Runner::run_session`] with this
+    /// pool (then refilled), any other as [`Runner::run`].
+    pub fn run(self: &Arc<Self>, job: &Job, opts: RunOptions<'_>) -> ExecResult {
+        let session = match (&job.session, self.on()) {
+            (Some(s), true) => s.clone(),
+            _ => return self.runner.run(job, opts),
+        };
+        let mut take = |key: &Key| self.take(&session, key);
+        let (result, used) = self.runner.run_session(job, opts, &mut take);
+        match used {
+            Use::Prepared => self.metrics.prepared_use(true),
+            Use::Built => self.metrics.prepared_use(false),
+            Use::Died => {
+                self.metrics.prepared_use(false);
+                self.metrics.prepared_discarded("died", 1);
+            }
+            Use::Ineligible => {}
+        }
+        if used != Use::Ineligible && result.status != crate::exec::result::Status::Rejected {
+            self.refill(&session, job);
+        }
+        self.metrics.prepared_waiting(self.waiting());
+        result
+    }
+
+    /// Takes a sandbox of `session` prepared with `key`; those prepared
+    /// with another are discarded.
+    fn take(&self, session: &str, key: &Key) -> Option<Warm> {
+        let (found, stale) = {
+            let mut st = self.lock();
+            let list = st.sessions.get_mut(session)?;
+            let (same, stale): (Vec<Warm>, Vec<Warm>) = std::mem::take(list)
+                .into_iter()
+                .partition(|w| w.key() == key);
+            let mut same = same.into_iter();
+            let found = same.next();
+            *list = same.collect();
+            (found, stale)
+        };
+        self.discard(stale, "changed");
+        found
+    }
+
+    /// Discards the sandboxes of a session (deleted, or ended).
+    pub fn end_session(&self, session: &str) {
+        let gone = self.lock().sessions.remove(session).unwrap_or_default();
+        self.discard(gone, "session_ended");
+        self.metrics.prepared_waiting(self.waiting());
+    }
+
+    /// Discards every sandbox and prepares no more.
+    pub fn shutdown(&self) {
+        let gone: Vec<Warm> = {
+            let mut st = self.lock();
+            st.closed = true;
+            st.sessions.drain().flat_map(|(_, v)| v).collect()
+        };
+        self.discard(gone, "shutdown");
+    }
+
+    fn discard(&self, warms: Vec<Warm>, reason: &'static str) {
+        if warms.is_empty() {
+            return;
+        }
+        // Out of the pool already: the gauge first, then the count.
+        self.metrics.prepared_waiting(self.waiting());
+        self.metrics.prepared_discarded(reason, warms.len() as u64);
+        for w in warms {
+            tracing::debug!(key = w.key().as_str(), reason, "prepared sandbox discarded");
+            self.runner.discard(w);
+        }
+    }
+
+    /// Prepares sandboxes for `session` up to the bounds, from `job`, on
+    /// the refill thread.
+    fn refill(&self, session: &str, job: &Job) {
+        {
+            let mut st = self.lock();
+            if st.closed || !st.refilling.insert(session.to_owned()) {
+                return;
+            }
+        }
+        let queued = self
+            .refills
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|tx| tx.send((session.to_owned(), job.clone())).is_ok());
+        if !queued {
+            self.lock().refilling.remove(session);
+        }
+    }
+
+    fn fill(&self, session: &str, job: &Job) {
+        loop {
+            {
+                let mut st = self.lock();
+                let have = st.sessions.get(session).map_or(0, Vec::len);
+                if st.closed || have >= self.bounds.per_session || st.total() >= self.bounds.total {
+                    return;
+                }
+                st.making += 1;
+            }
+            let made = self.runner.prepare_sandbox(job);
+            let mut st = self.lock();
+            st.making -= 1;
+            match made {
+                Ok(Some(warm)) if !st.closed => {
+                    st.sessions
+                        .entry(session.to_owned())
+                        .or_default()
+                        .push(warm);
+                }
+                Ok(Some(warm)) => {
+                    drop(st);
+                    self.discard(vec![warm], "shutdown");
+                    return;
+                }
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::debug!("no prepared sandbox for session {session}: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Discards the sandboxes unused for longer than the idle bound.
+    fn expire(&self, now: Instant) {
+        let old: Vec<Warm> = {
+            let mut st = self.lock();
+            let mut old = Vec::new();
+            for list in st.sessions.values_mut() {
+                let (keep, gone): (Vec<Warm>, Vec<Warm>) = std::mem::take(list)
+                    .into_iter()
+                    .partition(|w| now.duration_since(w.made()) < self.bounds.idle);
+                *list = keep;
+                old.extend(gone);
+            }
+            st.sessions.retain(|_, v| !v.is_empty());
+            old
+        };
+        if !old.is_empty() {
+            self.discard(old, "idle");
+            self.metrics.prepared_waiting(self.waiting());
+        }
+    }
+}
+
+/// The expiry thread: ends with the pool.
+fn expiry(pool: Weak<Pool>, every: Duration) {
+    loop {
+        std::thread::sleep(every);
+        match pool.upgrade() {
+            Some(p) if !p.lock().closed => p.expire(Instant::now()),
+            _ => return,
+        }
+    }
+}

@@ -1,0 +1,408 @@
+//! Prepared sandboxes (docs/prepared.md): a bubblewrap sandbox started
+//! ahead of the request that will use it, with every mount made, the
+//! seccomp programs loaded and its cgroup joined, whose exec shim waits
+//! on the hand-over pipe ([`crate::sandbox::handover`]) for the command.
+//!
+//! A sandbox is prepared from a job with its command taken out (the
+//! *canonical* job: argv `true`, no environment of its own, the
+//! workspace as cwd, no stdin, files or outputs); its [`Key`] is a digest
+//! of everything the launch of that canonical job would be given: the
+//! bwrap argv (every mount, the folders by path: the published root of
+//! its generation, the `/etc` view of its stamp, the workspace, the
+//! environment's tree), the seccomp programs and account files, and the
+//! limits but the timeout and output cap. A request takes a prepared
+//! sandbox only when its own canonical job has the same key, so it gets
+//! exactly the sandbox it would have been built; only its command (argv,
+//! environment, cwd: what the plan would have passed as `--setenv`,
+//! `--chdir` and after `--`) and its stdin are handed over, and its
+//! clock starts then ([`crate::supervise::Started::hand_over`]).
+//!
+//! A prepared sandbox runs one command and is never used again; the
+//! caller (the daemon's pool) bounds how many wait, for how long, and
+//! discards them ([`Runner::discard`]): killing bubblewrap kills its pid
+//! namespace, and the cgroup goes back to the pool as after any run.
+
+use std::fs::File;
+use std::io::Write;
+use std::time::Instant;
+
+use crate::exec::error::ExecError;
+use crate::exec::job::Job;
+use crate::exec::launch::{self, Prepared};
+use crate::exec::limits::limits_plan;
+use crate::exec::result::ExecResult;
+use crate::exec::runner::{Ran, RunOptions, Runner, SANDBOX};
+use crate::exec::{plan, watch};
+use crate::sandbox::fds::FD_SHIM;
+use crate::sandbox::handover::{Command, FD_HANDOVER};
+use crate::sandbox::paths::{self, Spelling, WORKSPACE_DIR};
+use crate::sandbox::shim::{self, ShimKind, HANDOVER_OPT};
+use crate::supervise::cgroup::Cgroup;
+use crate::supervise::{self, OutputPolicy, Started};
+
+/// What a prepared sandbox was prepared from (a digest): a request whose
+/// canonical job has the same key gets exactly that sandbox.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key(String);
+
+impl Key {
+    /// The digest, for logs.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A sandbox prepared ahead, waiting for its command.
+#[derive(Debug)]
+pub struct Warm {
+    key: Key,
+    // Dropped first: killing bubblewrap before its cgroup goes.
+    started: Started,
+    handover: File,
+    cgroup: Option<Cgroup>,
+    cg_note: Option<String>,
+    /// Its lease of the published root, its `/etc` view, its folders.
+    prepared: Prepared,
+    made: Instant,
+}
+
+impl Warm {
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// When it was prepared (idle expiry counts from here).
+    pub fn made(&self) -> Instant {
+        self.made
+    }
+
+    /// bubblewrap's pid on the host.
+    pub fn pid(&self) -> libc::pid_t {
+        self.started.pid()
+    }
+
+    /// Whether its bubblewrap still waits (it did not die meanwhile).
+    pub fn alive(&self) -> bool {
+        self.started.alive()
+    }
+}
+
+/// How a session's execution got its sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Use {
+    /// A prepared one was handed the command.
+    Prepared,
+    /// None was ready with its key: built for it.
+    Built,
+    /// The job cannot run in a prepared sandbox (a network allowlist).
+    Ineligible,
+    /// A prepared one had died while it waited: built for it.
+    Died,
+}
+
+/// The job with its command taken out: what a sandbox is prepared from.
+pub fn canonical(job: &Job) -> Job {
+    let mut c = job.clone();
+    c.argv = vec!["true".into()];
+    c.env = Vec::new();
+    c.cwd = String::new();
+    c.stdin = None;
+    c.files = Vec::new();
+    c.outputs = Vec::new();
+    c
+}
+
+/// Whether a job may run in a prepared sandbox: a network allowlist
+/// needs an execution folder and a proxy of its own.
+pub fn eligible(job: &Job) -> bool {
+    job.network.allowlist().is_none()
+}
+
+/// The command a plan of `job` in these folders would run, as handed
+/// over: its cwd below the workspace, its whole environment, its argv.
+pub fn command(job: &Job, p: &Prepared) -> Result<Command, ExecError> {
+    let cwd = if job.cwd.is_empty() {
+        WORKSPACE_DIR.to_owned()
+    } else {
+        format!("{WORKSPACE_DIR}/{}", job.cwd)
+    };
+    Ok(Command {
+        cwd,
+        env: plan::command_env(job, &launch::folders(p)),
+        argv: paths::rewrite_argv(&job.argv, Spelling::Sandbox)?,
+    })
+}
+
+impl Runner {
+    /// The key of the sandbox `job` (canonical) would get in `p`.
+    fn key(&self, canon: &Job, p: &Prepared) -> Result<Key, ExecError> {
+        let bwrap = p.bwrap.as_ref().ok_or(ExecError::FindBwrap)?;
+        let folders = launch::folders(p);
+        let plan = plan::bwrap(
+            canon,
+            plan::Sandbox {
+                program: &bwrap.path,
+                features: bwrap.features,
+                mounts: &p.mounts,
+                folders: &folders,
+                identity: &p.identity,
+                nproc: None,
+            },
+        )?;
+        let mut limits = canon.limits;
+        limits.timeout_ms = 0;
+        limits.output_bytes = 0;
+        // Every byte, each field length-prefixed: no two plans hash alike
+        // by a shifted boundary.
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        let mut field = |bytes: &[u8]| {
+            h.update((bytes.len() as u64).to_le_bytes());
+            h.update(bytes);
+        };
+        field(plan.program.as_os_str().as_encoded_bytes());
+        for a in &plan.args {
+            field(a.as_encoded_bytes());
+        }
+        for (fd, content) in &plan.files {
+            field(&fd.to_le_bytes());
+            match content {
+                plan::Content::Bytes(b) => field(b),
+                plan::Content::Shim(kind) => field(format!("{kind:?}").as_bytes()),
+            }
+        }
+        for (fd, path) in &plan.folders {
+            field(&fd.to_le_bytes());
+            field(path.as_os_str().as_encoded_bytes());
+        }
+        field(format!("{limits:?}\n{:?}", p.identity).as_bytes());
+        let key = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Key(key))
+    }
+
+    /// Prepares a sandbox for the next command of jobs like `job`, or
+    /// `None` for a job that cannot use one ([`eligible`]). Everything
+    /// but the command is done now; the shim then waits on its pipe.
+    pub fn prepare_sandbox(&self, job: &Job) -> Result<Option<Warm>, ExecError> {
+        if !eligible(job) {
+            return Ok(None);
+        }
+        let canon = canonical(job);
+        let p = self.prepare(&canon)?;
+        let key = self.key(&canon, &p)?;
+        let l = canon.limits;
+        let (cgroup, cg_note) = self.cgroup(&p, &l)?;
+        let started = self.start_waiting(&canon, &p, cgroup.as_ref(), cg_note.clone());
+        match started {
+            Ok((started, handover)) => Ok(Some(Warm {
+                key,
+                started,
+                handover,
+                cgroup,
+                cg_note,
+                prepared: p,
+                made: Instant::now(),
+            })),
+            Err(e) => {
+                self.give_cgroup(cgroup);
+                Err(e)
+            }
+        }
+    }
+
+    /// Spawns bubblewrap with the canonical job's plan, its shim told to
+    /// wait for the hand-over: the runner's own binary (the small shim
+    /// takes its command from its argv only).
+    fn start_waiting(
+        &self,
+        canon: &Job,
+        p: &Prepared,
+        cgroup: Option<&Cgroup>,
+        cg_note: Option<String>,
+    ) -> Result<(Started, File), ExecError> {
+        let procs = cgroup.map(Cgroup::procs_files).transpose();
+        let procs = procs
+            .map_err(|source| ExecError::OpenCgroup { source })?
+            .unwrap_or_default();
+        let disk = watch::disk_of(p);
+        let strict = self.config.strict_limits;
+        let (rlimits, _) = limits_plan(&canon.limits, cgroup, cg_note, &p.identity, disk, strict)
+            .map_err(ExecError::Limits)?;
+        let mut launcher = launch::launcher(canon, p, rlimits.nproc)?;
+        // `… -- SHIM MODE [--nproc N] -- true` becomes `… MODE [--nproc N] --handover --`.
+        let args = &mut launcher.plan.args;
+        let n = args.len();
+        if n < 2 || args[n - 1] != "true" || args[n - 2] != "--" {
+            return Err(ExecError::PrepareDescriptors {
+                source: std::io::Error::other("the plan does not end with its command"),
+            });
+        }
+        args.pop();
+        args.insert(n - 2, HANDOVER_OPT.into());
+        let io = |source| ExecError::PrepareDescriptors { source };
+        for (fd, number) in launcher.fds.iter_mut() {
+            if *number == FD_SHIM {
+                *fd = shim::executable(ShimKind::Runner).map_err(io)?;
+            }
+        }
+        let (read, write) = crate::supervise::sys::pipe_cloexec().map_err(io)?;
+        launcher.fds.push((read, FD_HANDOVER));
+        let mut spawn = launch::spawn(canon, p, launcher, rlimits.runner, procs);
+        // Always a pipe: the command's stdin is known only at hand-over.
+        spawn.stdin = Some(Vec::new());
+        let program = spawn.program.clone();
+        let started =
+            supervise::start(spawn).map_err(|source| ExecError::Start { program, source })?;
+        Ok((started, File::from(write)))
+    }
+
+    /// Discards a prepared sandbox that will not be used: bubblewrap is
+    /// killed (and with it its pid namespace) and reaped, its cgroup goes
+    /// back to the pool.
+    pub fn discard(&self, warm: Warm) {
+        let Warm {
+            started, cgroup, ..
+        } = warm;
+        drop(started);
+        self.give_cgroup(cgroup);
+    }
+
+    /// Runs a session's job: in a prepared sandbox with its key when
+    /// `take` has one, else in one built for it as [`Runner::run`] does.
+    pub fn run_session(
+        &self,
+        job: &Job,
+        opts: RunOptions<'_>,
+        take: &mut dyn FnMut(&Key) -> Option<Warm>,
+    ) -> (ExecResult, Use) {
+        let span = tracing::info_span!("execution", id = %job.execution_id);
+        let _guard = span.enter();
+        let mut used = Use::Ineligible;
+        let run = self.prepare(job).and_then(|p| {
+            if !eligible(job) {
+                return self.launch(job, p, opts);
+            }
+            let key = self.key(&canonical(job), &p)?;
+            match take(&key) {
+                Some(warm) if warm.alive() => {
+                    used = Use::Prepared;
+                    self.hand_over(job, p, warm, opts)
+                }
+                Some(dead) => {
+                    tracing::warn!("a prepared sandbox had died while it waited; building one");
+                    self.discard(dead);
+                    used = Use::Died;
+                    self.launch(job, p, opts)
+                }
+                None => {
+                    used = Use::Built;
+                    self.launch(job, p, opts)
+                }
+            }
+        });
+        let mut result = match run {
+            Ok(result) => result,
+            Err(e) => {
+                let error = e.info();
+                tracing::info!(kind = %error.kind, "rejected: {}", error.message.escape_debug());
+                ExecResult::rejected(&job.execution_id, SANDBOX, error)
+            }
+        };
+        result.prepared_sandbox = used == Use::Prepared && result.identity.is_some();
+        self.seal(&mut result, Some(job));
+        (result, used)
+    }
+
+    /// Runs `job` as a session's command would with a sandbox prepared
+    /// for it: prepares one from the job, then hands the command over
+    /// (`run` with `SKILL_RUNNER_RUN_PREPARED=1`: how the escape suite
+    /// runs every attempt in a prepared sandbox too). A job that cannot
+    /// use one runs as [`Runner::run`]; the result's `prepared_sandbox`
+    /// says which it was.
+    pub fn run_in_prepared(&self, job: &Job, opts: RunOptions<'_>) -> ExecResult {
+        let mut slot = match self.prepare_sandbox(job) {
+            Ok(Some(warm)) => Some(warm),
+            Ok(None) | Err(_) => return self.run(job, opts),
+        };
+        let (result, _) = self.run_session(job, opts, &mut |key| slot.take_if(|w| w.key() == key));
+        if let Some(unused) = slot {
+            self.discard(unused);
+        }
+        result
+    }
+
+    /// Hands `job`'s command to a prepared sandbox and supervises it.
+    fn hand_over(
+        &self,
+        job: &Job,
+        p: Prepared,
+        warm: Warm,
+        opts: RunOptions<'_>,
+    ) -> Result<ExecResult, ExecError> {
+        let Warm {
+            mut started,
+            mut handover,
+            cgroup,
+            cg_note,
+            prepared,
+            ..
+        } = warm;
+        let message = command(job, &p)?.encode();
+        let l = job.limits;
+        let disk = watch::disk_of(&p);
+        let limits = limits_plan(
+            &l,
+            cgroup.as_ref(),
+            cg_note,
+            &p.identity,
+            disk,
+            self.config.strict_limits,
+        );
+        let (message, applied) = match (message, limits) {
+            (Ok(m), Ok((_, applied))) => (m, applied),
+            (m, l) => {
+                drop(started);
+                self.give_cgroup(cgroup);
+                l.map_err(ExecError::Limits)?;
+                let source =
+                    std::io::Error::other(m.err().map(|e| e.to_string()).unwrap_or_default());
+                return Err(ExecError::PrepareDescriptors { source });
+            }
+        };
+        let (cancel, disk_watch) = watch::disk(opts.cancel.as_ref(), disk, &p, job)?;
+        let program = p.bwrap.as_ref().map(|b| b.path.clone()).unwrap_or_default();
+        crate::supervise::Sink::launching(opts.sink, 0, p.staging);
+        started.hand_over(job.stdin.clone());
+        // A pipe holds 64 KiB: a longer command is written beside the
+        // watch, which ends the writer by ending the sandbox (EPIPE).
+        let writer = if message.len() <= 64 * 1024 {
+            let _ = handover.write_all(&message);
+            drop(handover);
+            None
+        } else {
+            Some(std::thread::spawn(move || {
+                let _ = handover.write_all(&message);
+            }))
+        };
+        let output = OutputPolicy {
+            cap: l.output_bytes,
+            capture: opts.output == crate::exec::runner::OutputMode::Capture,
+        };
+        let timeout = std::time::Duration::from_millis(l.timeout_ms);
+        let outcome = started.watch(timeout, output, opts.sink, cancel.as_deref());
+        if let Some(w) = writer {
+            let _ = w.join();
+        }
+        let ran = Ran {
+            outcome,
+            program,
+            disk_watch,
+            cgroup,
+            applied,
+            proxy: None,
+        };
+        let result = self.conclude(job, p, ran);
+        drop(prepared);
+        result
+    }
+}

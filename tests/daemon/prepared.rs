@@ -1,0 +1,371 @@
+//! Prepared sandboxes (docs/prepared.md), through a real daemon with
+//! `--prepared-sandboxes`: a session's command is handed to a sandbox set
+//! up ahead (the result says so and `/metrics` counts the hit), nothing of
+//! one command reaches the next, a running command cannot reach or signal
+//! the sandbox waiting for the next, the clock starts at the hand-over,
+//! and sandboxes are discarded when idle, when their session is deleted
+//! and when what they were prepared from changes.
+
+use serde_json::{json, Value};
+use skill_runner_tests::daemon::*;
+use skill_runner_tests::*;
+
+use super::bundle_of;
+
+/// A daemon with prepared sandboxes on (`extra` added to its options), a
+/// published skill and a managed session of it: the session id.
+pub fn prepared_session(w: &World, extra: &[&str]) -> (Daemon, String) {
+    let mut args = extra.to_vec();
+    if !args.contains(&"--prepared-sandboxes") {
+        args.extend(["--prepared-sandboxes", "1"]);
+    }
+    let d = Daemon::start(w, &args);
+    let dir = w.skill("probe", &[("scripts/hello.sh", b"echo hello\n")]);
+    let (bundle, binding) = bundle_of("probe", &dir);
+    let r = d.post("/v1/skill-packages", &bundle);
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    let r = d.post(
+        "/v1/sessions",
+        &json!({"skills": [binding], "tools": ["bash"], "workspace": "managed"}),
+    );
+    let doc = r.json();
+    assert_eq!(r.status, 200, "{doc:#}");
+    (d, doc["id"].as_str().unwrap().to_owned())
+}
+
+/// Runs a command of the session; the result.
+pub fn exec(d: &Daemon, id: &str, argv: &[&str], extra: Value) -> Value {
+    let mut job = json!({"session": id, "argv": argv});
+    if let (Some(j), Some(e)) = (job.as_object_mut(), extra.as_object()) {
+        j.extend(e.clone());
+    }
+    let r = d.post("/v1/executions", &job);
+    let res = r.json();
+    assert_eq!(r.status, 200, "{res:#}");
+    res
+}
+
+/// The value of a `/metrics` sample (its name with labels, as rendered).
+pub fn sample(d: &Daemon, name: &str) -> f64 {
+    let text = String::from_utf8_lossy(&d.get("/metrics").body).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+}
+
+/// Waits until the session has a prepared sandbox waiting.
+pub fn ready(d: &Daemon) {
+    wait_until("a prepared sandbox", || {
+        sample(d, "skill_runner_prepared_sandboxes") >= 1.0
+    });
+}
+
+/// Runs a command after its sandbox was prepared; asserts it was handed
+/// to a prepared one.
+pub fn exec_prepared(d: &Daemon, id: &str, argv: &[&str], extra: Value) -> Value {
+    ready(d);
+    let hits = sample(
+        d,
+        "skill_runner_prepared_sandbox_uses_total{outcome=\"hit\"}",
+    );
+    let res = exec(d, id, argv, extra);
+    assert_eq!(res["prepared_sandbox"], true, "{res:#}\n{}", d.log());
+    let after = sample(
+        d,
+        "skill_runner_prepared_sandbox_uses_total{outcome=\"hit\"}",
+    );
+    assert_eq!(after, hits + 1.0);
+    res
+}
+
+fn skip_without_sandbox() -> bool {
+    !require_sandbox()
+}
+
+#[test]
+fn a_sessions_next_command_runs_in_a_prepared_sandbox() {
+    if skip_without_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let (d, id) = prepared_session(&w, &[]);
+    // The first call builds its own sandbox: nothing was prepared yet.
+    let first = exec(&d, &id, &["sh", "-c", "echo first"], json!({}));
+    assert_eq!(first["status"], "exited", "{first:#}");
+    assert!(first.get("prepared_sandbox").is_none(), "{first:#}");
+    // The next one gets the sandbox prepared after it: its argv, env,
+    // cwd and stdin are the request's.
+    std::fs::create_dir_all(w.data_dir().join("workspaces").join(&id).join("sub")).ok();
+    let res = exec_prepared(
+        &d,
+        &id,
+        &[
+            "sh",
+            "-c",
+            "pwd; echo $GREETING; cat; id -u; ls /skills; exit 3",
+        ],
+        json!({"env": {"GREETING": "hi there"}, "stdin": "from stdin\n"}),
+    );
+    assert_eq!(res["status"], "exited", "{res:#}");
+    assert_eq!(res["exit_code"], 3, "{res:#}");
+    let out = res["stdout"].as_str().unwrap();
+    assert!(
+        out.starts_with("/workspace\nhi there\nfrom stdin\n"),
+        "{out}"
+    );
+    assert!(out.contains("probe"), "{out}");
+    // A missing command is 127, as in a sandbox built for it.
+    let res = exec_prepared(&d, &id, &["no-such-command-anywhere"], json!({}));
+    assert_eq!(res["exit_code"], 127, "{res:#}");
+    // Without stdin, the command reads an end of file at once.
+    let res = exec_prepared(&d, &id, &["cat"], json!({}));
+    assert_eq!(res["status"], "exited", "{res:#}");
+    assert_eq!(res["stdout"], "", "{res:#}");
+}
+
+#[test]
+fn the_timeout_starts_at_the_hand_over() {
+    if skip_without_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let (d, id) = prepared_session(&w, &[]);
+    exec(&d, &id, &["true"], json!({}));
+    ready(&d);
+    // Prepared well before: the time it waited is not the command's.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let res = exec_prepared(
+        &d,
+        &id,
+        &["sh", "-c", "echo started; sleep 0.2; echo done"],
+        json!({"limits": {"timeout_ms": 1500}}),
+    );
+    assert_eq!(res["status"], "exited", "{res:#}");
+    assert_eq!(res["stdout"], "started\ndone\n", "{res:#}");
+    let res = exec_prepared(
+        &d,
+        &id,
+        &["sh", "-c", "echo started; sleep 5"],
+        json!({"limits": {"timeout_ms": 1000}}),
+    );
+    assert_eq!(res["status"], "timed_out", "{res:#}");
+    assert_eq!(res["stdout"], "started\n", "{res:#}");
+}
+
+#[test]
+fn nothing_of_one_command_is_seen_by_the_next() {
+    if skip_without_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let (d, id) = prepared_session(&w, &[]);
+    exec(&d, &id, &["true"], json!({}));
+    let marker = marker(7);
+    let leave = format!(
+        "echo x > /tmp/left; echo x > /dev/shm/left; \
+         (sleep {marker} &) ; (setsid sleep {marker} &); echo left"
+    );
+    let res = exec_prepared(&d, &id, &["sh", "-c", &leave], json!({}));
+    assert_eq!(res["stdout"], "left\n", "{res:#}");
+    // The host has none of them either: the sandbox went with its command.
+    wait_until("the left processes gone", || {
+        processes_with(&marker).is_empty()
+    });
+    let look = "ls -A /tmp /dev/shm; ps -eo pid=,args= 2>/dev/null || ls /proc | grep -c '^[0-9]'";
+    let res = exec_prepared(&d, &id, &["sh", "-c", look], json!({}));
+    let out = res["stdout"].as_str().unwrap();
+    assert!(!out.contains("left"), "{out}");
+    assert!(!out.contains(&marker), "{out}");
+}
+
+#[test]
+fn a_running_command_cannot_reach_the_sandbox_prepared_for_the_next() {
+    if skip_without_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let (d, id) = prepared_session(&w, &["--prepared-sandboxes", "2"]);
+    exec(&d, &id, &["true"], json!({}));
+    wait_until("two prepared sandboxes", || {
+        sample(&d, "skill_runner_prepared_sandboxes") >= 2.0
+    });
+    // Every signal to every process it can name, every /proc entry, and
+    // ptrace of every pid below 400000: none reaches the other sandbox.
+    let attack = r#"
+        kill -9 -1 2>/dev/null
+        for p in /proc/[0-9]*; do n=${p#/proc/}; [ "$n" = "$$" ] && continue; kill -9 "$n" 2>/dev/null; done
+        seen=$(ls -d /proc/[0-9]* | wc -l)
+        echo "seen $seen"
+        x=handove; n=0
+        for p in /proc/[0-9]*; do
+            [ "$p" = /proc/1 ] && continue  # this sandbox's own bubblewrap
+            c=$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)
+            case "$c" in *"--${x}r"*) n=$((n+1));; esac
+        done
+        echo "shims $n"
+        cat /proc/1/cmdline | tr '\0' ' '; echo
+    "#;
+    let res = exec_prepared(&d, &id, &["sh", "-c", attack], json!({}));
+    let out = res["stdout"].as_str().unwrap();
+    assert!(
+        out.contains("shims 0"),
+        "another sandbox's shim is visible: {out}"
+    );
+    // The other prepared sandbox survived and runs the next command.
+    let res = exec_prepared(&d, &id, &["sh", "-c", "echo alive"], json!({}));
+    assert_eq!(res["stdout"], "alive\n", "{res:#}");
+    assert_eq!(
+        sample(
+            &d,
+            "skill_runner_prepared_sandboxes_discarded_total{reason=\"died\"}"
+        ),
+        0.0
+    );
+}
+
+#[test]
+fn idle_prepared_sandboxes_are_discarded() {
+    if skip_without_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let (d, id) = prepared_session(&w, &["--prepared-idle", "1s"]);
+    exec(&d, &id, &["true"], json!({}));
+    ready(&d);
+    let daemon = d.pid();
+    assert!(children_named(daemon, "bwrap") >= 1, "its bubblewrap");
+    wait_until("an idle discard", || {
+        sample(
+            &d,
+            "skill_runner_prepared_sandboxes_discarded_total{reason=\"idle\"}",
+        ) >= 1.0
+    });
+    assert_eq!(sample(&d, "skill_runner_prepared_sandboxes"), 0.0);
+    // Its bubblewrap is gone from the host.
+    wait_until("no bwrap below the daemon", || {
+        children_named(daemon, "bwrap") == 0
+    });
+    // The next call is a miss, and builds its own.
+    let res = exec(&d, &id, &["echo", "built"], json!({}));
+    assert_eq!(res["stdout"], "built\n");
+    assert!(res.get("prepared_sandbox").is_none(), "{res:#}");
+}
+
+#[test]
+fn deleting_the_session_discards_its_prepared_sandboxes() {
+    if skip_without_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let (d, id) = prepared_session(&w, &[]);
+    exec(&d, &id, &["true"], json!({}));
+    ready(&d);
+    let daemon = d.pid();
+    assert!(children_named(daemon, "bwrap") >= 1, "its bubblewrap");
+    let r = d.delete(&format!("/v1/sessions/{id}"));
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    assert_eq!(
+        sample(
+            &d,
+            "skill_runner_prepared_sandboxes_discarded_total{reason=\"session_ended\"}"
+        ),
+        1.0
+    );
+    assert_eq!(sample(&d, "skill_runner_prepared_sandboxes"), 0.0);
+    wait_until("no bwrap below the daemon", || {
+        children_named(daemon, "bwrap") == 0
+    });
+}
+
+#[test]
+fn a_cancelled_command_in_a_prepared_sandbox_leaves_nothing() {
+    if skip_without_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let (d, id) = prepared_session(&w, &[]);
+    exec(&d, &id, &["true"], json!({}));
+    ready(&d);
+    let marker = marker(9);
+    let script = format!("(setsid sleep {marker} &); exec sleep {marker}");
+    let job = json!({"session": id, "argv": ["sh", "-c", script], "execution_id": "cancel-me"});
+    let d = std::sync::Arc::new(d);
+    let handle = {
+        let d = d.clone();
+        std::thread::spawn(move || d.post("/v1/executions", &job).json())
+    };
+    wait_until("the command running", || {
+        !processes_with(&marker).is_empty()
+    });
+    let r = d.delete("/v1/executions/cancel-me");
+    assert!(r.status == 200 || r.status == 202, "{}", r.status);
+    let res = handle.join().unwrap();
+    assert_eq!(res["status"], "cancelled", "{res:#}");
+    assert_eq!(res["prepared_sandbox"], true, "{res:#}");
+    wait_until("nothing of it left", || processes_with(&marker).is_empty());
+}
+
+/// Processes named `name` among the descendants of `pid` (children of
+/// any of its threads: the daemon's refill thread spawns the sandboxes).
+fn children_named(pid: u32, name: &str) -> usize {
+    let mut count = 0;
+    let mut stack = vec![pid];
+    while let Some(p) = stack.pop() {
+        let mut kids = String::new();
+        let tasks = std::fs::read_dir(format!("/proc/{p}/task"))
+            .into_iter()
+            .flatten();
+        for t in tasks.flatten() {
+            kids += &std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            kids.push(' ');
+        }
+        for k in kids
+            .split_whitespace()
+            .filter_map(|k| k.parse::<u32>().ok())
+        {
+            let comm = std::fs::read_to_string(format!("/proc/{k}/comm")).unwrap_or_default();
+            if comm.trim() == name {
+                count += 1;
+            }
+            stack.push(k);
+        }
+    }
+    count
+}
+
+#[test]
+fn a_sandbox_prepared_from_anything_else_is_discarded_and_never_used() {
+    if skip_without_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let (d, id) = prepared_session(&w, &[]);
+    exec(&d, &id, &["true"], json!({}));
+    ready(&d);
+    // Other limits make another sandbox (another cgroup limit, tmpfs
+    // size): the one prepared is discarded, the command gets its own.
+    let other = json!({"limits": {"tmp_bytes": 1 << 20}});
+    let res = exec(
+        &d,
+        &id,
+        &["sh", "-c", "df -k /tmp | tail -1"],
+        other.clone(),
+    );
+    assert!(res.get("prepared_sandbox").is_none(), "{res:#}");
+    assert_eq!(
+        sample(
+            &d,
+            "skill_runner_prepared_sandboxes_discarded_total{reason=\"changed\"}"
+        ),
+        1.0
+    );
+    // The one prepared after it has the new limits, and holds them.
+    let res = exec_prepared(
+        &d,
+        &id,
+        &["sh", "-c", "head -c 2000000 /dev/zero > /tmp/f"],
+        other,
+    );
+    assert_eq!(res["status"], "exited", "{res:#}");
+    assert_ne!(res["exit_code"], 0, "a 1 MiB /tmp took 2 MB: {res:#}");
+}
