@@ -86,6 +86,7 @@ pub fn router(app: App) -> Router {
         )
         .route("/v1/executions/{id}/events", get(execution_events))
         .merge(super::sessions::routes())
+        .merge(super::mcp::routes(&app))
         .merge(super::session_files::routes())
         .merge(super::environments::routes())
         .merge(super::outputs::routes())
@@ -399,7 +400,7 @@ fn accepted(id: &str, running: bool) -> Response {
     resp
 }
 
-async fn post_execution(
+pub(super) async fn post_execution(
     State(app): State<App>,
     q: Result<Query<BTreeMap<String, String>>, QueryRejection>,
     headers: HeaderMap,

@@ -10,4 +10,5 @@
 //!   read is published exactly as read.
 
 pub mod catalog;
+pub mod mcp;
 pub mod session;

@@ -196,6 +196,16 @@ impl SessionHost {
         Ok((s, pkg))
     }
 
+    /// Every frozen skill of session `id` with its stored package: what
+    /// an MCP client lists and reads (`skillhost::mcp`).
+    pub fn frozen(&self, id: &str) -> Result<Vec<(SessionSkill, StoredPackage)>, SessionError> {
+        let rec = self.sessions.read(id)?;
+        rec.skills
+            .iter()
+            .map(|s| Ok((s.clone(), self.store.resolve(&s.binding)?)))
+            .collect()
+    }
+
     /// Appends the event of an activation that returned content.
     fn record(
         &self,
