@@ -20,10 +20,10 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{Query, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::any;
-use axum::Router;
+use axum::routing::get;
+use axum::{Json, Router};
 use http_body_util::BodyExt;
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
@@ -35,6 +35,7 @@ use tower_service::Service;
 
 use super::app::{ApiError, App, UrlPath};
 use super::registry::Lookup;
+use crate::error::ErrorKind;
 use crate::skillhost::mcp::{Execute, Execution, McpServer, ProgressFn, RunProgress, SessionOf};
 
 /// The session of a request: the `{id}` of its path, checked by
@@ -228,11 +229,12 @@ pub fn routes(app: &App) -> Router<App> {
         Arc::new(LocalSessionManager::default()),
         config,
     );
+    let to = move |state: State<App>, path: UrlPath<String>, req: Request| {
+        handle(state, path, req, service.clone())
+    };
     Router::new().route(
         "/v1/sessions/{id}/mcp",
-        any(move |state: State<App>, path: UrlPath<String>, req: Request| {
-            handle(state, path, req, service.clone())
-        }),
+        get(to.clone()).post(to.clone()).delete(to),
     )
 }
 
@@ -256,5 +258,43 @@ async fn handle(
         .call(req)
         .await
         .map_err(|e| ApiError::Internal(format!("the MCP transport failed: {e}")))?;
-    Ok(resp.map(Body::new))
+    let status = resp.status();
+    if !status.is_client_error() && !status.is_server_error() {
+        return Ok(resp.map(Body::new));
+    }
+    Ok(transport_error(status, resp.map(Body::new)).await)
+}
+
+/// A refusal of the transport (a missing `Accept`, an unknown
+/// `Mcp-Session-Id`, a body that is no JSON-RPC message) as the daemon's
+/// error document, with its status.
+async fn transport_error(status: StatusCode, resp: Response) -> Response {
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let text = crate::text::single_line(&String::from_utf8_lossy(&bytes));
+    let kind = match status {
+        StatusCode::NOT_FOUND => ErrorKind::NotFound,
+        StatusCode::PAYLOAD_TOO_LARGE => ErrorKind::BodyTooLarge,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => ErrorKind::UnsupportedMediaType,
+        s if s.is_server_error() => ErrorKind::Internal,
+        _ => ErrorKind::BadRequest,
+    };
+    let status = if status.is_server_error() {
+        tracing::warn!(%status, %text, "the MCP transport failed");
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        status
+    };
+    let message = format!(
+        "the MCP transport refused the request: {text}; speak MCP's Streamable HTTP transport (docs/mcp.md)"
+    );
+    (
+        status,
+        Json(serde_json::json!({"error": {"kind": kind.as_str(), "message": message}})),
+    )
+        .into_response()
 }
