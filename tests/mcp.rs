@@ -75,8 +75,9 @@ impl Server {
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let v: Value = serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("the server wrote a line that is not JSON ({e}): {line}"));
+                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
+                    panic!("the server wrote a line that is not JSON ({e}): {line}")
+                });
                 if tx.send(v).is_err() {
                     return;
                 }
@@ -176,7 +177,13 @@ fn stdio_serves_the_session_tools_run_and_the_skills_extension() {
         .collect();
     assert_eq!(
         names,
-        ["find_skills", "load_skill", "load_skill_section", "read_skill_resource", "run"]
+        [
+            "find_skills",
+            "load_skill",
+            "load_skill_section",
+            "read_skill_resource",
+            "run"
+        ]
     );
 
     // find_skills answers what the command line's tool route answers.
@@ -194,7 +201,10 @@ fn stdio_serves_the_session_tools_run_and_the_skills_extension() {
         json!({"name": "run", "arguments": {"argv": ["sh", "/skills/tooly/scripts/run.sh", "hi"]}}),
     );
     assert_eq!(ran["isError"], false, "{ran:#}");
-    assert_eq!(ran["structuredContent"]["stdout"], "from-tooly hi\n", "{ran:#}");
+    assert_eq!(
+        ran["structuredContent"]["stdout"], "from-tooly hi\n",
+        "{ran:#}"
+    );
     assert_eq!(ran["structuredContent"]["status"], "exited");
     let text = ran["content"][0]["text"].as_str().unwrap();
     assert!(text.starts_with("status exited, exit code 0"), "{text}");
@@ -244,7 +254,10 @@ fn stdio_serves_the_session_tools_run_and_the_skills_extension() {
 
     // The frozen bytes, not the folder: a change after freezing is not served.
     std::fs::write(dir.join("scripts/run.sh"), "echo changed\n").unwrap();
-    let read = s.result("resources/read", json!({"uri": "skill://tooly/scripts/run.sh"}));
+    let read = s.result(
+        "resources/read",
+        json!({"uri": "skill://tooly/scripts/run.sh"}),
+    );
     assert_eq!(read["contents"][0]["text"], "echo from-tooly \"$@\"\n");
 
     // Paths outside the package, unknown tools and bad params: errors.
@@ -260,12 +273,17 @@ fn stdio_serves_the_session_tools_run_and_the_skills_extension() {
     let v = s.call("tools/call", json!({"name": "rm_rf", "arguments": {}}));
     let message = v["error"]["message"].as_str().unwrap();
     assert!(
-        message.contains("has no tool \"rm_rf\"") && message.contains("find_skills") && message.contains("run"),
+        message.contains("has no tool \"rm_rf\"")
+            && message.contains("find_skills")
+            && message.contains("run"),
         "{v:#}"
     );
     let v = s.call("tools/call", json!({"name": 7}));
     assert!(v["error"]["code"].is_i64(), "{v:#}");
-    let v = s.call("tools/call", json!({"name": "run", "arguments": {"argv": ["true"], "cwd": "/"}}));
+    let v = s.call(
+        "tools/call",
+        json!({"name": "run", "arguments": {"argv": ["true"], "cwd": "/"}}),
+    );
     assert_eq!(v["result"]["isError"], true, "{v:#}");
     let v = s.call("no/such/method", json!({}));
     assert_eq!(v["error"]["code"], -32601, "{v:#}");
@@ -334,11 +352,16 @@ fn a_cancelled_run_leaves_no_process() {
     let pids = tree(sh);
     assert!(pids.len() >= 2, "the shell and its sleep: {pids:?}");
 
-    s.send(&json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                   "params": {"requestId": call, "reason": "the user stopped it"}}));
+    s.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                   "params": {"requestId": call, "reason": "the user stopped it"}}),
+    );
     let deadline = Instant::now() + PATIENCE;
     while pids.iter().any(|&p| alive(p)) {
-        assert!(Instant::now() < deadline, "still running after the cancel: {pids:?}");
+        assert!(
+            Instant::now() < deadline,
+            "still running after the cancel: {pids:?}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(find(&marker), None);
@@ -355,11 +378,7 @@ fn mcp_without_a_session_says_how_to_name_one() {
     let (w, _) = world();
     let out = output_within(cmd(&w).arg("mcp"), HANG_GUARD);
     assert_ne!(out.status.code(), Some(0));
-    assert!(
-        text(&out.stderr).contains("--session ID"),
-        "{}",
-        show(&out)
-    );
+    assert!(text(&out.stderr).contains("--session ID"), "{}", show(&out));
     let out = output_within(cmd(&w).args(["mcp", "--session", "ses-nope"]), HANG_GUARD);
     assert_ne!(out.status.code(), Some(0), "{}", show(&out));
 }
@@ -372,5 +391,8 @@ fn mcp_with_skill_flags_creates_and_serves_a_session() {
     let (w, _) = world();
     let mut s = Server::start(&w, &["--skill", "tooly", "--tool", "bash"]);
     let listed = s.result("skills/list", json!({}));
-    assert_eq!(listed["skills"][0]["uri"], "skill://tooly/SKILL.md", "{listed:#}");
+    assert_eq!(
+        listed["skills"][0]["uri"], "skill://tooly/SKILL.md",
+        "{listed:#}"
+    );
 }

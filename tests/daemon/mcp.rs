@@ -25,7 +25,9 @@ struct Client<'a> {
 /// event stream, the one with `id`.
 fn message(r: &Resp, id: u64) -> Value {
     let body = String::from_utf8_lossy(&r.body);
-    if r.header("content-type").is_some_and(|c| c.starts_with("application/json")) {
+    if r.header("content-type")
+        .is_some_and(|c| c.starts_with("application/json"))
+    {
         return r.json();
     }
     body.lines()
@@ -52,7 +54,11 @@ impl<'a> Client<'a> {
             json!({}),
             "{init:#}"
         );
-        c.session = Some(r.header("mcp-session-id").expect("an MCP session id").to_owned());
+        c.session = Some(
+            r.header("mcp-session-id")
+                .expect("an MCP session id")
+                .to_owned(),
+        );
         let (r, _) = c.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         assert_eq!(r.status, 202);
         c
@@ -79,8 +85,14 @@ impl<'a> Client<'a> {
 
     fn call(&mut self, method: &str, params: Value) -> Value {
         self.next += 1;
-        let (r, v) = self.send(json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params}));
-        assert_eq!(r.status, 200, "{method}: {}", String::from_utf8_lossy(&r.body));
+        let (r, v) = self
+            .send(json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params}));
+        assert_eq!(
+            r.status,
+            200,
+            "{method}: {}",
+            String::from_utf8_lossy(&r.body)
+        );
         v
     }
 
@@ -130,7 +142,13 @@ fn the_mcp_route_serves_tools_run_skills_and_resources() {
         .collect();
     assert_eq!(
         names,
-        ["find_skills", "load_skill", "load_skill_section", "read_skill_resource", "run"]
+        [
+            "find_skills",
+            "load_skill",
+            "load_skill_section",
+            "read_skill_resource",
+            "run"
+        ]
     );
 
     // The same answers as the tool route.
@@ -143,7 +161,10 @@ fn the_mcp_route_serves_tools_run_skills_and_resources() {
             .post(&format!("/v1/sessions/{id}/tools/{tool}"), &input)
             .json();
         let via_mcp = c.result("tools/call", json!({"name": tool, "arguments": input}));
-        assert_eq!(via_mcp["content"][0]["text"], via_route["content"], "{tool}");
+        assert_eq!(
+            via_mcp["content"][0]["text"], via_route["content"],
+            "{tool}"
+        );
         assert_eq!(via_mcp["isError"], via_route["is_error"], "{tool}");
     }
 
@@ -169,7 +190,10 @@ fn the_mcp_route_serves_tools_run_skills_and_resources() {
         &json!({"session": id, "argv": ["true"], "limits": limits}),
     );
     assert_eq!(direct.status, 400);
-    let sentence = direct.json()["error"]["message"].as_str().unwrap().to_owned();
+    let sentence = direct.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let refused = c.result(
         "tools/call",
         json!({"name": "run", "arguments": {"argv": ["true"], "limits": limits}}),
@@ -208,8 +232,14 @@ fn the_mcp_route_serves_tools_run_skills_and_resources() {
     // Errors are JSON-RPC errors, and the server goes on.
     let v = c.call("tools/call", json!({"name": "shell", "arguments": {}}));
     let m = v["error"]["message"].as_str().unwrap();
-    assert!(m.contains("has no tool \"shell\"") && m.contains("run"), "{v:#}");
-    let v = c.call("resources/read", json!({"uri": "skill://tooly/../../../etc/passwd"}));
+    assert!(
+        m.contains("has no tool \"shell\"") && m.contains("run"),
+        "{v:#}"
+    );
+    let v = c.call(
+        "resources/read",
+        json!({"uri": "skill://tooly/../../../etc/passwd"}),
+    );
     assert!(v["error"]["code"].is_i64(), "{v:#}");
     let v = c.call("skills/get", json!({"uri": 5}));
     assert!(v["error"]["code"].is_i64(), "{v:#}");
@@ -252,10 +282,18 @@ fn the_mcp_route_needs_the_bearer_token() {
     let file = token_file(&w, token);
     let mut d = Daemon::start(
         &w,
-        &["--listen", "127.0.0.1:0", "--token-file", file.to_str().unwrap()],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+            file.to_str().unwrap(),
+        ],
     );
     d.token = Some(token.into());
-    let r = d.post("/v1/sessions", &json!({"skills": [], "tools": ["web_search"]}));
+    let r = d.post(
+        "/v1/sessions",
+        &json!({"skills": [], "tools": ["web_search"]}),
+    );
     assert_eq!(r.status, 200, "{:#}", r.json());
     let id = r.json()["id"].as_str().unwrap().to_owned();
     d.token = None;

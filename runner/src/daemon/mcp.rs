@@ -93,15 +93,26 @@ async fn refusal(resp: Response) -> String {
         .unwrap_or_else(|| format!("the execution was refused ({status})"))
 }
 
-async fn execute(app: App, mut job: Value, progress: ProgressFn, cancel: CancellationToken) -> Result<Value, String> {
+async fn execute(
+    app: App,
+    mut job: Value,
+    progress: ProgressFn,
+    cancel: CancellationToken,
+) -> Result<Value, String> {
     let id = format!("mcp-{}", crate::fsx::random_hex());
     if let Value::Object(o) = &mut job {
         o.insert("execution_id".into(), Value::String(id.clone()));
     }
     let bytes = serde_json::to_vec(&job).map_err(|e| format!("encoding the job: {e}"))?;
     let mut headers = HeaderMap::new();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(header::ACCEPT, HeaderValue::from_static("application/x-ndjson"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        header::ACCEPT,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
     let posted = super::routes::post_execution(
         State(app.clone()),
         Ok(Query(BTreeMap::new())),
@@ -139,7 +150,10 @@ async fn execute(app: App, mut job: Value, progress: ProgressFn, cancel: Cancell
     }
     let mut body = resp.into_body();
     let mut line = Vec::new();
-    let mut seen = RunProgress { bytes: 0, events: 0 };
+    let mut seen = RunProgress {
+        bytes: 0,
+        events: 0,
+    };
     let mut cancelled = false;
     loop {
         let frame = tokio::select! {
@@ -153,10 +167,14 @@ async fn execute(app: App, mut job: Value, progress: ProgressFn, cancel: Cancell
             }
         };
         let Some(frame) = frame else {
-            return Err(format!("the stream of execution {id} ended without its result"));
+            return Err(format!(
+                "the stream of execution {id} ended without its result"
+            ));
         };
         let frame = frame.map_err(|e| format!("reading execution {id}: {e}"))?;
-        let Ok(data) = frame.into_data() else { continue };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
         for piece in data.split_inclusive(|&b| b == b'\n') {
             line.extend_from_slice(piece);
             if !line.ends_with(b"\n") {
@@ -199,7 +217,11 @@ async fn finish_cancelled(app: &App, id: &str) -> Result<Value, String> {
                 };
                 return serde_json::from_slice(&result.json).map_err(|e| e.to_string());
             }
-            Lookup::Unknown => return Err(format!("execution {id} was cancelled before it was admitted")),
+            Lookup::Unknown => {
+                return Err(format!(
+                    "execution {id} was cancelled before it was admitted"
+                ))
+            }
         }
     }
 }

@@ -33,10 +33,10 @@ use std::sync::Arc;
 
 use base64::Engine;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock as Content, GetSkillRequestParams,
-    GetSkillResult, Implementation, JsonObject, ListResourcesResult, ListSkillsResult,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock as Content,
+    GetSkillRequestParams, GetSkillResult, Implementation, JsonObject, ListResourcesResult,
+    ListSkillsResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
     ResourceContents, ServerCapabilities, ServerConfig, Skill, SkillFrontmatter, SkillResource,
     SkillResources, Tool,
 };
@@ -150,7 +150,9 @@ impl McpServer {
         let host = self.host.clone();
         tokio::task::spawn_blocking(move || work(&host))
             .await
-            .map_err(|e| McpError::internal_error(format!("the session thread failed: {e}"), None))?
+            .map_err(|e| {
+                McpError::internal_error(format!("the session thread failed: {e}"), None)
+            })?
     }
 
     async fn run(
@@ -266,7 +268,10 @@ pub fn run_answer(result: Value) -> CallToolResult {
         let message = e.get("message").and_then(Value::as_str).unwrap_or("");
         text.push_str(&format!("error: {kind}: {message}\n"));
     }
-    for (name, truncated) in [("stdout", "stdout_truncated"), ("stderr", "stderr_truncated")] {
+    for (name, truncated) in [
+        ("stdout", "stdout_truncated"),
+        ("stderr", "stderr_truncated"),
+    ] {
         let out = s(name);
         if out.is_empty() {
             continue;
@@ -416,7 +421,10 @@ impl ServerHandler for McpServer {
                 .enable_skills()
                 .build(),
         )
-        .with_server_info(Implementation::new("skill-runner", env!("CARGO_PKG_VERSION")))
+        .with_server_info(Implementation::new(
+            "skill-runner",
+            env!("CARGO_PKG_VERSION"),
+        ))
         .with_instructions(
             "The skills of one frozen skill-runner session: find and load them with the \
              session's tools or the Skills extension, and run their scripts with the run tool.",
