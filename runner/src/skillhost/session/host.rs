@@ -147,7 +147,7 @@ impl SessionHost {
             .filter(|s| {
                 q.category
                     .as_deref()
-                    .map_or(true, |c| s.category.as_deref() == Some(c))
+                    .is_none_or(|c| s.category.as_deref() == Some(c))
             })
             .map(Listed)
             .collect();
