@@ -9,17 +9,17 @@
 //!   (idle expiry, [`super::sessions::use_session`]): an unknown or
 //!   expired session is 404 with the daemon's error document.
 //! - A `run` is a job posted to `POST /v1/executions` in this process
-//!   ([`super::routes::post_execution`], streamed as NDJSON): the same
+//!   (the router hands its `post_execution` in as a [`PostJob`], so this
+//!   module needs nothing of `routes`; streamed as NDJSON): the same
 //!   slots, admission, session resolution, registry, metrics and
 //!   receipts as any execution; the output events become progress
 //!   notifications, and a client's cancellation cancels the execution
 //!   through the registry, after which the stream is read to its `exit`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Query, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -63,7 +63,21 @@ impl SessionOf for PathSession {
 /// Runs a `run` through the daemon's own execution route.
 struct DaemonExec {
     app: App,
+    post: PostJob,
 }
+
+/// `POST /v1/executions` of this daemon: the request's headers and body,
+/// answered as the route answers them.
+pub type PostJob = Arc<
+    dyn Fn(
+            App,
+            HeaderMap,
+            Body,
+        ) -> std::pin::Pin<
+            Box<dyn std::future::Future<Output = Result<Response, ApiError>> + Send>,
+        > + Send
+        + Sync,
+>;
 
 impl std::fmt::Debug for DaemonExec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -95,6 +109,7 @@ async fn refusal(resp: Response) -> String {
 
 async fn execute(
     app: App,
+    post: PostJob,
     mut job: Value,
     progress: ProgressFn,
     cancel: CancellationToken,
@@ -113,12 +128,7 @@ async fn execute(
         header::ACCEPT,
         HeaderValue::from_static("application/x-ndjson"),
     );
-    let posted = super::routes::post_execution(
-        State(app.clone()),
-        Ok(Query(BTreeMap::new())),
-        headers,
-        Body::from(bytes),
-    );
+    let posted = post(app.clone(), headers, Body::from(bytes));
     let resp = tokio::select! {
         r = posted => r,
         () = cancel.cancelled() => {
@@ -228,17 +238,27 @@ async fn finish_cancelled(app: &App, id: &str) -> Result<Value, String> {
 
 impl Execute for DaemonExec {
     fn execute(&self, job: Value, progress: ProgressFn, cancel: CancellationToken) -> Execution {
-        Box::pin(execute(self.app.clone(), job, progress, cancel))
+        Box::pin(execute(
+            self.app.clone(),
+            self.post.clone(),
+            job,
+            progress,
+            cancel,
+        ))
     }
 }
 
 type Mcp = StreamableHttpService<McpServer, LocalSessionManager>;
 
-/// The MCP route, to be merged into the main router.
-pub fn routes(app: &App) -> Router<App> {
+/// The MCP route, to be merged into the main router; its `run`s go to
+/// `post`.
+pub fn routes(app: &App, post: PostJob) -> Router<App> {
     let server = McpServer::new(
         app.sessions.clone(),
-        Arc::new(DaemonExec { app: app.clone() }),
+        Arc::new(DaemonExec {
+            app: app.clone(),
+            post,
+        }),
         Arc::new(PathSession),
     );
     let config = StreamableHttpServerConfig::default()

@@ -86,7 +86,17 @@ pub fn router(app: App) -> Router {
         )
         .route("/v1/executions/{id}/events", get(execution_events))
         .merge(super::sessions::routes())
-        .merge(super::mcp::routes(&app))
+        .merge(super::mcp::routes(
+            &app,
+            Arc::new(|app, headers, body| {
+                Box::pin(post_execution(
+                    State(app),
+                    Ok(Query(BTreeMap::new())),
+                    headers,
+                    body,
+                ))
+            }),
+        ))
         .merge(super::session_files::routes())
         .merge(super::environments::routes())
         .merge(super::outputs::routes())
@@ -400,7 +410,7 @@ fn accepted(id: &str, running: bool) -> Response {
     resp
 }
 
-pub(super) async fn post_execution(
+async fn post_execution(
     State(app): State<App>,
     q: Result<Query<BTreeMap<String, String>>, QueryRejection>,
     headers: HeaderMap,
