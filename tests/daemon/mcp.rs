@@ -64,7 +64,8 @@ impl<'a> Client<'a> {
         c
     }
 
-    fn send(&self, msg: Value) -> (Resp, Value) {
+    /// Posts `msg` and answers the response as it came.
+    fn post(&self, msg: &Value) -> Resp {
         let mut headers = vec![
             ("Content-Type", "application/json"),
             ("Accept", "application/json, text/event-stream"),
@@ -73,9 +74,12 @@ impl<'a> Client<'a> {
         if let Some(s) = &self.session {
             headers.push(("Mcp-Session-Id", s));
         }
-        let r = self
-            .d
-            .request("POST", &self.path, &headers, msg.to_string().as_bytes());
+        self.d
+            .request("POST", &self.path, &headers, msg.to_string().as_bytes())
+    }
+
+    fn send(&self, msg: Value) -> (Resp, Value) {
+        let r = self.post(&msg);
         let v = match msg["id"].as_u64() {
             Some(id) if r.status == 200 => message(&r, id),
             _ => Value::Null,
@@ -315,4 +319,79 @@ fn the_mcp_route_needs_the_bearer_token() {
     let mut c = Client::new(&d, &id);
     let tools = c.result("tools/list", json!({}));
     assert!(tools["tools"].to_string().contains("\"run\""), "{tools:#}");
+}
+
+/// The process whose command line holds `marker`, if one lives.
+fn find(marker: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").unwrap().flatten().find_map(|e| {
+        let pid = e.file_name().to_string_lossy().parse::<u32>().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        String::from_utf8_lossy(&cmdline)
+            .contains(marker)
+            .then_some(pid)
+    })
+}
+
+#[test]
+fn a_cancelled_run_on_the_route_is_cancelled_as_an_execution() {
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let d = Daemon::start(&w, &[]);
+    let (id, _) = session(&d, &w);
+    let c = Client::new(&d, &id);
+    let marker = format!("route-cancel-{}", std::process::id());
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "run", "arguments": {"argv": ["sh", "-c", format!("sleep 1000; echo {marker}")]}}});
+    std::thread::scope(|s| {
+        // No progressToken: the job is posted for its result document alone.
+        // A cancelled call is answered by no message: its stream just ends.
+        let waiting = s.spawn(|| c.post(&call));
+        let deadline = std::time::Instant::now() + PATIENCE;
+        let shell = loop {
+            if let Some(pid) = find(&marker) {
+                break pid;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the run never started"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let (r, _) = c.send(
+            json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                   "params": {"requestId": 7}}),
+        );
+        assert_eq!(r.status, 202);
+        while std::path::Path::new(&format!("/proc/{shell}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{shell}/stat"))
+                .unwrap_or_default()
+                .contains(") Z")
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the run outlived its cancel"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        // The daemon recorded it as a cancelled execution.
+        let listed = d.get("/v1/executions").json();
+        let ours: Vec<&Value> = listed["executions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["execution_id"].as_str().unwrap().starts_with("mcp-"))
+            .collect();
+        assert_eq!(ours.len(), 1, "{listed:#}");
+        let exec = ours[0]["execution_id"].as_str().unwrap();
+        let result = loop {
+            let r = d.get(&format!("/v1/executions/{exec}?wait=30s"));
+            if r.status == 200 {
+                break r.json();
+            }
+        };
+        assert_eq!(result["status"], "cancelled", "{result:#}");
+        drop(waiting);
+    });
 }

@@ -111,7 +111,7 @@ async fn execute(
     app: App,
     post: PostJob,
     mut job: Value,
-    progress: ProgressFn,
+    progress: Option<ProgressFn>,
     cancel: CancellationToken,
 ) -> Result<Value, String> {
     let id = format!("mcp-{}", crate::fsx::random_hex());
@@ -124,10 +124,14 @@ async fn execute(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    headers.insert(
-        header::ACCEPT,
-        HeaderValue::from_static("application/x-ndjson"),
-    );
+    // Events only when the client wants progress: else the result
+    // document alone, as a plain POST gets it.
+    if progress.is_some() {
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/x-ndjson"),
+        );
+    }
     let posted = post(app.clone(), headers, Body::from(bytes));
     let resp = tokio::select! {
         r = posted => r,
@@ -205,7 +209,9 @@ async fn execute(
                         .get("data")
                         .and_then(Value::as_str)
                         .map_or(0, |d| d.len() as u64);
-                    progress(seen);
+                    if let Some(progress) = &progress {
+                        progress(seen);
+                    }
                 }
                 _ => {}
             }
@@ -237,7 +243,12 @@ async fn finish_cancelled(app: &App, id: &str) -> Result<Value, String> {
 }
 
 impl Execute for DaemonExec {
-    fn execute(&self, job: Value, progress: ProgressFn, cancel: CancellationToken) -> Execution {
+    fn execute(
+        &self,
+        job: Value,
+        progress: Option<ProgressFn>,
+        cancel: CancellationToken,
+    ) -> Execution {
         Box::pin(execute(
             self.app.clone(),
             self.post.clone(),

@@ -33,7 +33,7 @@ impl LocalExec {
 
 /// Counts output for progress, at most one report every 100 ms.
 struct Counting {
-    progress: ProgressFn,
+    progress: Option<ProgressFn>,
     seen: RunProgress,
     last: Option<std::time::Instant>,
 }
@@ -45,9 +45,9 @@ impl Sink for Counting {
         let due = self
             .last
             .is_none_or(|t| t.elapsed() >= Duration::from_millis(100));
-        if due {
+        if let Some(progress) = self.progress.as_ref().filter(|_| due) {
             self.last = Some(std::time::Instant::now());
-            (self.progress)(self.seen);
+            progress(self.seen);
         }
     }
 }
@@ -81,7 +81,12 @@ fn run(runner: &Runner, job: Value, sink: &mut Counting, cancel: Arc<Cancel>) ->
 }
 
 impl Execute for LocalExec {
-    fn execute(&self, job: Value, progress: ProgressFn, cancel: CancellationToken) -> Execution {
+    fn execute(
+        &self,
+        job: Value,
+        progress: Option<ProgressFn>,
+        cancel: CancellationToken,
+    ) -> Execution {
         let runner = self.runner.clone();
         Box::pin(async move {
             let switch = Cancel::new().map_err(|e| format!("making a cancel switch: {e}"))?;

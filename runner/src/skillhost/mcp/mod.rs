@@ -87,9 +87,15 @@ pub type Execution = Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>
 pub trait Execute: Send + Sync + 'static {
     /// Runs `job` (a job document naming the session) and answers its
     /// result document, or the refusal's sentence when there is no result
-    /// document. `cancel` fires when the client cancels: the future then
-    /// ends once the execution has.
-    fn execute(&self, job: Value, progress: ProgressFn, cancel: CancellationToken) -> Execution;
+    /// document. `progress`, when the client asked for it, hears of output
+    /// as it comes. `cancel` fires when the client cancels: the future
+    /// then ends once the execution has.
+    fn execute(
+        &self,
+        job: Value,
+        progress: Option<ProgressFn>,
+        cancel: CancellationToken,
+    ) -> Execution;
 }
 
 /// How the server finds the session it serves.
@@ -165,12 +171,12 @@ impl McpServer {
             Ok(j) => j,
             Err(m) => return Ok(CallToolResult::error(vec![Content::text(m)])),
         };
-        let progress: ProgressFn = match context.meta.get_progress_token() {
-            None => Box::new(|_| {}),
+        let progress: Option<ProgressFn> = match context.meta.get_progress_token() {
+            None => None,
             Some(token) => {
                 let peer = context.peer.clone();
                 let rt = tokio::runtime::Handle::current();
-                Box::new(move |p: RunProgress| {
+                Some(Box::new(move |p: RunProgress| {
                     let peer = peer.clone();
                     let token = token.clone();
                     rt.spawn(async move {
@@ -181,7 +187,7 @@ impl McpServer {
                             )
                             .await;
                     });
-                })
+                }))
             }
         };
         match self.exec.execute(job, progress, context.ct.clone()).await {
