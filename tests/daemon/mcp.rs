@@ -4,8 +4,9 @@
 //! is refused with the sentence `POST /v1/executions` gives, a result
 //! carries its receipt), `skills/list` digests of the frozen bytes,
 //! `resources/read`, JSON-RPC errors for unknown tools and bad params,
-//! transport refusals as the daemon's error document, and the bearer
-//! token required on TCP.
+//! transport refusals as the daemon's error document, the bearer token
+//! required on TCP, and a cancelled `run` that is a cancelled execution
+//! whose process is gone.
 
 use serde_json::{json, Value};
 use skill_runner_tests::daemon::*;

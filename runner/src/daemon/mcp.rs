@@ -10,7 +10,8 @@
 //!   expired session is 404 with the daemon's error document.
 //! - A `run` is a job posted to `POST /v1/executions` in this process
 //!   (the router hands its `post_execution` in as a [`PostJob`], so this
-//!   module needs nothing of `routes`; streamed as NDJSON): the same
+//!   module needs nothing of `routes`; as NDJSON events when the client
+//!   asked for progress, else for the result document): the same
 //!   slots, admission, session resolution, registry, metrics and
 //!   receipts as any execution; the output events become progress
 //!   notifications, and a client's cancellation cancels the execution
