@@ -579,3 +579,69 @@ pub async fn serve_stdio(server: McpServer) -> Result<(), McpServeError> {
         .map_err(|e| McpServeError::Stdio(e.to_string()))?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(v: Value) -> JsonObject {
+        match v {
+            Value::Object(o) => o,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn a_run_is_a_job_of_the_session_with_only_the_offered_fields() {
+        let job = run_job("ses-1", object(json!({"argv": ["true"], "stdin": "x"}))).unwrap();
+        assert_eq!(
+            job,
+            json!({"argv": ["true"], "stdin": "x", "session": "ses-1"})
+        );
+        // The session is the server's, never the caller's.
+        let e = run_job(
+            "ses-1",
+            object(json!({"argv": ["true"], "session": "ses-2"})),
+        )
+        .unwrap_err();
+        assert!(e.contains("no input \"session\""), "{e}");
+        let e = run_job("ses-1", object(json!({"argv": ["true"], "workspace": "/"}))).unwrap_err();
+        assert!(e.contains("no input \"workspace\""), "{e}");
+        let e = run_job("ses-1", object(json!({"stdin": "x"}))).unwrap_err();
+        assert!(e.contains("needs argv"), "{e}");
+    }
+
+    #[test]
+    fn a_run_answer_cuts_long_output_on_a_character_boundary_and_keeps_the_document() {
+        let long = "é".repeat(TEXT_OUTPUT_BYTES);
+        let doc = json!({"status": "exited", "exit_code": 0, "stdout": long, "stderr": ""});
+        let answer = run_answer(doc.clone());
+        assert_eq!(answer.is_error, Some(false));
+        assert_eq!(answer.structured_content, Some(doc));
+        let text = serde_json::to_value(&answer.content[0]).unwrap()["text"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(
+            text.contains(&format!(
+                "[{TEXT_OUTPUT_BYTES} of {} bytes shown]",
+                2 * TEXT_OUTPUT_BYTES
+            )),
+            "{}",
+            &text[text.len() - 80..]
+        );
+        let failed =
+            run_answer(json!({"status": "exited", "exit_code": 2, "stdout": "", "stderr": "no\n"}));
+        assert_eq!(failed.is_error, Some(true));
+        let refused = run_answer(json!({"status": "rejected", "exit_code": null,
+            "error": {"kind": "bad_job", "message": "argv is empty"}}));
+        assert_eq!(refused.is_error, Some(true));
+        let text = serde_json::to_value(&refused.content[0]).unwrap()["text"].clone();
+        assert!(
+            text.as_str()
+                .unwrap()
+                .contains("error: bad_job: argv is empty"),
+            "{text}"
+        );
+    }
+}
