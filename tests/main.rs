@@ -34,6 +34,7 @@ mod hostlimits; // front matter bounded before parsing, skills per bundle, memor
 mod integrity; // published roots and the store are re-checked before they are trusted; one bad record never breaks a listing
 mod invariants; // the snapshot-root invariants of docs/packages.md, end to end
 mod limits; // memory and pids limits hold for the whole sandbox and name their mechanism
+mod mcp; // skill-runner mcp over stdio: session tools, run in the sandbox, Skills extension digests of the frozen bytes, errors, cancellation leaves no process
 mod network; // network allowlists through the runner's proxy, and nothing around it
 mod oci; // packages and environments pushed to and pulled from a real OCI registry by digest; tampered registries (a swapped layer, lying sizes, a moved tag, a 10 GB or endless blob) never get a package into the store
 mod receipts; // every result is signed; verify refuses any single change; replay re-runs and compares; the key is out of every sandbox's reach

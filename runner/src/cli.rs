@@ -102,6 +102,10 @@ pub enum Command {
     /// its routes (JSON out); see docs/skill-host.md.
     #[command(subcommand)]
     Session(SessionCommand),
+    /// Serve one session over the Model Context Protocol on stdin and
+    /// stdout: its tools, a run tool, its skills as skill:// resources;
+    /// see docs/mcp.md.
+    Mcp(McpArgs),
     /// Environments: frozen, verified trees of the libraries skills
     /// import; see docs/environments.md.
     #[command(subcommand)]
@@ -509,4 +513,21 @@ mod tests {
     fn definition_is_consistent() {
         Cli::command().debug_assert();
     }
+}
+
+/// `skill-runner mcp`: the session to serve, or the skills of a new one.
+#[derive(Args)]
+pub struct McpArgs {
+    /// The session id (ses-…) to serve.
+    #[arg(long, conflicts_with_all = ["skills", "tools", "environment"])]
+    pub session: Option<String>,
+    /// Create a session with this skill (as `session create --skill`).
+    #[arg(long = "skill", value_name = "SKILL")]
+    pub skills: Vec<String>,
+    /// A tool the agent has enabled (as `session create --tool`).
+    #[arg(long = "tool", value_name = "TOOL")]
+    pub tools: Vec<String>,
+    /// The environment of the new session's jobs, ID@HASH.
+    #[arg(long, value_name = "ID@HASH")]
+    pub environment: Option<String>,
 }

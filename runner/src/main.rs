@@ -133,6 +133,7 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Catalog(cmd) => catalog_cmd(cmd, &open_data_dir(data_dir)?),
         Command::Session(cmd) => session_cmd(cmd, &open_data_dir(data_dir)?),
+        Command::Mcp(args) => mcp_cmd(args, data_dir),
         Command::Env(cmd) => env_cmd(cmd, data_dir),
         Command::Verify {
             result,
@@ -543,6 +544,58 @@ fn catalog_cmd(cmd: CatalogCommand, data_dir: &DataDir) -> anyhow::Result<i32> {
 /// `composition_rejected: skill "x" needs files …`.
 fn host_err(e: SessionError) -> anyhow::Error {
     anyhow::anyhow!("{}: {e}", e.kind())
+}
+
+/// `skill-runner mcp`: one session (named, or created from the flags of
+/// `session create`) served over MCP on stdio until the client hangs up.
+fn mcp_cmd(args: cli::McpArgs, data_dir: Option<PathBuf>) -> anyhow::Result<i32> {
+    use skill_runner::skillhost::mcp::{self, local::LocalExec, Fixed, McpServer};
+    let cfg = config(data_dir.clone(), false);
+    let dir = open_data_dir(data_dir)?;
+    let host = SessionHost::open(&dir, catalog_config(&dir)?).map_err(host_err)?;
+    let id = match args.session {
+        Some(id) => {
+            host.show(&id).map_err(host_err)?;
+            id
+        }
+        None if args.skills.is_empty() => {
+            bail!("name the session to serve with --session ID, or give --skill SKILL (as for session create) to create one")
+        }
+        None => {
+            let skills = args
+                .skills
+                .iter()
+                .map(|s| SkillSpec::from_arg(s, host.store()))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(host_err)?;
+            let environment = args
+                .environment
+                .as_deref()
+                .map(skill_runner::package::environment::declare::parse)
+                .transpose()?;
+            let created = host
+                .create(SessionRequest {
+                    skills,
+                    tools: args.tools,
+                    workspace: None,
+                    environment,
+                })
+                .map_err(host_err)?;
+            eprintln!("skill-runner: serving new session {}", created.id);
+            created.id
+        }
+    };
+    let runner = Runner::new(cfg)?;
+    let server = McpServer::new(
+        std::sync::Arc::new(host),
+        std::sync::Arc::new(LocalExec::new(runner)),
+        std::sync::Arc::new(Fixed(id)),
+    );
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(mcp::serve_stdio(server))?;
+    Ok(0)
 }
 
 fn session_cmd(cmd: SessionCommand, data_dir: &DataDir) -> anyhow::Result<i32> {

@@ -207,7 +207,7 @@ fn code_only(text: &str) -> String {
         // A body only: `#[cfg(test)] mod tests;` declares a file, and the
         // next `{` would be some other item's.
         let body = item.find('{').filter(|&open| {
-            item.starts_with("mod ") && item.find(';').map_or(true, |semi| open < semi)
+            item.starts_with("mod ") && item.find(';').is_none_or(|semi| open < semi)
         });
         let Some(open) = body else {
             // `#[cfg(test)]` on something else: keep it, minus the attribute.

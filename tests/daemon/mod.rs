@@ -12,6 +12,7 @@ mod environments; // uploaded trees published only as claimed and imported by a 
 mod executions; // many at once stay isolated; detached runs; listing and paging
 mod lifecycle; // start, stop, crash and restart; bad settings; a private socket and data dir
 mod logged; // a job rejected at launch and a refused request are each logged once with their sentence
+mod mcp; // the session MCP route over Streamable HTTP: tools as the tool route answers, run through the execution route (its refusals, its receipt), digests of the frozen bytes, errors, the token
 mod memory; // memory and retention stay bounded whatever a job or client does
 mod metrics; // Prometheus metrics, JSON logs, and job text that cannot forge log lines
 mod notify; // systemd hears READY=1 once it listens, WATCHDOG=1 pings, STOPPING=1 at a drain

@@ -38,6 +38,7 @@ pub mod descriptors;
 pub mod env_error;
 pub mod environments;
 pub mod events;
+pub mod mcp;
 pub mod metrics;
 pub mod notify;
 pub mod outputs;

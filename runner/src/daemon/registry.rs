@@ -601,7 +601,7 @@ impl Registry {
                 }),
         );
         drop(inner);
-        all.retain(|s| cursor.map_or(true, |c| s.order < c));
+        all.retain(|s| cursor.is_none_or(|c| s.order < c));
         all.sort_by_key(|s| std::cmp::Reverse(s.order));
         let more = all.len() > limit;
         all.truncate(limit);

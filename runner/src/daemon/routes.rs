@@ -86,6 +86,17 @@ pub fn router(app: App) -> Router {
         )
         .route("/v1/executions/{id}/events", get(execution_events))
         .merge(super::sessions::routes())
+        .merge(super::mcp::routes(
+            &app,
+            Arc::new(|app, headers, body| {
+                Box::pin(post_execution(
+                    State(app),
+                    Ok(Query(BTreeMap::new())),
+                    headers,
+                    body,
+                ))
+            }),
+        ))
         .merge(super::session_files::routes())
         .merge(super::environments::routes())
         .merge(super::outputs::routes())

@@ -379,7 +379,7 @@ pub fn yaml_scan(yaml: &str) -> YamlScan {
             let entry = bytes[indent] == b'-'
                 && bytes
                     .get(indent + 1)
-                    .map_or(true, |&n| n == b' ' || n == b'\t' || n == b'\r');
+                    .is_none_or(|&n| n == b' ' || n == b'\t' || n == b'\r');
             while let Some(&(c, key)) = columns.last() {
                 if c < indent || (c == indent && key && entry) {
                     break;
@@ -397,7 +397,7 @@ pub fn yaml_scan(yaml: &str) -> YamlScan {
             let b = bytes[i];
             let spaced = bytes
                 .get(i + 1)
-                .map_or(true, |&n| n == b' ' || n == b'\t' || n == b'\r');
+                .is_none_or(|&n| n == b' ' || n == b'\t' || n == b'\r');
             match b {
                 b' ' | b'\t' | b'\r' => {}
                 b'#' if i == 0 || matches!(bytes[i - 1], b' ' | b'\t') => break,

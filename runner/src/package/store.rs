@@ -497,7 +497,7 @@ impl Store {
     /// The binding a listed `<revision>.json` holds; `None` (logged and
     /// counted) when it cannot be read or does not parse.
     fn listed_binding(&self, path: &Path) -> Option<Binding> {
-        if !path.extension().is_some_and(|e| e == "json") {
+        if path.extension().is_none_or(|e| e != "json") {
             return None;
         }
         match self.read_binding(path) {

@@ -26,7 +26,7 @@ fn run_counting(program: &[u8], arch: u32, nr: u32, args: [u64; 6]) -> (u32, usi
             16..=63 => {
                 let i = ((off - 16) / 8) as usize;
                 let v = args[i];
-                if (off - 16) % 8 == 0 {
+                if (off - 16).is_multiple_of(8) {
                     v as u32
                 } else {
                     (v >> 32) as u32

@@ -1,6 +1,7 @@
 //! The skill host: the skills this host offers by name ([`catalog`]) and
 //! the sessions that freeze a selection of them and serve it to an agent
-//! through tool routes ([`session`]); docs/skill-host.md.
+//! through tool routes ([`session`]), and over the Model Context Protocol
+//! ([`mcp`], docs/mcp.md); docs/skill-host.md.
 //!
 //! Invariants of the room:
 //! - a session's skills are frozen bindings (id, revision, version, hash)
@@ -10,4 +11,5 @@
 //!   read is published exactly as read.
 
 pub mod catalog;
+pub mod mcp;
 pub mod session;

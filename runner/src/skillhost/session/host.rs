@@ -147,7 +147,7 @@ impl SessionHost {
             .filter(|s| {
                 q.category
                     .as_deref()
-                    .map_or(true, |c| s.category.as_deref() == Some(c))
+                    .is_none_or(|c| s.category.as_deref() == Some(c))
             })
             .map(Listed)
             .collect();
@@ -194,6 +194,16 @@ impl SessionHost {
             })?;
         let pkg = self.store.resolve(&s.binding)?;
         Ok((s, pkg))
+    }
+
+    /// Every frozen skill of session `id` with its stored package: what
+    /// an MCP client lists and reads (`skillhost::mcp`).
+    pub fn frozen(&self, id: &str) -> Result<Vec<(SessionSkill, StoredPackage)>, SessionError> {
+        let rec = self.sessions.read(id)?;
+        rec.skills
+            .iter()
+            .map(|s| Ok((s.clone(), self.store.resolve(&s.binding)?)))
+            .collect()
     }
 
     /// Appends the event of an activation that returned content.

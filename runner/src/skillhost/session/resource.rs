@@ -54,6 +54,28 @@ pub struct Chunk {
     pub content: String,
 }
 
+/// The whole of `entry` of `pkg`, read below the sealed tree without
+/// following symlinks, refused unless it hashes to the index's file hash.
+pub fn frozen_bytes(pkg: &StoredPackage, entry: &IndexEntry) -> Result<Vec<u8>, SessionError> {
+    let io = |source| SessionError::Io {
+        path: pkg.tree.join(&entry.path),
+        source,
+    };
+    let root = fsx::open_dir_nofollow(&pkg.tree).map_err(io)?;
+    let mut file = fsx::open_beneath(&root, &entry.path).map_err(io)?;
+    let mut bytes = Vec::with_capacity(entry.size as usize);
+    (&mut file)
+        .take(entry.size + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 != entry.size || crate::package::hash::file_hash(&bytes) != entry.hash {
+        return Err(SessionError::Tampered {
+            path: pkg.tree.join(&entry.path),
+        });
+    }
+    Ok(bytes)
+}
+
 /// Reads `entry` of `pkg` within `range`.
 pub fn read(
     skill: &str,
@@ -77,22 +99,7 @@ pub fn read(
             size: entry.size,
         });
     }
-    let io = |source| SessionError::Io {
-        path: pkg.tree.join(&entry.path),
-        source,
-    };
-    let root = fsx::open_dir_nofollow(&pkg.tree).map_err(io)?;
-    let mut file = fsx::open_beneath(&root, &entry.path).map_err(io)?;
-    let mut bytes = Vec::with_capacity(entry.size as usize);
-    (&mut file)
-        .take(entry.size + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
-    if bytes.len() as u64 != entry.size || crate::package::hash::file_hash(&bytes) != entry.hash {
-        return Err(SessionError::Tampered {
-            path: pkg.tree.join(&entry.path),
-        });
-    }
+    let bytes = frozen_bytes(pkg, entry)?;
     if let Some(at) = bytes.iter().position(|&b| b == 0) {
         return Err(SessionError::Binary {
             path: display,
