@@ -809,8 +809,13 @@ impl Cgroup {
                 continue;
             }
             // Usually empty, or holding a sandbox init that is already
-            // exiting: poll briefly rather than sleeping long (≤ 100 ms).
-            for _ in 0..400 {
+            // exiting (tearing down its namespaces): poll briefly rather
+            // than sleeping long (≤ 100 ms in all). The first looks come
+            // soon, as the teardown usually ends within a fraction of the
+            // longest pause: every execution waits here before its result.
+            let deadline = std::time::Instant::now() + Duration::from_millis(100);
+            let mut pause = Duration::from_micros(20);
+            loop {
                 let procs = match fs::read_to_string(dir.join("cgroup.procs")) {
                     Ok(p) => p,
                     Err(_) => {
@@ -832,7 +837,11 @@ impl Cgroup {
                         nix::sys::signal::Signal::SIGKILL,
                     );
                 }
-                std::thread::sleep(Duration::from_micros(250));
+                if std::time::Instant::now() >= deadline {
+                    break;
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_micros(250));
             }
         }
         empty
