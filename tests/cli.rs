@@ -351,7 +351,6 @@ fn the_explained_command_runs_by_hand_like_run() {
     cmd.args(&argv);
     let mut files = vec![
         (open("3-seccomp-rules.bpf"), 3),
-        (open("4-seccomp-guard.bpf"), 4),
         (std::fs::File::create("/dev/null").unwrap(), 7),
     ];
     // The account files have descriptors of their own only where they are

@@ -326,7 +326,7 @@ fn write_fresh(path: &Path, bytes: &[u8], mode: u32) -> Result<(), ExplainError>
 
 impl fmt::Display for Bubblewrap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // `3,4 seccomp BPF, 7 shim report, …`: one entry per label.
+        // `3 seccomp BPF, 7 shim report, …`: one entry per label.
         let mut listed: Vec<(String, &str)> = Vec::new();
         for fd in self.fds.keys().filter_map(|k| k.parse::<i32>().ok()) {
             let label = fds::descriptor(fd).label;

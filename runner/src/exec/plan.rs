@@ -226,16 +226,13 @@ pub fn bwrap(job: &Job, s: Sandbox<'_>) -> Result<Plan, ExecError> {
 /// is root of the parent user namespace gets the root-mapped refusals.
 #[cfg(target_os = "linux")]
 fn seccomp(job: &Job, identity: &Identity) -> Result<Vec<(i32, Content)>, ExecError> {
-    use crate::sandbox::fds::{FD_SECCOMP_GUARD, FD_SECCOMP_RULES};
+    use crate::sandbox::fds::FD_SECCOMP_RULES;
     let filters = crate::sandbox::seccomp::compile_for(
         &job.profile,
         job.network.mode(),
         identity.root_mapped,
     )?;
-    Ok(vec![
-        (FD_SECCOMP_RULES, Content::Bytes(filters.rules)),
-        (FD_SECCOMP_GUARD, Content::Bytes(filters.guard)),
-    ])
+    Ok(vec![(FD_SECCOMP_RULES, Content::Bytes(filters.rules))])
 }
 
 /// Elsewhere a bubblewrap plan is only shown, never launched, and has no
@@ -345,7 +342,7 @@ mod tests {
         let j = job(r#"{"argv": ["true"]}"#);
         let p = plan(&j, &folders(), &identity(false));
         let fds: Vec<i32> = p.files.iter().map(|(fd, _)| *fd).collect();
-        assert_eq!(fds, [3, 4, 5, 6, 8]);
+        assert_eq!(fds, [3, 5, 6, 8]);
         let folders_fds: Vec<i32> = p.folders.iter().map(|(fd, _)| *fd).collect();
         assert_eq!(folders_fds, [10, 12, 11]);
         // A prepared /etc carries the account files: no fds 5 and 6.
@@ -355,7 +352,7 @@ mod tests {
         f.extensions = None;
         let p = plan(&j, &f, &identity(false));
         let fds: Vec<i32> = p.files.iter().map(|(fd, _)| *fd).collect();
-        assert_eq!(fds, [3, 4, 8]);
+        assert_eq!(fds, [3, 8]);
         let folders_fds: Vec<i32> = p.folders.iter().map(|(fd, _)| *fd).collect();
         assert_eq!(folders_fds, [10, 14]);
         let args: Vec<String> = p

@@ -47,8 +47,8 @@ use crate::sandbox::shim::SHIM_PATH;
 
 // The descriptor numbers are the sandbox's table (crate::sandbox::fds).
 pub use crate::sandbox::fds::{
-    FD_ENVIRONMENT, FD_ETC, FD_EXTENSIONS, FD_GROUP, FD_NET, FD_PASSWD, FD_SECCOMP_GUARD,
-    FD_SECCOMP_RULES, FD_SKILLS, FD_WORKSPACE,
+    FD_ENVIRONMENT, FD_ETC, FD_EXTENSIONS, FD_GROUP, FD_NET, FD_PASSWD, FD_SECCOMP_RULES,
+    FD_SKILLS, FD_WORKSPACE,
 };
 /// The user the command runs as inside the sandbox.
 pub const SANDBOX_UID: u32 = 1000;
@@ -241,8 +241,9 @@ pub fn bwrap_args(plan: &Plan<'_>) -> Vec<OsString> {
     for (k, v) in plan.env {
         a.pair("--setenv", k, v);
     }
+    // One program (rules and guard merged): bwrap loads each program it
+    // is given twice, into its pid 1 and into the command's process.
     a.opt("--add-seccomp-fd", FD_SECCOMP_RULES.to_string());
-    a.opt("--add-seccomp-fd", FD_SECCOMP_GUARD.to_string());
     // bwrap executes the shim, which reports that the sandbox is finished
     // and executes the command (see crate::sandbox::shim).
     a.flag("--");

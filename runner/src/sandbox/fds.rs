@@ -12,10 +12,10 @@
 //! - [`Holds::Folder`]: a host folder the runner opens at launch and
 //!   bubblewrap binds (`--bind-fd`, `--ro-bind-fd`).
 
-/// Child fd carrying the seccomp rules program.
+/// Child fd carrying the seccomp program ([`crate::sandbox::seccomp`]:
+/// the rules with the guard's refusals; fd 4, which carried the guard as
+/// a program of its own, is unused).
 pub const FD_SECCOMP_RULES: i32 = 3;
-/// Child fd carrying the seccomp guard program.
-pub const FD_SECCOMP_GUARD: i32 = 4;
 /// Child fd carrying `/etc/passwd` (unless it is in the prepared `/etc`).
 pub const FD_PASSWD: i32 = 5;
 /// Child fd carrying `/etc/group` (unless it is in the prepared `/etc`).
@@ -60,7 +60,7 @@ pub enum Holds {
 pub struct Descriptor {
     pub fd: i32,
     pub holds: Holds,
-    /// How `explain`'s first line names it (`3,4 seccomp BPF, …`).
+    /// How `explain`'s first line names it (`3 seccomp BPF, …`).
     pub label: &'static str,
     /// What `explain --json` says of it under `fds`.
     pub about: &'static str,
@@ -86,20 +86,13 @@ const fn row(
 }
 
 /// Every descriptor the sandbox may find, in the order of their numbers.
-pub const TABLE: [Descriptor; 14] = [
+pub const TABLE: [Descriptor; 13] = [
     row(
         FD_SECCOMP_RULES,
         Holds::File,
         "seccomp BPF",
-        "seccomp rules (BPF)",
+        "seccomp rules and guard (one BPF program)",
         Some("3-seccomp-rules.bpf"),
-    ),
-    row(
-        FD_SECCOMP_GUARD,
-        Holds::File,
-        "seccomp BPF",
-        "seccomp guard (BPF)",
-        Some("4-seccomp-guard.bpf"),
     ),
     row(
         FD_PASSWD,

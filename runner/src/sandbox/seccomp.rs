@@ -1,8 +1,19 @@
 //! Seccomp filters compiled from a profile.
 //!
-//! Two classic-BPF programs are produced and handed to bubblewrap on file
-//! descriptors (`--add-seccomp-fd`, stacked by the kernel, the strictest
-//! answer wins):
+//! One classic-BPF program is produced and handed to bubblewrap on a file
+//! descriptor (`--add-seccomp-fd`). It is made of two parts, which were
+//! once two programs stacked by the kernel (the strictest answer wins);
+//! bubblewrap loads its programs twice (into its own pid 1 and into the
+//! command's process), and each load runs the program for every syscall
+//! number to fill the kernel's action cache and JIT-compiles it, so one
+//! program is cheaper to load than two. The guard's checks come first:
+//! stacked, the kernel ran the guard (installed last) first and kept its
+//! answer unless the rules' was stricter, and the rules were never
+//! stricter where the guard refuses (they kill only a foreign
+//! architecture, which the merged program checks before anything). The
+//! tests run the merged program against the stacked pair, as the kernel
+//! decides between them, over every syscall number and a grid of
+//! arguments:
 //!
 //! 1. **rules**: a foreign architecture kills the process; each syscall of
 //!    the profile's deny list returns `EPERM`; `socket(2)` for any family
@@ -29,8 +40,9 @@
 //!    live in memory a filter cannot read, and libc then falls back to
 //!    `clone` and `openat`, which are checked.
 //!
-//! Programs are immutable bytes once compiled; each execution writes them
-//! into its own sealed memfd, so concurrent executions share nothing.
+//! The guard part's arch check is the rules' own. The program is immutable
+//! bytes once compiled; each execution writes it into its own sealed
+//! memfd, so concurrent executions share nothing.
 //!
 //! Pure code: no I/O.
 
@@ -89,11 +101,11 @@ enum When {
     },
 }
 
-/// The compiled filters, in the order they are installed.
+/// The compiled filter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Filters {
+    /// The one program loaded: the guard's refusals, then the rules.
     pub rules: Vec<u8>,
-    pub guard: Vec<u8>,
 }
 
 /// Namespace flags refused in `clone(2)`.
@@ -187,16 +199,25 @@ pub fn compile_for(
 ) -> Result<Filters, SeccompError> {
     let arch = std::env::consts::ARCH;
     let audit_arch = audit_arch(arch).ok_or(SeccompError::Arch { arch })?;
+    let rules = refusals(profile, network, root_mapped)?;
+    Ok(Filters {
+        rules: to_bytes(&rules_program(audit_arch, &rules, Guard::of(arch))?),
+    })
+}
+
+/// The refusals of the rules part, with the root-mapped ones when asked.
+fn refusals(
+    profile: &Profile,
+    network: Network,
+    root_mapped: bool,
+) -> Result<BTreeMap<u32, When>, SeccompError> {
     let mut rules = rules_of(profile, network)?;
     if root_mapped {
         for nr in root_mapped_denials() {
             rules.insert(nr as u32, When::Always);
         }
     }
-    Ok(Filters {
-        rules: to_bytes(&rules_program(audit_arch, &rules)?),
-        guard: to_bytes(&guard_program(arch)),
-    })
+    Ok(rules)
 }
 
 /// `AUDIT_ARCH_*` of the architectures we build filters for.
@@ -337,9 +358,32 @@ impl Asm {
     }
 }
 
-/// The rules filter: arch check, a binary search on the syscall number,
-/// then the argument checks of the few conditional rules.
-fn rules_program(audit_arch: u32, rules: &BTreeMap<u32, When>) -> Result<Vec<Insn>, SeccompError> {
+/// The guard's part of the program, after the arch check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Guard {
+    /// None: the rules alone (what the tests compare with `seccompiler`).
+    #[cfg(test)]
+    Without,
+    /// x32-ABI numbers refused (x86-64 only), `clone3` and `openat2` →
+    /// `ENOSYS`.
+    With { x32: bool },
+}
+
+impl Guard {
+    fn of(arch: &str) -> Guard {
+        Guard::With {
+            x32: arch == "x86_64",
+        }
+    }
+}
+
+/// The filter: arch check, the guard's refusals, a binary search on the
+/// syscall number, then the argument checks of the few conditional rules.
+fn rules_program(
+    audit_arch: u32,
+    rules: &BTreeMap<u32, When>,
+    guard: Guard,
+) -> Result<Vec<Insn>, SeccompError> {
     let mut a = Asm::default();
     let (allow, deny, native) = (a.label(), a.label(), a.label());
     a.stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH);
@@ -347,6 +391,39 @@ fn rules_program(audit_arch: u32, rules: &BTreeMap<u32, When>) -> Result<Vec<Ins
     a.stmt(BPF_RET_K, libc::SECCOMP_RET_KILL_PROCESS);
     a.place(native);
     a.stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR);
+    // `Guard::Without` exists only in the tests.
+    #[allow(irrefutable_let_patterns)]
+    if let Guard::With { x32 } = guard {
+        // Returns right here, not through labels at the end, so the
+        // guard adds no long jump.
+        if x32 {
+            let native_abi = a.label();
+            a.jump(
+                BPF_JMP_JSET_K,
+                X32_SYSCALL_BIT,
+                To::Next,
+                To::Label(native_abi),
+            );
+            a.stmt(BPF_RET_K, errno(libc::EPERM));
+            a.place(native_abi);
+        }
+        let (nosys, checked) = (a.label(), a.label());
+        a.jump(
+            BPF_JMP_JEQ_K,
+            libc::SYS_clone3 as u32,
+            To::Label(nosys),
+            To::Next,
+        );
+        a.jump(
+            BPF_JMP_JEQ_K,
+            libc::SYS_openat2 as u32,
+            To::Label(nosys),
+            To::Label(checked),
+        );
+        a.place(nosys);
+        a.stmt(BPF_RET_K, errno(libc::ENOSYS));
+        a.place(checked);
+    }
 
     // Where each syscall goes once found: `deny`, or its argument check.
     let mut bodies = Vec::new();
@@ -479,9 +556,12 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> Insn {
     Insn { code, jt, jf, k }
 }
 
-/// The guard filter: arch check, x32 refusal, clone3 and openat2 →
-/// ENOSYS (their flags and modes live in memory a filter cannot read;
-/// libc falls back to `clone` and `openat`, which are checked).
+/// The guard as the program of its own it once was: arch check, x32
+/// refusal, clone3 and openat2 → ENOSYS (their flags and modes live in
+/// memory a filter cannot read; libc falls back to `clone` and `openat`,
+/// which are checked). The tests stack it on the rules alone as the
+/// reference the merged program must decide like.
+#[cfg(test)]
 fn guard_program(arch: &str) -> Vec<Insn> {
     let audit_arch = audit_arch(arch).unwrap_or(0);
     let x32 = arch == "x86_64";

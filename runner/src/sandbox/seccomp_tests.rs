@@ -72,15 +72,28 @@ fn filters() -> Filters {
 }
 
 fn decide(f: &Filters, arch: u32, nr: i64, args: [u64; 6]) -> u32 {
-    // Stacked filters: the lowest action value wins, as in the kernel
-    // (KILL < ERRNO < ALLOW for what we use).
-    let a = run(&f.rules, arch, nr as u32, args);
-    let b = run(&f.guard, arch, nr as u32, args);
+    run(&f.rules, arch, nr as u32, args)
+}
+
+/// The rules part alone, as the program of its own it once was.
+fn rules_alone(p: &Profile, network: Network, root_mapped: bool) -> Vec<u8> {
+    let rules = refusals(p, network, root_mapped).unwrap();
+    to_bytes(&rules_program(X86_64, &rules, Guard::Without).unwrap())
+}
+
+/// What the kernel answered for the rules and the guard stacked as two
+/// programs, the guard installed last: it runs the newest filter first
+/// and takes another's answer only when its action is strictly lower
+/// (KILL < ERRNO < ALLOW for what we use), so among refusals of equal
+/// strength the guard's errno wins.
+fn stacked(rules: &[u8], guard: &[u8], arch: u32, nr: u32, args: [u64; 6]) -> u32 {
+    let g = run(guard, arch, nr, args);
+    let r = run(rules, arch, nr, args);
     let rank = |v: u32| v & libc::SECCOMP_RET_ACTION_FULL;
-    if rank(a) <= rank(b) {
-        a
+    if rank(r) < rank(g) {
+        r
     } else {
-        b
+        g
     }
 }
 
@@ -435,26 +448,103 @@ fn the_compact_program_decides_like_seccompiler_everywhere() {
         (Network::None, true),
         (Network::Proxy, false),
     ] {
-        let ours = compile_for(&p, network, root_mapped).unwrap().rules;
+        let ours = rules_alone(&p, network, root_mapped);
         let reference = reference_rules(&p, network, root_mapped);
         agree_everywhere(&ours, &reference);
     }
-    let ours = compile(&p, Network::None).unwrap().rules;
+    let ours = rules_alone(&p, Network::None, false);
     let reference = reference_rules(&p, Network::None, false);
     // What the kernel pays at load: the program is small and no
     // syscall takes more than a dozen instructions to decide.
-    let len = ours.len() / 8;
-    assert!(len < 150, "{len} instructions");
     let worst = (0..1024u32)
         .map(|nr| run_counting(&ours, X86_64, nr, [0; 6]).1)
         .max()
         .unwrap();
     assert!(worst <= 14, "worst case {worst} instructions");
+    // The program loaded: the guard's part adds three to every call.
+    let loaded = compile(&p, Network::None).unwrap().rules;
+    let len = loaded.len() / 8;
+    assert!(len < 150, "{len} instructions");
+    let loaded_worst = (0..1024u32)
+        .map(|nr| run_counting(&loaded, X86_64, nr, [0; 6]).1)
+        .max()
+        .unwrap();
+    assert!(
+        loaded_worst <= worst + 3,
+        "worst case {loaded_worst} instructions"
+    );
     let reference_worst = (0..1024u32)
         .map(|nr| run_counting(&reference, X86_64, nr, [0; 6]).1)
         .max()
         .unwrap();
     assert!(reference_worst > 5 * worst, "{reference_worst} vs {worst}");
+}
+
+/// The loaded program is the rules and the guard merged: it must answer
+/// every call as the two stacked did, for every syscall number, x32
+/// aliases and foreign architectures, the argument grid, each network
+/// mode and identity, and a profile that denies a call the guard answers
+/// itself (where stacking gave the guard's `ENOSYS`).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_one_program_decides_like_the_rules_and_the_guard_stacked() {
+    let default = Profile::load("default", std::path::Path::new("/")).unwrap();
+    let mut denying = default.clone();
+    denying.seccomp.deny.push("clone3".to_owned());
+    let guard = to_bytes(&guard_program("x86_64"));
+    let grid = argument_grid();
+    let few: Vec<u64> = vec![0, u64::MAX, libc::AF_INET as u64, 0o4755, 1 << 32, 3];
+    let mut conditional = vec![libc::SYS_socket, libc::SYS_ioctl, libc::SYS_clone];
+    conditional.extend(mode_calls().into_iter().map(|(nr, _)| nr));
+    conditional.push(libc::SYS_fallocate);
+    let conditional: Vec<u32> = conditional.into_iter().map(|n| n as u32).collect();
+    let arches = [
+        X86_64,
+        0x4000_0003, /* i386 */
+        0xC000_00B7, /* aarch64 */
+    ];
+    let mut checked = 0;
+    for p in [&default, &denying] {
+        for (network, root_mapped) in [
+            (Network::None, false),
+            (Network::None, true),
+            (Network::Proxy, false),
+        ] {
+            let merged = compile_for(p, network, root_mapped).unwrap().rules;
+            let rules = rules_alone(p, network, root_mapped);
+            for arch in arches {
+                let numbers = (0..1024u32)
+                    .chain((0..1024u32).map(|n| n | X32_SYSCALL_BIT))
+                    .chain([u32::MAX]);
+                for nr in numbers {
+                    let cond = conditional.contains(&(nr & !X32_SYSCALL_BIT));
+                    for &a0 in if cond { &grid } else { &few } {
+                        for a1 in [0, u64::MAX, libc::SOCK_DGRAM as u64, 0o4755] {
+                            let args = [a0, a1, a0, a0, 0, 0];
+                            assert_eq!(
+                                run(&merged, arch, nr, args),
+                                stacked(&rules, &guard, arch, nr, args),
+                                "arch {arch:#x} nr {nr:#x} args {args:x?}"
+                            );
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(checked > 500_000, "{checked}");
+    // The guard's answers themselves, in the merged program.
+    let f = filters();
+    let nosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+    assert_eq!(decide(&f, X86_64, libc::SYS_clone3, [0; 6]), nosys);
+    assert_eq!(decide(&f, X86_64, libc::SYS_openat2, [0; 6]), nosys);
+    let x32_read = (libc::SYS_read as u32 | X32_SYSCALL_BIT) as i64;
+    assert_eq!(decide(&f, X86_64, x32_read, [0; 6]), EPERM);
+    let kill = libc::SECCOMP_RET_KILL_PROCESS;
+    assert_eq!(decide(&f, 0x4000_0003, libc::SYS_read, [0; 6]), kill);
+    let denied = compile_for(&denying, Network::None, false).unwrap();
+    assert_eq!(decide(&denied, X86_64, libc::SYS_clone3, [0; 6]), nosys);
 }
 
 #[test]
@@ -470,7 +560,7 @@ fn a_program_too_large_to_jump_across_is_refused() {
         );
     }
     assert!(matches!(
-        rules_program(X86_64, &rules),
+        rules_program(X86_64, &rules, Guard::of("x86_64")),
         Err(SeccompError::TooLarge(_))
     ));
 }

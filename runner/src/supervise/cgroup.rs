@@ -809,8 +809,13 @@ impl Cgroup {
                 continue;
             }
             // Usually empty, or holding a sandbox init that is already
-            // exiting: poll briefly rather than sleeping long (≤ 100 ms).
-            for _ in 0..400 {
+            // exiting (tearing down its namespaces): poll briefly rather
+            // than sleeping long (≤ 100 ms in all). The first looks come
+            // soon, as the teardown usually ends within a fraction of the
+            // longest pause: every execution waits here before its result.
+            let deadline = std::time::Instant::now() + Duration::from_millis(100);
+            let mut pause = Duration::from_micros(20);
+            loop {
                 let procs = match fs::read_to_string(dir.join("cgroup.procs")) {
                     Ok(p) => p,
                     Err(_) => {
@@ -826,17 +831,73 @@ impl Cgroup {
                     break;
                 }
                 empty = false;
-                for pid in pids {
+                for &pid in &pids {
                     let _ = nix::sys::signal::kill(
                         nix::unistd::Pid::from_raw(pid),
                         nix::sys::signal::Signal::SIGKILL,
                     );
                 }
-                std::thread::sleep(Duration::from_micros(250));
+                if std::time::Instant::now() >= deadline {
+                    break;
+                }
+                // Woken by the exits themselves where the kernel has
+                // pidfds: one wake-up, however loaded the machine (a
+                // pause there costs a trip through the run queue each).
+                if !wait_exited(&pids, Duration::from_millis(1)) {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_micros(250));
+                }
             }
         }
         empty
     }
+}
+
+/// Waits up to `most` for the processes `pids` to have exited, each on a
+/// pidfd (readable once the process has exited, which is after it left
+/// its cgroup); false when a pidfd could not be had for one (a kernel
+/// without them), so the caller pauses instead. The caller reads the
+/// cgroup again either way: this only says when.
+fn wait_exited(pids: &[i32], most: Duration) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let mut fds = Vec::new();
+    for &pid in pids {
+        match crate::supervise::sys::pidfd_open(pid) {
+            Ok(fd) => fds.push(fd),
+            // Gone already.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(_) => return false,
+        }
+    }
+    let deadline = std::time::Instant::now() + most;
+    while !fds.is_empty() {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let ms = left.as_millis().clamp(1, 1000) as u16;
+        let mut polled: Vec<PollFd<'_>> = fds
+            .iter()
+            .map(|fd| PollFd::new(fd.as_fd(), PollFlags::POLLIN))
+            .collect();
+        let ready: Vec<bool> = match poll(&mut polled, PollTimeout::from(ms)) {
+            Ok(0) => break,
+            Ok(_) => polled
+                .iter()
+                .map(|p| p.revents().is_some_and(|r| !r.is_empty()))
+                .collect(),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return false,
+        };
+        drop(polled);
+        let mut i = 0;
+        fds.retain(|_| {
+            i += 1;
+            !ready[i - 1]
+        });
+    }
+    true
 }
 
 impl Drop for Cgroup {
