@@ -256,6 +256,31 @@ pub enum EnvCommand {
     /// Remove every stored tree no record names and nothing is using;
     /// prints {"removed": [...], "in_use": [...]}.
     Gc,
+    /// Push the stored environment ID@HASH to an OCI registry; prints the
+    /// digest reference oci://…@sha256:… as the last line.
+    Push {
+        /// ID@HASH of a stored environment.
+        #[arg(value_name = "ID@HASH")]
+        src: String,
+        /// oci://HOST[:PORT]/REPO[:TAG]
+        #[arg(value_name = "REFERENCE")]
+        reference: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Pull an environment by digest, verify every digest, size and the
+    /// environment hash, and publish it; prints its record, then the
+    /// digest reference as the last line.
+    Pull {
+        /// oci://HOST[:PORT]/REPO@sha256:HEX (a tag only with --resolve-tag)
+        #[arg(value_name = "REFERENCE")]
+        reference: String,
+        /// Resolve a tag to the digest it names now, print it, and pull that.
+        #[arg(long)]
+        resolve_tag: bool,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
 }
 
 /// Bounds on a tree being published.
@@ -411,6 +436,49 @@ pub enum StoreCommand {
     },
     /// List published bindings.
     List,
+    /// Push the stored package ID@REVISION to an OCI registry as an
+    /// artifact (docs/distribution.md); prints the digest reference
+    /// oci://…@sha256:… as the last line.
+    Push {
+        /// ID@REVISION of a stored binding.
+        #[arg(value_name = "ID@REVISION")]
+        src: String,
+        /// oci://HOST[:PORT]/REPO[:TAG]
+        #[arg(value_name = "REFERENCE")]
+        reference: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Pull a package by digest (oci://…@sha256:…), verify every digest,
+    /// size and the package hash, and publish it; prints its binding, then
+    /// the digest reference as the last line.
+    Pull {
+        /// oci://HOST[:PORT]/REPO@sha256:HEX (a tag only with --resolve-tag)
+        #[arg(value_name = "REFERENCE")]
+        reference: String,
+        /// Resolve a tag to the digest it names now, print it, and pull that.
+        #[arg(long)]
+        resolve_tag: bool,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+}
+
+/// How to reach an OCI registry (docs/distribution.md).
+#[derive(Args, Clone)]
+pub struct RegistryArgs {
+    /// Speak plain HTTP to this HOST[:PORT] (as written in the reference);
+    /// every other registry is TLS. Repeatable.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub insecure_registry: Vec<String>,
+    /// Docker-style config.json with credentials (auths.HOST.auth, base64
+    /// user:password) [default: $DOCKER_CONFIG/config.json, else
+    /// ~/.docker/config.json, when present].
+    #[arg(long, value_name = "FILE")]
+    pub registry_config: Option<PathBuf>,
+    /// A PEM CA certificate trusted beside the system roots. Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub registry_ca: Vec<PathBuf>,
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 mod cli;
+mod distribute;
 mod progress;
 
 use std::io::Write;
@@ -187,6 +188,9 @@ fn pack(dir: &Path, meta: cli::BindingArgs) -> anyhow::Result<i32> {
 fn store_cmd(cmd: StoreCommand, data_dir: &DataDir) -> anyhow::Result<i32> {
     let store = skill_runner::package::store::Store::open(data_dir)?;
     match cmd {
+        StoreCommand::Push { .. } | StoreCommand::Pull { .. } => {
+            return distribute::store(cmd, &store);
+        }
         StoreCommand::Add { dir, meta } => {
             let p = store.publish_dir(
                 &dir,
@@ -678,6 +682,9 @@ fn env_cmd(cmd: EnvCommand, data_dir: Option<PathBuf>) -> anyhow::Result<i32> {
     }
     let store = EnvStore::open(&open_data_dir(data_dir)?)?;
     match cmd {
+        EnvCommand::Push { .. } | EnvCommand::Pull { .. } => {
+            return distribute::env(cmd, &store);
+        }
         EnvCommand::Add {
             dir,
             id,
@@ -771,7 +778,7 @@ fn env_cmd(cmd: EnvCommand, data_dir: Option<PathBuf>) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-fn emit(text: &str) -> anyhow::Result<()> {
+pub(crate) fn emit(text: &str) -> anyhow::Result<()> {
     let mut stdout = std::io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())

@@ -90,3 +90,102 @@ impl BuildProgress {
         }
     }
 }
+
+/// What `store push|pull` and `env push|pull` show (docs/distribution.md):
+/// on a terminal, one bar per blob counting its bytes; otherwise one plain
+/// line per blob when it starts and ends,
+/// `skill-runner: pull layer sha256:…: 10485760 bytes fetched`.
+pub struct BlobProgress {
+    verb: &'static str,
+    bar: Option<std::sync::Mutex<Option<ProgressBar>>>,
+}
+
+impl BlobProgress {
+    pub fn new(verb: &'static str) -> BlobProgress {
+        BlobProgress {
+            verb,
+            bar: std::io::stderr()
+                .is_terminal()
+                .then(|| std::sync::Mutex::new(None)),
+        }
+    }
+
+    fn short(digest: &str) -> &str {
+        digest.get(..19).unwrap_or(digest)
+    }
+
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            if let Some(b) = bar.lock().ok().and_then(|mut b| b.take()) {
+                b.abandon();
+            }
+        }
+    }
+}
+
+impl skill_runner::package::oci::Progress for BlobProgress {
+    fn event(&self, event: skill_runner::package::oci::Event<'_>) {
+        use skill_runner::package::oci::{Event, Outcome, Role};
+        let role = |r: Role| match r {
+            Role::Manifest => "manifest",
+            Role::Config => "config",
+            Role::Layer => "layer",
+        };
+        let how = |o: Outcome| match o {
+            Outcome::Fetched => "fetched and verified",
+            Outcome::Held => "held already, not fetched",
+            Outcome::Pushed => "pushed",
+            Outcome::Present => "in the registry already, not sent",
+        };
+        match (&self.bar, event) {
+            (Some(bar), Event::Start { role: r, digest, size }) => {
+                let b = ProgressBar::with_draw_target(Some(size), ProgressDrawTarget::stderr());
+                let style = ProgressStyle::with_template(&format!(
+                    "{} {} {} {{bar:30}} {{bytes}}/{{total_bytes}}",
+                    self.verb,
+                    role(r),
+                    Self::short(digest)
+                ))
+                .unwrap_or_else(|_| ProgressStyle::default_bar());
+                b.set_style(style);
+                if let Ok(mut slot) = bar.lock() {
+                    if let Some(old) = slot.replace(b) {
+                        old.finish();
+                    }
+                }
+            }
+            (Some(bar), Event::Bytes { done, .. }) => {
+                if let Ok(slot) = bar.lock() {
+                    if let Some(b) = slot.as_ref() {
+                        b.set_position(done);
+                    }
+                }
+            }
+            (Some(bar), Event::Done { role: r, digest, size, outcome }) => {
+                if let Ok(mut slot) = bar.lock() {
+                    if let Some(b) = slot.take() {
+                        b.finish_and_clear();
+                    }
+                }
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "{} {} {}: {size} bytes {}",
+                    self.verb,
+                    role(r),
+                    Self::short(digest),
+                    how(outcome)
+                );
+            }
+            (None, Event::Start { .. } | Event::Bytes { .. }) => {}
+            (None, Event::Done { role: r, digest, size, outcome }) => {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "skill-runner: {} {} {digest}: {size} bytes {}",
+                    self.verb,
+                    role(r),
+                    how(outcome)
+                );
+            }
+        }
+    }
+}

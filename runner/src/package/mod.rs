@@ -20,6 +20,7 @@ pub mod bundle;
 pub mod environment;
 pub mod format;
 pub mod hash;
+pub mod oci;
 pub mod published;
 pub mod source;
 pub mod stage;

@@ -286,6 +286,33 @@ impl EnvStore {
         locks: Vec<LockRef>,
         limits: &EnvLimits,
     ) -> Result<Published, EnvError> {
+        self.add_checked(src, id, base, locks, limits, None)
+    }
+
+    /// [`EnvStore::add`], refusing (as [`EnvError::Tampered`], before
+    /// anything is renamed into the store) a tree whose hash is not
+    /// `expected`: a pulled tree must be the one its record names.
+    pub fn add_expecting(
+        &self,
+        src: &Path,
+        id: &str,
+        base: Vec<Base>,
+        locks: Vec<LockRef>,
+        limits: &EnvLimits,
+        expected: &str,
+    ) -> Result<Published, EnvError> {
+        self.add_checked(src, id, base, locks, limits, Some(expected))
+    }
+
+    fn add_checked(
+        &self,
+        src: &Path,
+        id: &str,
+        base: Vec<Base>,
+        locks: Vec<LockRef>,
+        limits: &EnvLimits,
+        expected: Option<&str>,
+    ) -> Result<Published, EnvError> {
         format::check_id(id).map_err(|_| EnvError::BadId { id: id.to_owned() })?;
         let entries = list_tree(src, limits)?;
         if !entries
@@ -301,6 +328,12 @@ impl EnvStore {
         fs::create_dir(&staged).map_err(io_err(&staged))?;
         let manifest = copy_hashing(src, &entries, &staged)?;
         let hash = manifest.hash.clone();
+        if let Some(want) = expected.filter(|w| *w != hash) {
+            return Err(EnvError::Tampered {
+                hash: want.to_owned(),
+                change: format!("its bytes hash to {hash}"),
+            });
+        }
         let lease = self.lock_lease(&hash)?;
         let dest = self.tree_dir(&hash);
         let new_tree = if dest.join("manifest.json").exists() {
