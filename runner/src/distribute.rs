@@ -98,9 +98,9 @@ pub fn env(cmd: EnvCommand, envs: &EnvStore) -> anyhow::Result<i32> {
         } => {
             let cfg = settings(&registry)?;
             let target = Reference::parse(&reference)?;
-            let (id, hash) = src
-                .split_once('@')
-                .ok_or_else(|| anyhow!("{src:?} is not ID@HASH; name a stored environment (skill-runner env list)"))?;
+            let (id, hash) = src.split_once('@').ok_or_else(|| {
+                anyhow!("{src:?} is not ID@HASH; name a stored environment (skill-runner env list)")
+            })?;
             let env = EnvRef {
                 id: id.to_owned(),
                 hash: hash.to_owned(),

@@ -138,7 +138,14 @@ impl skill_runner::package::oci::Progress for BlobProgress {
             Outcome::Present => "in the registry already, not sent",
         };
         match (&self.bar, event) {
-            (Some(bar), Event::Start { role: r, digest, size }) => {
+            (
+                Some(bar),
+                Event::Start {
+                    role: r,
+                    digest,
+                    size,
+                },
+            ) => {
                 let b = ProgressBar::with_draw_target(Some(size), ProgressDrawTarget::stderr());
                 let style = ProgressStyle::with_template(&format!(
                     "{} {} {} {{bar:30}} {{bytes}}/{{total_bytes}}",
@@ -161,7 +168,15 @@ impl skill_runner::package::oci::Progress for BlobProgress {
                     }
                 }
             }
-            (Some(bar), Event::Done { role: r, digest, size, outcome }) => {
+            (
+                Some(bar),
+                Event::Done {
+                    role: r,
+                    digest,
+                    size,
+                    outcome,
+                },
+            ) => {
                 if let Ok(mut slot) = bar.lock() {
                     if let Some(b) = slot.take() {
                         b.finish_and_clear();
@@ -177,7 +192,15 @@ impl skill_runner::package::oci::Progress for BlobProgress {
                 );
             }
             (None, Event::Start { .. } | Event::Bytes { .. }) => {}
-            (None, Event::Done { role: r, digest, size, outcome }) => {
+            (
+                None,
+                Event::Done {
+                    role: r,
+                    digest,
+                    size,
+                    outcome,
+                },
+            ) => {
                 let _ = writeln!(
                     std::io::stderr(),
                     "skill-runner: {} {} {digest}: {size} bytes {}",

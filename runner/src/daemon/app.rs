@@ -46,6 +46,8 @@ pub struct AppInner {
     pub sessions: Arc<crate::skillhost::session::SessionHost>,
     /// The order of each managed session workspace (docs/workspaces.md).
     pub lanes: Arc<super::workspace::Lanes>,
+    /// Pulls from registries under way, one per digest (docs/distribution.md).
+    pub pulls: Arc<super::pulls::Pulls>,
 }
 
 impl App {
@@ -114,6 +116,8 @@ pub enum ApiError {
     Method { method: String, path: String },
     #[error("{0}; this is a bug in the daemon, see its log")]
     Internal(String),
+    #[error(transparent)]
+    Pull(#[from] super::pulls::PullError),
     #[error("{0}")]
     BadQuery(String),
     #[error("the body's Content-Type {0:?} is not JSON; send it as application/json")]
@@ -169,6 +173,7 @@ impl ApiError {
             ApiError::Method { .. } => K::MethodNotAllowed,
             ApiError::MediaType(_) | ApiError::FileMediaType(_) => K::UnsupportedMediaType,
             ApiError::WorkspaceBusy(_) => K::Conflict,
+            ApiError::Pull(e) => e.kind(),
         }
     }
 }
@@ -182,7 +187,7 @@ pub fn status(kind: ErrorKind) -> StatusCode {
     match kind {
         K::BadJob | K::BadPackage | K::BadBundle | K::BadRequest => S::BAD_REQUEST,
         K::Unauthorized => S::UNAUTHORIZED,
-        K::PathNotAllowed => S::FORBIDDEN,
+        K::PathNotAllowed | K::RegistryNotAllowed => S::FORBIDDEN,
         K::NotInStore | K::NotFound => S::NOT_FOUND,
         K::MethodNotAllowed => S::METHOD_NOT_ALLOWED,
         K::BodyTimeout => S::REQUEST_TIMEOUT,
@@ -193,6 +198,9 @@ pub fn status(kind: ErrorKind) -> StatusCode {
         K::HashMismatch | K::CompositionRejected => S::UNPROCESSABLE_ENTITY,
         K::Busy => S::TOO_MANY_REQUESTS,
         K::SandboxUnavailable | K::ShuttingDown | K::DiskFull => S::SERVICE_UNAVAILABLE,
+        // The registry failed or sent what does not verify: the daemon is
+        // the gateway that got a bad answer.
+        K::PullFailed => S::BAD_GATEWAY,
         K::StagingFailed | K::StoreFailed | K::StoreCorrupted | K::RunnerFailed | K::Internal => {
             S::INTERNAL_SERVER_ERROR
         }

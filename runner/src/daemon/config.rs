@@ -451,6 +451,62 @@ settings! {
         file: "network_private",
         default: true,
     }
+    // Registries are checked and loaded in `Config::build` (`super::pulls`).
+    registries: Vec<String> {
+        /// A registry (HOST[:PORT]) jobs' `source` may pull packages and
+        /// environments from; repeat it, or separate them with ',' in the
+        /// variable [default: none, no pulls].
+        flag: "registry" <"HOST[:PORT]"> [value_delimiter = ','],
+        env: "SKILL_RUNNER_REGISTRIES",
+        file: "registries",
+    }
+    registry_config: Option<PathBuf> {
+        /// Docker-style config.json with the registries' credentials
+        /// (auths."HOST".auth) [default: $DOCKER_CONFIG/config.json or
+        /// ~/.docker/config.json when present].
+        flag: "registry-config" <"FILE">,
+        env: "SKILL_RUNNER_REGISTRY_CONFIG",
+        file: "registry_config",
+    }
+    insecure_registries: Vec<String> {
+        /// A registry (HOST[:PORT], also given to --registry) spoken to in
+        /// plain HTTP, without TLS; repeat it [default: none, TLS for all].
+        flag: "insecure-registry" <"HOST[:PORT]"> [value_delimiter = ','],
+        env: "SKILL_RUNNER_INSECURE_REGISTRIES",
+        file: "insecure_registries",
+    }
+    registry_ca: Vec<PathBuf> {
+        /// A PEM file of CA certificates trusted for registries beside the
+        /// system's; repeat it [default: the system's roots only].
+        flag: "registry-ca" <"FILE"> [value_delimiter = ':'],
+        env: "SKILL_RUNNER_REGISTRY_CA",
+        file: "registry_ca",
+    }
+    pull_max_bytes: Option<u64> {
+        /// Largest package layer a pull reads [default: 1GiB].
+        flag: "pull-max-bytes" <"SIZE"> [value_parser = parse_size],
+        env: "SKILL_RUNNER_PULL_MAX_BYTES",
+        file: "pull_max_bytes",
+        default: 1 << 30,
+        check: at_least(1024),
+    }
+    pull_max_env_bytes: Option<u64> {
+        /// Largest environment layer a pull reads [default: 16GiB].
+        flag: "pull-max-env-bytes" <"SIZE"> [value_parser = parse_size],
+        env: "SKILL_RUNNER_PULL_MAX_ENV_BYTES",
+        file: "pull_max_env_bytes",
+        default: 16 << 30,
+        check: at_least(1024),
+    }
+    pull_timeout: Option<Duration> {
+        /// Most time one pull may take; past it the jobs waiting for it are
+        /// refused with pull_failed [default: 10m].
+        flag: "pull-timeout" <"DURATION"> [value_parser = humantime::parse_duration],
+        env: "SKILL_RUNNER_PULL_TIMEOUT",
+        file: "pull_timeout",
+        default: Duration::from_secs(600),
+        check: longer_than_zero,
+    }
     // Each entry is parsed in `Config::build`, into the sandbox's policy type.
     network_allow: Vec<String> {
         /// An allow entry every request of every job must also match (a cap on
@@ -745,6 +801,8 @@ pub struct Config {
     pub warnings: Vec<String>,
     /// Bounds on jobs' `files` and `outputs` (docs/files.md).
     pub files: crate::exec::files::FileBounds,
+    /// The registries jobs' `source` may pull from, and how (docs/distribution.md).
+    pub pulls: super::pulls::PullSettings,
 }
 
 /// A size in a config file: a number of bytes or a text like `"64MiB"`.
@@ -1007,6 +1065,16 @@ impl Config {
                 kept_bytes: s.max_kept_outputs_bytes()?,
                 ..crate::exec::files::FileBounds::default()
             },
+            pulls: super::pulls::PullSettings::build(
+                s.registries()?.unwrap_or_default(),
+                s.registry_config()?,
+                s.insecure_registries()?.unwrap_or_default(),
+                s.registry_ca()?.unwrap_or_default(),
+                s.pull_max_bytes()?,
+                s.pull_max_env_bytes()?,
+                s.pull_timeout()?,
+            )
+            .map_err(|reason| invalid("registries", reason))?,
         };
         // A job that sets no output_bytes gets its profile's default: a
         // cap under it would refuse every such job.

@@ -41,6 +41,7 @@ pub mod events;
 pub mod metrics;
 pub mod notify;
 pub mod outputs;
+pub mod pulls;
 pub mod receipts;
 pub mod registry;
 pub mod routes;
@@ -226,6 +227,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
             session_bodies: Arc::new(Semaphore::new(SESSION_BODIES)),
             sessions,
             lanes,
+            pulls: Arc::default(),
             config,
         });
         if let Some(interval) = notify::watchdog_interval() {

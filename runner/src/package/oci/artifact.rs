@@ -317,9 +317,7 @@ pub fn extract_env_layer<R: Read>(
         let path = entry_path(&entry)?;
         count += 1;
         if count > max_entries {
-            return Err(LayerError::TooMany {
-                limit: max_entries,
-            });
+            return Err(LayerError::TooMany { limit: max_entries });
         }
         let kind = entry.header().entry_type();
         if kind == tar::EntryType::Directory {

@@ -51,7 +51,9 @@ impl Body for ReqBody {
                     Poll::Ready(Ok(())) => {
                         let n = rb.filled().len();
                         if n == 0 {
-                            return Poll::Ready(Some(Err(std::io::ErrorKind::UnexpectedEof.into())));
+                            return Poll::Ready(Some(
+                                Err(std::io::ErrorKind::UnexpectedEof.into()),
+                            ));
                         }
                         *left -= n as u64;
                         buf.truncate(n);
@@ -180,7 +182,9 @@ impl<'c> Session<'c> {
             requests: 0,
         };
         let probe = s.url("/v2/");
-        let resp = s.send_url(Method::GET, &probe, &[], ReqBody::Empty, false).await?;
+        let resp = s
+            .send_url(Method::GET, &probe, &[], ReqBody::Empty, false)
+            .await?;
         match resp.status() {
             s2 if s2.is_success() => {}
             StatusCode::UNAUTHORIZED => {
@@ -190,7 +194,10 @@ impl<'c> Session<'c> {
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or("")
                     .to_owned();
-                s.auth = Some(s.authorize(&challenge, if push { PUSH } else { PULL }).await?);
+                s.auth = Some(
+                    s.authorize(&challenge, if push { PUSH } else { PULL })
+                        .await?,
+                );
             }
             other => {
                 return Err(OciError::Status {
@@ -270,7 +277,9 @@ impl<'c> Session<'c> {
         if let Some(b) = &basic {
             headers.push(("authorization", b.clone()));
         }
-        let resp = self.send_url(Method::GET, &url, &headers, ReqBody::Empty, true).await?;
+        let resp = self
+            .send_url(Method::GET, &url, &headers, ReqBody::Empty, true)
+            .await?;
         if !resp.status().is_success() {
             return Err(OciError::Auth {
                 registry: self.registry.clone(),
@@ -281,11 +290,10 @@ impl<'c> Session<'c> {
             });
         }
         let body = read_capped(resp, 64 * 1024, self.cfg.idle_timeout).await?;
-        let doc: serde_json::Value =
-            serde_json::from_slice(&body).map_err(|_| OciError::Auth {
-                registry: self.registry.clone(),
-                reason: "its token service answered something that is not JSON".into(),
-            })?;
+        let doc: serde_json::Value = serde_json::from_slice(&body).map_err(|_| OciError::Auth {
+            registry: self.registry.clone(),
+            reason: "its token service answered something that is not JSON".into(),
+        })?;
         let token = doc
             .get("token")
             .or_else(|| doc.get("access_token"))
@@ -316,7 +324,9 @@ impl<'c> Session<'c> {
                 }
             }
             let b = body.take().unwrap_or(ReqBody::Empty);
-            let resp = self.send_url(method.clone(), &url, &h, b, url.authority != self.registry).await?;
+            let resp = self
+                .send_url(method.clone(), &url, &h, b, url.authority != self.registry)
+                .await?;
             let redirect = matches!(resp.status().as_u16(), 301 | 302 | 303 | 307 | 308)
                 && (method == Method::GET || method == Method::HEAD);
             if !redirect {
@@ -329,13 +339,12 @@ impl<'c> Session<'c> {
                 .and_then(|l| url.join(l));
             url = match next {
                 Some(n) if n.https || self.cfg.is_insecure(&n.authority) => n,
-                _ => {
-                    return Err(OciError::Status {
-                        url: probe_display(&url),
-                        status: resp.status().as_u16(),
-                        doing: "following a redirect to a place that is not https or an insecure registry",
-                    })
-                }
+                _ => return Err(OciError::Status {
+                    url: probe_display(&url),
+                    status: resp.status().as_u16(),
+                    doing:
+                        "following a redirect to a place that is not https or an insecure registry",
+                }),
             };
         }
         Err(OciError::Status {
@@ -370,7 +379,10 @@ impl<'c> Session<'c> {
             .method(method)
             .uri(&url.path)
             .header(hyper::header::HOST, &url.authority)
-            .header(hyper::header::USER_AGENT, concat!("skill-runner/", env!("CARGO_PKG_VERSION")));
+            .header(
+                hyper::header::USER_AGENT,
+                concat!("skill-runner/", env!("CARGO_PKG_VERSION")),
+            );
         if let ReqBody::File { left, .. } = &body {
             req = req.header(hyper::header::CONTENT_LENGTH, left.to_string());
         } else if let ReqBody::Bytes(b) = &body {
@@ -391,8 +403,10 @@ impl<'c> Session<'c> {
         let fut = async {
             match tls {
                 Some(config) => {
-                    let name = tokio_rustls::rustls::pki_types::ServerName::try_from(url.host().to_owned())
-                        .map_err(|e| connect_err(e.to_string()))?;
+                    let name = tokio_rustls::rustls::pki_types::ServerName::try_from(
+                        url.host().to_owned(),
+                    )
+                    .map_err(|e| connect_err(e.to_string()))?;
                     let stream = tokio_rustls::TlsConnector::from(config)
                         .connect(name, tcp)
                         .await
@@ -437,7 +451,11 @@ fn challenge_params(text: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut rest = text.trim();
     while let Some(eq) = rest.find('=') {
-        let key = rest[..eq].trim().trim_start_matches(',').trim().to_ascii_lowercase();
+        let key = rest[..eq]
+            .trim()
+            .trim_start_matches(',')
+            .trim()
+            .to_ascii_lowercase();
         rest = &rest[eq + 1..];
         let value;
         if let Some(r) = rest.strip_prefix('"') {

@@ -47,7 +47,7 @@ use crate::package::hash::Binding;
 use crate::package::store::{PrivateDir, Store, StoreError};
 
 pub use artifact::Kind;
-use artifact::{Descriptor, Manifest, LayerError};
+use artifact::{Descriptor, LayerError, Manifest};
 use client::{ReqBody, Session};
 pub use reference::{Reference, ReferenceError};
 
@@ -93,11 +93,7 @@ pub enum OciError {
         command: &'static str,
     },
     #[error("{what} declares {size} bytes, over the bound of {limit}; nothing was fetched (raise the bound if the artifact is meant to be that big)")]
-    Declared {
-        what: String,
-        size: u64,
-        limit: u64,
-    },
+    Declared { what: String, size: u64, limit: u64 },
     #[error("{what} is over {limit} bytes; reading stopped there")]
     TooBig { what: String, limit: u64 },
     #[error("blob {digest} sent more bytes than the {declared} its manifest declares; reading stopped there and nothing was stored")]
@@ -251,7 +247,9 @@ impl RegistryConfig {
         };
         let implicit = std::env::var_os("DOCKER_CONFIG")
             .map(|d| PathBuf::from(d).join("config.json"))
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker/config.json")));
+            .or_else(|| {
+                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".docker/config.json"))
+            });
         let path = match config_file {
             Some(p) => Some(p.to_owned()),
             None => implicit.filter(|p| p.exists()),
@@ -296,7 +294,10 @@ impl RegistryConfig {
             let _ = roots.add(cert);
         }
         for (i, pem) in self.ca_certs.iter().enumerate() {
-            let path = names.get(i).cloned().unwrap_or_else(|| PathBuf::from("--registry-ca"));
+            let path = names
+                .get(i)
+                .cloned()
+                .unwrap_or_else(|| PathBuf::from("--registry-ca"));
             let mut any = false;
             for cert in CertificateDer::pem_slice_iter(pem) {
                 let cert = cert.map_err(|e| OciError::Ca {
@@ -335,8 +336,8 @@ fn read_docker_config(path: &Path) -> Result<HashMap<String, (String, String)>, 
         reason,
     };
     let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
-    let doc: DockerConfig =
-        serde_json::from_slice(&bytes).map_err(|e| bad(format!("not a Docker config.json: {e}")))?;
+    let doc: DockerConfig = serde_json::from_slice(&bytes)
+        .map_err(|e| bad(format!("not a Docker config.json: {e}")))?;
     let mut out = HashMap::new();
     for (key, a) in doc.auths {
         // Keys are `host[:port]` or a URL of it.
@@ -468,7 +469,13 @@ fn held_path(root: &Path, digest: &str) -> PathBuf {
 fn remember(root: &Path, digest: &str, value: &impl Serialize) -> Result<(), OciError> {
     let dir = root.join("oci");
     fsx::create_private_dir(&dir)
-        .or_else(|e| if e.kind() == io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) })
+        .or_else(|e| {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        })
         .map_err(io_err(&dir))?;
     let path = held_path(root, digest);
     let bytes = serde_json::to_vec(value).expect("a record serializes");
@@ -531,9 +538,12 @@ pub fn resolve_tag(cfg: &RegistryConfig, reference: &Reference) -> Result<Refere
 }
 
 fn require_digest(reference: &Reference) -> Result<&str, OciError> {
-    reference.digest.as_deref().ok_or_else(|| OciError::TagOnly {
-        reference: reference.to_string(),
-    })
+    reference
+        .digest
+        .as_deref()
+        .ok_or_else(|| OciError::TagOnly {
+            reference: reference.to_string(),
+        })
 }
 
 async fn get_manifest(
@@ -604,8 +614,12 @@ fn ours(digest: &str, m: &Manifest) -> Result<(Kind, Descriptor, Descriptor), Oc
             return Err(not(format!("its mediaType is {t:?}")));
         }
     }
-    let kind = Kind::of_config(&m.config.media_type)
-        .ok_or_else(|| not(format!("its config's mediaType is {:?}", m.config.media_type)))?;
+    let kind = Kind::of_config(&m.config.media_type).ok_or_else(|| {
+        not(format!(
+            "its config's mediaType is {:?}",
+            m.config.media_type
+        ))
+    })?;
     if let Some(t) = &m.artifact_type {
         if t != kind.artifact_type() {
             return Err(not(format!("its artifactType is {t:?}")));
@@ -615,7 +629,10 @@ fn ours(digest: &str, m: &Manifest) -> Result<(Kind, Descriptor, Descriptor), Oc
         return Err(not(format!("it has {} layers, not one", m.layers.len())));
     };
     if layer.media_type != kind.layer_type() {
-        return Err(not(format!("its layer's mediaType is {:?}", layer.media_type)));
+        return Err(not(format!(
+            "its layer's mediaType is {:?}",
+            layer.media_type
+        )));
     }
     for d in [&m.config, layer] {
         let hex = d.digest.strip_prefix("sha256:").unwrap_or("");
@@ -675,7 +692,9 @@ async fn fetch_blob(
             registry: s.registry.clone(),
             reason: e.to_string(),
         })?;
-        let Ok(data) = frame.into_data() else { continue };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
         if got + data.len() as u64 > d.size {
             return Err(OciError::Longer {
                 digest: d.digest.clone(),
@@ -684,7 +703,8 @@ async fn fetch_blob(
         }
         got += data.len() as u64;
         hasher.update(&data);
-        sink.write_all(&data).map_err(io_err(Path::new("the staging folder")))?;
+        sink.write_all(&data)
+            .map_err(io_err(Path::new("the staging folder")))?;
         if got - shown >= 1 << 20 || got == d.size {
             shown = got;
             progress.event(Event::Bytes {
@@ -753,11 +773,24 @@ async fn fetch_head(
             digest,
             found: kind.noun(),
             wanted: wanted.noun(),
-            command: if kind == Kind::Package { "store" } else { "env" },
+            command: if kind == Kind::Package {
+                "store"
+            } else {
+                "env"
+            },
         });
     }
     let mut config_bytes = Vec::new();
-    fetch_blob(s, cfg, Role::Config, &config, MAX_CONFIG_BYTES, &mut config_bytes, progress).await?;
+    fetch_blob(
+        s,
+        cfg,
+        Role::Config,
+        &config,
+        MAX_CONFIG_BYTES,
+        &mut config_bytes,
+        progress,
+    )
+    .await?;
     Ok(Fetched {
         fetched: vec![digest.clone(), config.digest.clone()],
         digest,
@@ -817,8 +850,8 @@ pub fn pull_package(
             });
             store.put_binding(&binding)?;
         } else {
-            let staging = PrivateDir::create(&store.root().join("tmp"))
-                .map_err(io_err(store.root()))?;
+            let staging =
+                PrivateDir::create(&store.root().join("tmp")).map_err(io_err(store.root()))?;
             let path = staging.path.join("layer.tar");
             let mut file = std::fs::File::create(&path).map_err(io_err(&path))?;
             fetch_blob(
@@ -854,9 +887,13 @@ pub fn pull_package(
                     e => OciError::Store(e),
                 })?;
         }
-        remember(store.root(), &head.digest, &HeldPackage {
-            binding: binding.clone(),
-        })?;
+        remember(
+            store.root(),
+            &head.digest,
+            &HeldPackage {
+                binding: binding.clone(),
+            },
+        )?;
         Ok(PulledPackage {
             binding,
             digest: head.digest,
@@ -1014,9 +1051,17 @@ async fn push_blob(
             status: 202,
             doing: "starting a blob upload (no usable Location)",
         })?;
-    let sep = if location.path.contains('?') { '&' } else { '?' };
+    let sep = if location.path.contains('?') {
+        '&'
+    } else {
+        '?'
+    };
     let put = client::Url {
-        path: format!("{}{sep}digest={}", location.path, digest.replace(':', "%3A")),
+        path: format!(
+            "{}{sep}digest={}",
+            location.path,
+            digest.replace(':', "%3A")
+        ),
         ..location
     };
     let resp = s
@@ -1088,7 +1133,10 @@ async fn push_artifact(
         progress,
     )
     .await?;
-    let name = reference.tag.clone().unwrap_or_else(|| manifest_digest.clone());
+    let name = reference
+        .tag
+        .clone()
+        .unwrap_or_else(|| manifest_digest.clone());
     let url = s.repo_url(&format!("manifests/{name}"));
     let size = manifest.len() as u64;
     progress.event(Event::Start {
@@ -1173,17 +1221,28 @@ pub fn push_package(
         let p = package.tree.join(&f.path);
         readers.push(std::fs::File::open(&p).map_err(io_err(&p))?);
     }
-    let entries = package.files.iter().zip(readers).map(|(f, r)| artifact::Entry::File {
-        path: &f.path,
-        exec: false,
-        size: f.size,
-        reader: Box::new(r) as Box<dyn Read>,
-    });
+    let entries = package
+        .files
+        .iter()
+        .zip(readers)
+        .map(|(f, r)| artifact::Entry::File {
+            path: &f.path,
+            exec: false,
+            size: f.size,
+            reader: Box::new(r) as Box<dyn Read>,
+        });
     let layer = stage_layer(&staging.path, entries)?;
     with_timeout(
         cfg,
         reference,
-        push_artifact(cfg, reference, Kind::Package, package_config(binding), &layer, progress),
+        push_artifact(
+            cfg,
+            reference,
+            Kind::Package,
+            package_config(binding),
+            &layer,
+            progress,
+        ),
     )
 }
 

@@ -106,7 +106,9 @@ impl fmt::Display for Reference {
 }
 
 pub(crate) fn is_hex64(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn check_registry(registry: &str) -> Result<(), &'static str> {
@@ -117,10 +119,11 @@ fn check_registry(registry: &str) -> Result<(), &'static str> {
     if host.is_empty() || host.len() > 253 {
         return Err("the host is empty or too long");
     }
-    if !host
-        .split('.')
-        .all(|l| !l.is_empty() && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'))
-    {
+    if !host.split('.').all(|l| {
+        !l.is_empty()
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    }) {
         return Err("the host is not lowercase letters, digits, '-' and '.'");
     }
     if let Some(p) = port {
@@ -178,14 +181,14 @@ mod tests {
         assert_eq!(r.tag.as_deref(), Some("v1"));
         assert_eq!(r.digest.as_deref(), Some(D));
         assert_eq!(r.host(), "127.0.0.1");
-        assert_eq!(r.to_string(), format!("oci://127.0.0.1:5000/skills/pdf:v1@{D}"));
+        assert_eq!(
+            r.to_string(),
+            format!("oci://127.0.0.1:5000/skills/pdf:v1@{D}")
+        );
         let r = Reference::parse("oci://registry.example/a").unwrap();
         assert_eq!((r.tag, r.digest), (None, None));
         let r = Reference::parse(&format!("oci://localhost/a/b@{D}")).unwrap();
-        assert_eq!(
-            r.digest_form().unwrap(),
-            format!("oci://localhost/a/b@{D}")
-        );
+        assert_eq!(r.digest_form().unwrap(), format!("oci://localhost/a/b@{D}"));
     }
 
     #[test]
@@ -208,7 +211,10 @@ mod tests {
             &format!("oci://h/r@{}", D.to_uppercase()),
         ] {
             let e = Reference::parse(bad).unwrap_err();
-            assert!(e.to_string().contains("oci://HOST[:PORT]/REPO"), "{bad}: {e}");
+            assert!(
+                e.to_string().contains("oci://HOST[:PORT]/REPO"),
+                "{bad}: {e}"
+            );
         }
     }
 }
