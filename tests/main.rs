@@ -29,6 +29,7 @@ mod integrity; // published roots and the store are re-checked before they are t
 mod invariants; // the snapshot-root invariants of docs/packages.md, end to end
 mod limits; // memory and pids limits hold for the whole sandbox and name their mechanism
 mod network; // network allowlists through the runner's proxy, and nothing around it
+mod oci; // packages and environments pushed to and pulled from a real OCI registry by digest; tampered registries (a swapped layer, lying sizes, a moved tag, a 10 GB or endless blob) never get a package into the store
 mod receipts; // every result is signed; verify refuses any single change; replay re-runs and compares; the key is out of every sandbox's reach
 mod sandbox_failures; // a sandbox bubblewrap cannot finish is sandbox_failed, with the fix
 mod secnet; // every writable mount is bounded, the proxy folder is read-only, the pool and CPU time are per execution

@@ -14,6 +14,7 @@
 
 pub mod daemon;
 pub mod envs;
+pub mod registry;
 
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
