@@ -251,6 +251,7 @@ impl Fixture {
             )),
             sessions: self.host.clone(),
             lanes: skill_runner::daemon::workspace::Lanes::new(),
+            pulls: Arc::default(),
             config: config.clone(),
         })
     }
