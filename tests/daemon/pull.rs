@@ -1,4 +1,4 @@
-//! On-demand pulls (docs/distribution.md, "The daemon pulls"): a daemon
+//! On-demand pulls (docs/daemon.md, "Pulls from registries"): a daemon
 //! started with `--registry` pulls a job's missing package from its
 //! `source` once, however many jobs wait for it (counted in the real
 //! registry's own access log), shows the pull in the execution's events,

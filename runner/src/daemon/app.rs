@@ -46,7 +46,7 @@ pub struct AppInner {
     pub sessions: Arc<crate::skillhost::session::SessionHost>,
     /// The order of each managed session workspace (docs/workspaces.md).
     pub lanes: Arc<super::workspace::Lanes>,
-    /// Pulls from registries under way, one per digest (docs/distribution.md).
+    /// Pulls from registries under way, one per digest (docs/daemon.md, "Pulls from registries").
     pub pulls: Arc<super::pulls::Pulls>,
 }
 

@@ -801,7 +801,7 @@ pub struct Config {
     pub warnings: Vec<String>,
     /// Bounds on jobs' `files` and `outputs` (docs/files.md).
     pub files: crate::exec::files::FileBounds,
-    /// The registries jobs' `source` may pull from, and how (docs/distribution.md).
+    /// The registries jobs' `source` may pull from, and how (docs/daemon.md, "Pulls from registries").
     pub pulls: super::pulls::PullSettings,
 }
 

@@ -1,4 +1,4 @@
-//! On-demand pulls (docs/distribution.md, "The daemon pulls"): a job's
+//! On-demand pulls (docs/daemon.md, "Pulls from registries"): a job's
 //! skill or environment may carry `source: "oci://…@sha256:…"`, and a
 //! daemon configured with `--registry` pulls what it does not hold before
 //! the job runs.

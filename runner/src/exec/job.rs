@@ -46,7 +46,7 @@ pub struct RawSkillRef {
     #[serde(default)]
     pub path: Option<PathBuf>,
     /// Where a daemon pulls the package from when it does not hold it:
-    /// `oci://HOST[:PORT]/REPO@sha256:…` (docs/distribution.md).
+    /// `oci://HOST[:PORT]/REPO@sha256:…` (docs/daemon.md, "Pulls from registries").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
 }
