@@ -106,7 +106,7 @@ impl PullSettings {
     }
 
     fn allows(&self, reference: &Reference) -> bool {
-        self.allowed.iter().any(|h| *h == reference.registry)
+        self.allowed.contains(&reference.registry)
     }
 }
 
