@@ -297,7 +297,7 @@ fn fake(manifest: Vec<u8>, art: &Artifact, layer: Reply) -> FakeRegistry {
     let config_path = format!("/v2/skills/f/blobs/{}", artifact::digest_of(&art.config));
     let layer_path = format!("/v2/skills/f/blobs/{}", artifact::digest_of(&art.layer));
     let config = art.config.clone();
-    FakeRegistry::start(move |_, path| match path {
+    FakeRegistry::start(move |_, path, _| match path {
         "/v2/" => Reply::ok(b"{}".to_vec()),
         p if p.starts_with("/v2/skills/f/manifests/") => Reply::manifest(manifest.clone()),
         p if p == config_path => Reply::ok(config.clone()),
@@ -377,7 +377,7 @@ fn a_registry_serving_another_manifest_for_a_digest_is_refused() {
 }
 
 #[test]
-fn a_ten_gigabyte_blob_is_never_read_and_an_endless_one_is_cut_at_its_declared_size() {
+fn a_ten_gigabyte_blob_is_never_read_and_an_endless_blob_or_manifest_is_cut_at_its_bound() {
     let w = World::new();
     let art = artifact_of(&w, "huge");
     // Declared 10 GB: refused by the bound before a byte of it is asked for.
@@ -407,6 +407,20 @@ fn a_ten_gigabyte_blob_is_never_read_and_an_endless_one_is_cut_at_its_declared_s
         served < 64 << 20,
         "the pull read on: the fake sent {served} bytes"
     );
+    drop(reg);
+    // A manifest without end: read up to its bound, then refused.
+    let reg = FakeRegistry::start(|_, path, _| match path {
+        "/v2/" => Reply::ok(b"{}".to_vec()),
+        _ => Reply::Endless,
+    });
+    let host = reg.host();
+    let data = w.path().join("d3");
+    let r = format!("oci://{host}/skills/f@sha256:{}", "0".repeat(64));
+    let out = sr(&data, &host, &["store", "pull", &r]);
+    refused(&out, "is over 4194304 bytes; reading stopped there");
+    store_is_empty(&data);
+    let served = reg.sent.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(served < 64 << 20, "the fake sent {served} bytes");
 }
 
 #[test]
@@ -467,4 +481,277 @@ fn an_environment_pushed_is_pulled_verified_into_another_data_dir() {
     // A package pull of an environment says which command to use.
     let out = sr(&w.path().join("c"), &host, &["store", "pull", &digest_ref]);
     refused(&out, "use `skill-runner env pull`");
+}
+
+#[test]
+fn credentials_from_a_docker_config_buy_a_token_that_every_request_carries() {
+    use base64::Engine;
+    let w = World::new();
+    let art = artifact_of(&w, "private");
+    let manifest = lying_manifest(&art, art.layer.len() as u64);
+    let (config_digest, layer_digest) = (
+        artifact::digest_of(&art.config),
+        artifact::digest_of(&art.layer),
+    );
+    let basic = base64::engine::general_purpose::STANDARD.encode("alice:s3cret");
+    let me = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let (me2, manifest2, config, layer, basic2) = (
+        me.clone(),
+        manifest.clone(),
+        art.config.clone(),
+        art.layer.clone(),
+        basic.clone(),
+    );
+    let reg = FakeRegistry::start(move |_, path, headers| {
+        let auth = headers
+            .iter()
+            .find(|h| h.to_ascii_lowercase().starts_with("authorization:"))
+            .map(|h| h["authorization:".len()..].trim().to_owned());
+        if path.starts_with("/token?") {
+            let good = auth == Some(format!("Basic {basic2}"))
+                && path.contains("service=fake")
+                && path.contains("scope=repository%3Askills%2Ff%3Apull");
+            return if good {
+                Reply::ok(br#"{"token":"tok-1"}"#.to_vec())
+            } else {
+                Reply::Body {
+                    status: 401,
+                    content_type: "application/json",
+                    body: b"{}".to_vec(),
+                }
+            };
+        }
+        if auth.as_deref() != Some("Bearer tok-1") {
+            let host = me2.lock().unwrap().clone();
+            return Reply::Challenge(format!(
+                "Bearer realm=\"http://{host}/token\",service=\"fake\""
+            ));
+        }
+        match path {
+            "/v2/" => Reply::ok(b"{}".to_vec()),
+            p if p.starts_with("/v2/skills/f/manifests/") => Reply::manifest(manifest2.clone()),
+            p if p.ends_with(&config_digest) => Reply::ok(config.clone()),
+            p if p.ends_with(&layer_digest) => Reply::ok(layer.clone()),
+            _ => Reply::not_found(),
+        }
+    });
+    let host = reg.host();
+    *me.lock().unwrap() = host.clone();
+    let r = format!("oci://{host}/skills/f@{}", artifact::digest_of(&manifest));
+    // No credentials: the token service refuses, and the pull says so.
+    let empty = w.path().join("empty.json");
+    std::fs::write(&empty, br#"{"auths":{}}"#).unwrap();
+    let data = w.path().join("d");
+    let out = sr(
+        &data,
+        &host,
+        &[
+            "store",
+            "pull",
+            &r,
+            "--registry-config",
+            empty.to_str().unwrap(),
+        ],
+    );
+    refused(&out, "refused the login");
+    store_is_empty(&data);
+    let config_file = w.path().join("config.json");
+    std::fs::write(
+        &config_file,
+        serde_json::to_vec(&serde_json::json!({"auths": {(host.clone()): {"auth": basic}}}))
+            .unwrap(),
+    )
+    .unwrap();
+    let out = sr(
+        &data,
+        &host,
+        &[
+            "store",
+            "pull",
+            &r,
+            "--registry-config",
+            config_file.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    assert_eq!(last_line(&out), r);
+}
+
+#[test]
+fn tls_registries_are_trusted_through_registry_ca_and_refused_without_it() {
+    let w = World::new();
+    let d = w.path();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(d)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => true,
+            Ok(o) => panic!("openssl {args:?}: {}", show(&o)),
+            Err(_) => false,
+        }
+    };
+    if !openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+    ]) {
+        skip("openssl is not installed");
+        return;
+    }
+    std::fs::write(
+        d.join("leaf.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    assert!(openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "leaf.key",
+        "-out",
+        "leaf.csr",
+        "-subj",
+        "/CN=127.0.0.1"
+    ]));
+    assert!(openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "leaf.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "leaf.ext"
+    ]));
+    let tls = format!(
+        "  tls:\n    certificate: {}\n    key: {}\n",
+        d.join("leaf.pem").display(),
+        d.join("leaf.key").display()
+    );
+    let Some(reg) = Registry::start_with(&tls) else {
+        return;
+    };
+    let host = reg.host();
+    let a = d.join("a");
+    publish(&w, &a, "secure", &[]);
+    let target = format!("oci://{host}/skills/secure:v1");
+    let run = |args: &[&str]| {
+        runner_command()
+            .arg("--data-dir")
+            .arg(&a)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["store", "push", "secure@1", &target]);
+    refused(&out, "--registry-ca FILE");
+    let ca = d.join("ca.pem");
+    let out = run(&[
+        "store",
+        "push",
+        "secure@1",
+        &target,
+        "--registry-ca",
+        ca.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", show(&out));
+    let digest_ref = last_line(&out);
+    let b = d.join("b");
+    let out = runner_command()
+        .arg("--data-dir")
+        .arg(&b)
+        .args([
+            "store",
+            "pull",
+            &digest_ref,
+            "--registry-ca",
+            ca.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+}
+
+#[test]
+fn an_environment_layer_that_is_another_trees_never_reaches_the_store() {
+    let Some(reg) = Registry::start() else { return };
+    let w = World::new();
+    let host = reg.host();
+    let (a, b) = (w.path().join("a"), w.path().join("b"));
+    let mut refs = Vec::new();
+    for (id, body) in [("good", "G = 1\n"), ("evil", "import os\n")] {
+        let tree = w.path().join(id);
+        std::fs::create_dir_all(tree.join("python")).unwrap();
+        std::fs::write(tree.join("python/m.py"), body).unwrap();
+        let out = runner_command()
+            .arg("--data-dir")
+            .arg(&a)
+            .args(["env", "add"])
+            .arg(&tree)
+            .args(["--id", id])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", show(&out));
+        let hash = serde_json::from_slice::<Value>(&out.stdout).unwrap()["hash"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let out = sr(
+            &a,
+            &host,
+            &[
+                "env",
+                "push",
+                &format!("{id}@{hash}"),
+                &format!("oci://{host}/envs/t:{id}"),
+            ],
+        );
+        assert!(out.status.success(), "{}", show(&out));
+        refs.push(last_line(&out));
+    }
+    let (_, good) = manifest_of(&host, "envs/t", "good");
+    let (_, evil) = manifest_of(&host, "envs/t", "evil");
+    let mut forged = good.clone();
+    forged["layers"] = evil["layers"].clone();
+    let body = serde_json::to_vec(&forged).unwrap();
+    let (status, _, _) = http(
+        &host,
+        "PUT",
+        "/v2/envs/t/manifests/forged",
+        &[("Content-Type", artifact::MANIFEST_MEDIA_TYPE)],
+        &body,
+    )
+    .unwrap();
+    assert_eq!(status, 201);
+    let r = format!("oci://{host}/envs/t@{}", artifact::digest_of(&body));
+    let out = sr(&b, &host, &["env", "pull", &r]);
+    refused(&out, "does not verify");
+    for sub in ["trees", "records", "tmp"] {
+        let p = b.join("environments").join(sub);
+        let left: Vec<_> = std::fs::read_dir(&p)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "{} holds {left:?}", p.display());
+    }
 }

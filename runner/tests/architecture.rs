@@ -53,7 +53,11 @@ impl Crate {
             if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
                 parts.pop();
             }
-            if parts == ["main"] || parts == ["cli"] || parts == ["progress"] {
+            if parts == ["main"]
+                || parts == ["cli"]
+                || parts == ["progress"]
+                || parts == ["distribute"]
+            {
                 continue; // the binary, above every room
             }
             if parts.last().is_some_and(|p| p.ends_with("_tests")) {

@@ -34,6 +34,13 @@ impl Registry {
     /// Starts one, or `None` (after [`crate::skip`]) when the binary is not
     /// installed (`apt-get install docker-registry`).
     pub fn start() -> Option<Registry> {
+        Registry::start_with("")
+    }
+
+    /// [`Registry::start`] with more lines for its `http:` section
+    /// (indented two spaces), e.g. a `tls:` block; readiness is then a
+    /// listening port.
+    pub fn start_with(http_extra: &str) -> Option<Registry> {
         if !Path::new(REGISTRY_BIN).exists() {
             crate::skip(format!(
                 "{REGISTRY_BIN} is not installed (apt-get install docker-registry)"
@@ -55,7 +62,7 @@ impl Registry {
             std::fs::write(
                 &config,
                 format!(
-                    "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{}\n",
+                    "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{}\n{http_extra}",
                     reg._dir.path().join("storage").display(),
                     reg.port
                 ),
@@ -73,7 +80,12 @@ impl Registry {
             );
             let deadline = Instant::now() + Duration::from_secs(20);
             while Instant::now() < deadline {
-                if let Ok((200, _, _)) = http(&reg.host(), "GET", "/v2/", &[], b"") {
+                let ready = if http_extra.is_empty() {
+                    matches!(http(&reg.host(), "GET", "/v2/", &[], b""), Ok((200, _, _)))
+                } else {
+                    TcpStream::connect(reg.host()).is_ok()
+                };
+                if ready {
                     return Some(reg);
                 }
                 if let Some(Ok(Some(_))) = reg.child.as_mut().map(|c| c.try_wait()) {
@@ -106,15 +118,17 @@ impl Drop for Registry {
     }
 }
 
-/// One plain HTTP/1.1 request; the status, headers (lowercase names) and
-/// body.
+/// A status, headers (lowercase names) and body.
+pub type Answer = (u16, Vec<(String, String)>, Vec<u8>);
+
+/// One plain HTTP/1.1 request.
 pub fn http(
     host: &str,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: &[u8],
-) -> std::io::Result<(u16, Vec<(String, String)>, Vec<u8>)> {
+) -> std::io::Result<Answer> {
     let mut s = TcpStream::connect(host)?;
     s.set_read_timeout(Some(Duration::from_secs(30)))?;
     let mut req = format!(
@@ -162,6 +176,8 @@ pub enum Reply {
     /// 200 and bytes without end (the connection closes when the client
     /// goes away).
     Endless,
+    /// 401 with this `WWW-Authenticate` challenge.
+    Challenge(String),
 }
 
 impl Reply {
@@ -188,8 +204,8 @@ impl Reply {
     }
 }
 
-/// A fake registry in a thread: every request's method and path go to
-/// `answer`; it counts the requests and the body bytes it sent.
+/// A fake registry in a thread: every request's method, path and header
+/// lines go to `answer`; it counts the requests and the body bytes it sent.
 pub struct FakeRegistry {
     port: u16,
     stop: Arc<AtomicBool>,
@@ -205,7 +221,7 @@ impl std::fmt::Debug for FakeRegistry {
 }
 
 impl FakeRegistry {
-    pub fn start(answer: impl Fn(&str, &str) -> Reply + Send + 'static) -> FakeRegistry {
+    pub fn start(answer: impl Fn(&str, &str, &[String]) -> Reply + Send + 'static) -> FakeRegistry {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();
@@ -250,7 +266,7 @@ impl Drop for FakeRegistry {
 
 fn serve_one(
     conn: TcpStream,
-    answer: &dyn Fn(&str, &str) -> Reply,
+    answer: &dyn Fn(&str, &str, &[String]) -> Reply,
     sent: &AtomicU64,
 ) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(10)))?;
@@ -260,14 +276,22 @@ fn serve_one(
     let mut parts = line.split_whitespace();
     let method = parts.next().unwrap_or("").to_owned();
     let path = parts.next().unwrap_or("").to_owned();
+    let mut headers = Vec::new();
     loop {
         let mut h = String::new();
         if r.read_line(&mut h)? == 0 || h == "\r\n" {
             break;
         }
+        headers.push(h.trim_end().to_owned());
     }
     let mut w = conn;
-    match answer(&method, &path) {
+    match answer(&method, &path, &headers) {
+        Reply::Challenge(c) => {
+            write!(
+                w,
+                "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: {c}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            )?;
+        }
         Reply::Body {
             status,
             content_type,

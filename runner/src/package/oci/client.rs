@@ -289,7 +289,7 @@ impl<'c> Session<'c> {
                 ),
             });
         }
-        let body = read_capped(resp, 64 * 1024, self.cfg.idle_timeout).await?;
+        let body = read_capped(resp, &self.registry, 64 * 1024, self.cfg.idle_timeout).await?;
         let doc: serde_json::Value = serde_json::from_slice(&body).map_err(|_| OciError::Auth {
             registry: self.registry.clone(),
             reason: "its token service answered something that is not JSON".into(),
@@ -375,6 +375,13 @@ impl<'c> Session<'c> {
         .map_err(|_| connect_err("no connection within the idle timeout".into()))?
         .map_err(|e| connect_err(e.to_string()))?;
         let _ = tcp.set_nodelay(true);
+        // An upload's answer comes after its whole body: bounded by the
+        // push's own time-out, not by the idle one.
+        let answer_within = if matches!(body, ReqBody::File { .. }) {
+            self.cfg.timeout
+        } else {
+            self.cfg.idle_timeout
+        };
         let mut req = Request::builder()
             .method(method)
             .uri(&url.path)
@@ -420,9 +427,9 @@ impl<'c> Session<'c> {
             }
             .map_err(|e| connect_err(e.to_string()))
         };
-        tokio::time::timeout(self.cfg.idle_timeout, fut)
+        tokio::time::timeout(answer_within, fut)
             .await
-            .map_err(|_| connect_err("no answer within the idle timeout".into()))?
+            .map_err(|_| connect_err(format!("no answer within {} s", answer_within.as_secs())))?
     }
 }
 
@@ -488,6 +495,7 @@ fn encode(s: &str) -> String {
 /// Reads a whole body of at most `cap` bytes (manifests, tokens, errors).
 pub async fn read_capped(
     resp: Response<Incoming>,
+    registry: &str,
     cap: u64,
     idle: Duration,
 ) -> Result<Vec<u8>, OciError> {
@@ -502,7 +510,7 @@ pub async fn read_capped(
             })?;
         let Some(frame) = frame else { break };
         let frame = frame.map_err(|e| OciError::Connect {
-            registry: String::new(),
+            registry: registry.to_owned(),
             reason: e.to_string(),
         })?;
         if let Ok(data) = frame.into_data() {

@@ -576,15 +576,20 @@ async fn get_manifest(
             })
         }
     }
-    let bytes = client::read_capped(resp, MAX_MANIFEST_BYTES, cfg.idle_timeout)
-        .await
-        .map_err(|e| match e {
-            OciError::TooBig { limit, .. } => OciError::TooBig {
-                what: format!("the manifest of {reference}"),
-                limit,
-            },
-            e => e,
-        })?;
+    let bytes = client::read_capped(
+        resp,
+        &reference.registry,
+        MAX_MANIFEST_BYTES,
+        cfg.idle_timeout,
+    )
+    .await
+    .map_err(|e| match e {
+        OciError::TooBig { limit, .. } => OciError::TooBig {
+            what: format!("the manifest of {reference}"),
+            limit,
+        },
+        e => e,
+    })?;
     let digest = artifact::digest_of(&bytes);
     if name.starts_with("sha256:") && digest != name {
         return Err(OciError::ManifestDigest {
@@ -1291,4 +1296,43 @@ pub fn push_environment(
         reference,
         push_artifact(cfg, reference, Kind::Environment, config, &layer, progress),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_configs_are_read_by_host_from_auth_or_username_and_password() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        let b64 = base64::engine::general_purpose::STANDARD.encode("alice:pa:ss");
+        std::fs::write(
+            &path,
+            format!(
+                r#"{{"auths":{{"https://Reg.Example/v1/":{{"auth":"{b64}"}},
+                   "127.0.0.1:5000":{{"username":"bob","password":"pw"}},
+                   "helper.example":{{}}}},"credsStore":"desktop"}}"#
+            ),
+        )
+        .unwrap();
+        let cfg = RegistryConfig::load(Some(&path), &[], &["127.0.0.1:5000".into()]).unwrap();
+        assert_eq!(
+            cfg.credentials("reg.example"),
+            Some(("alice".into(), "pa:ss".into()))
+        );
+        assert_eq!(
+            cfg.credentials("127.0.0.1:5000"),
+            Some(("bob".into(), "pw".into()))
+        );
+        assert_eq!(cfg.credentials("helper.example"), None);
+        assert!(cfg.is_insecure("127.0.0.1:5000") && !cfg.is_insecure("reg.example"));
+        std::fs::write(&path, r#"{"auths":{"h":{"auth":"not base64!"}}}"#).unwrap();
+        let e = RegistryConfig::load(Some(&path), &[], &[]).unwrap_err();
+        assert!(e.to_string().contains("auths.h.auth is not base64"), "{e}");
+        let ca = dir.path().join("ca.pem");
+        std::fs::write(&ca, "not a certificate").unwrap();
+        let e = RegistryConfig::load(Some(&path), &[ca], &[]).unwrap_err();
+        assert!(e.to_string().starts_with("registry"), "{e}");
+    }
 }
