@@ -352,3 +352,61 @@ fn sources_on_registries_not_given_or_by_tag_are_refused_at_admission() {
     let list = d.get("/v1/executions").json();
     assert_eq!(list["executions"], json!([]), "{list:#}");
 }
+
+#[test]
+fn a_jobs_missing_environment_is_pulled_from_its_source_and_imported() {
+    if !require_sandbox() {
+        return;
+    }
+    let Some(reg) = LoggedRegistry::start() else {
+        return;
+    };
+    let w = World::new();
+    let host = reg.host.clone();
+    let publisher = w.path().join("publisher");
+    let tree = w.path().join("tree");
+    std::fs::create_dir_all(tree.join("bin")).unwrap();
+    std::fs::write(tree.join("bin/fleet-tool"), b"#!/bin/sh\necho env tool\n").unwrap();
+    std::fs::set_permissions(
+        tree.join("bin/fleet-tool"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out = runner_command()
+        .arg("--data-dir")
+        .arg(&publisher)
+        .args(["env", "add"])
+        .arg(&tree)
+        .args(["--id", "fleet-tools"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let record: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let hash = record["hash"].as_str().unwrap().to_owned();
+    let out = runner_command()
+        .arg("--data-dir")
+        .arg(&publisher)
+        .args(["env", "push", &format!("fleet-tools@{hash}")])
+        .arg(format!("oci://{host}/envs/fleet-tools:v1"))
+        .args(["--insecure-registry", &host])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let source = text(&out.stdout).lines().last().unwrap().to_owned();
+
+    let d = Daemon::start(&w, &["--registry", &host, "--insecure-registry", &host]);
+    let job = json!({
+        "argv": ["fleet-tool"],
+        "environment": {"id": "fleet-tools", "hash": hash, "source": source},
+    });
+    let r = d.post("/v1/executions", &job);
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let result = r.json();
+    assert_eq!(result["status"], "exited", "{result:#}");
+    assert_eq!(result["stdout"], "env tool\n");
+    assert_eq!(reg.gets("/v2/envs/fleet-tools/manifests/"), 1);
+    // Held now: the next job reads nothing from the registry.
+    let r = d.post("/v1/executions", &job);
+    assert_eq!(r.json()["stdout"], "env tool\n");
+    assert_eq!(reg.gets("/v2/envs/fleet-tools/"), 3);
+}
