@@ -235,6 +235,7 @@ impl Fixture {
             result: Err("the fuzz harness never launches a sandbox".into()),
             checked_at: std::time::SystemTime::now(),
         };
+        let metrics = Arc::new(metrics::Metrics::default());
         app::App::new(app::AppInner {
             runner: runner.clone(),
             selfcheck: selfcheck::SelfCheck::new(verdict),
@@ -243,7 +244,7 @@ impl Fixture {
                 config.max_queued,
                 config.retention,
             ),
-            metrics: Arc::new(metrics::Metrics::default()),
+            metrics: metrics.clone(),
             roots: Confinement::new(config.roots.clone(), Gate::Daemon),
             uploads: Arc::new(tokio::sync::Semaphore::new(config.max_uploads)),
             session_bodies: Arc::new(tokio::sync::Semaphore::new(
@@ -251,7 +252,11 @@ impl Fixture {
             )),
             sessions: self.host.clone(),
             lanes: skill_runner::daemon::workspace::Lanes::new(),
-            pulls: Arc::default(),
+            pulls: Arc::new(skill_runner::daemon::pulls::Pulls::new(
+                runner.clone(),
+                config.pulls.clone(),
+                metrics,
+            )),
             config: config.clone(),
         })
     }

@@ -802,7 +802,78 @@ pub struct Config {
     /// Bounds on jobs' `files` and `outputs` (docs/files.md).
     pub files: crate::exec::files::FileBounds,
     /// The registries jobs' `source` may pull from, and how (docs/daemon.md, "Pulls from registries").
-    pub pulls: super::pulls::PullSettings,
+    pub pulls: PullSettings,
+}
+
+/// The registries jobs may pull from, and how to reach them.
+#[derive(Clone)]
+pub struct PullSettings {
+    /// `host[:port]`s, lowercase: the only registries spoken to.
+    pub allowed: Vec<String>,
+    pub registry: crate::package::oci::RegistryConfig,
+}
+
+// By hand: the credentials are never printed.
+impl std::fmt::Debug for PullSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PullSettings")
+            .field("allowed", &self.allowed)
+            .field("insecure", &self.registry.insecure)
+            .field(
+                "credentials_for",
+                &self.registry.auths.keys().collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl PullSettings {
+    /// The daemon's settings: each registry checked as a reference's host
+    /// is, an insecure one only if it is also allowed, the credentials
+    /// file and CAs read now (a bad one refuses the start).
+    pub fn build(
+        registries: Vec<String>,
+        config_file: Option<PathBuf>,
+        insecure: Vec<String>,
+        ca_files: Vec<PathBuf>,
+        max_package_bytes: u64,
+        max_env_bytes: u64,
+        timeout: Duration,
+    ) -> Result<PullSettings, String> {
+        let mut allowed = Vec::new();
+        for r in registries.iter().filter(|r| !r.is_empty()) {
+            let host = r.to_ascii_lowercase();
+            crate::package::oci::Reference::parse(&format!("oci://{host}/x")).map_err(|_| {
+                format!("--registry {r:?} is not HOST or HOST:PORT (e.g. registry.example:5000)")
+            })?;
+            allowed.push(host);
+        }
+        let insecure: Vec<String> = insecure
+            .iter()
+            .filter(|h| !h.is_empty())
+            .map(|h| h.to_ascii_lowercase())
+            .collect();
+        if let Some(h) = insecure.iter().find(|h| !allowed.contains(h)) {
+            return Err(format!(
+                "--insecure-registry {h} is not one of the --registry hosts; give it to --registry too"
+            ));
+        }
+        let ca_files: Vec<PathBuf> = ca_files
+            .into_iter()
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect();
+        let mut registry =
+            crate::package::oci::RegistryConfig::load(config_file.as_deref(), &ca_files, &insecure)
+                .map_err(|e| e.to_string())?;
+        registry.max_package_bytes = max_package_bytes;
+        registry.max_env_bytes = max_env_bytes;
+        registry.timeout = timeout;
+        Ok(PullSettings { allowed, registry })
+    }
+
+    pub fn allows(&self, reference: &crate::package::oci::Reference) -> bool {
+        self.allowed.contains(&reference.registry)
+    }
 }
 
 /// A size in a config file: a number of bytes or a text like `"64MiB"`.
@@ -1065,7 +1136,7 @@ impl Config {
                 kept_bytes: s.max_kept_outputs_bytes()?,
                 ..crate::exec::files::FileBounds::default()
             },
-            pulls: super::pulls::PullSettings::build(
+            pulls: PullSettings::build(
                 s.registries()?.unwrap_or_default(),
                 s.registry_config()?,
                 s.insecure_registries()?.unwrap_or_default(),

@@ -214,11 +214,17 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
                 }
             });
         }
+        let metrics = Arc::new(metrics::Metrics::default());
+        let pulls = Arc::new(pulls::Pulls::new(
+            runner.clone(),
+            config.pulls.clone(),
+            metrics.clone(),
+        ));
         let app = app::App::new(app::AppInner {
             runner,
             selfcheck,
             registry,
-            metrics: Arc::new(metrics::Metrics::default()),
+            metrics,
             roots: crate::exec::confine::Confinement::new(
                 config.roots.clone(),
                 crate::exec::confine::Gate::Daemon,
@@ -227,7 +233,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
             session_bodies: Arc::new(Semaphore::new(SESSION_BODIES)),
             sessions,
             lanes,
-            pulls: Arc::default(),
+            pulls,
             config,
         });
         if let Some(interval) = notify::watchdog_interval() {

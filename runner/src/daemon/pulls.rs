@@ -22,93 +22,22 @@
 //! - the pull runs on a blocking thread, never on the runtime's.
 
 use std::collections::HashMap;
-use std::fmt;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::app::App;
+use super::config::PullSettings;
 use super::events::EventLog;
+use super::metrics::Metrics;
 use crate::error::ErrorKind;
 use crate::exec::job::Job;
 use crate::exec::result::{ErrorInfo, ExecResult, Status};
+use crate::exec::Runner;
 use crate::package::environment::EnvRef;
 use crate::package::hash::Binding;
-use crate::package::oci::{self, Event, OciError, Reference, RegistryConfig};
-
-/// The registries jobs may pull from, and how to reach them.
-#[derive(Clone)]
-pub struct PullSettings {
-    /// `host[:port]`s, lowercase: the only registries spoken to.
-    pub allowed: Vec<String>,
-    pub registry: RegistryConfig,
-}
-
-// By hand: the credentials are never printed.
-impl fmt::Debug for PullSettings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PullSettings")
-            .field("allowed", &self.allowed)
-            .field("insecure", &self.registry.insecure)
-            .field(
-                "credentials_for",
-                &self.registry.auths.keys().collect::<Vec<_>>(),
-            )
-            .finish_non_exhaustive()
-    }
-}
-
-impl PullSettings {
-    /// The daemon's settings: each registry checked as a reference's host
-    /// is, an insecure one only if it is also allowed, the credentials
-    /// file and CAs read now (a bad one refuses the start).
-    pub fn build(
-        registries: Vec<String>,
-        config_file: Option<PathBuf>,
-        insecure: Vec<String>,
-        ca_files: Vec<PathBuf>,
-        max_package_bytes: u64,
-        max_env_bytes: u64,
-        timeout: Duration,
-    ) -> Result<PullSettings, String> {
-        let mut allowed = Vec::new();
-        for r in registries.iter().filter(|r| !r.is_empty()) {
-            let host = r.to_ascii_lowercase();
-            Reference::parse(&format!("oci://{host}/x")).map_err(|_| {
-                format!("--registry {r:?} is not HOST or HOST:PORT (e.g. registry.example:5000)")
-            })?;
-            allowed.push(host);
-        }
-        let insecure: Vec<String> = insecure
-            .iter()
-            .filter(|h| !h.is_empty())
-            .map(|h| h.to_ascii_lowercase())
-            .collect();
-        if let Some(h) = insecure.iter().find(|h| !allowed.contains(h)) {
-            return Err(format!(
-                "--insecure-registry {h} is not one of the --registry hosts; give it to --registry too"
-            ));
-        }
-        let ca_files: Vec<PathBuf> = ca_files
-            .into_iter()
-            .filter(|p| !p.as_os_str().is_empty())
-            .collect();
-        let mut registry = RegistryConfig::load(config_file.as_deref(), &ca_files, &insecure)
-            .map_err(|e| e.to_string())?;
-        registry.max_package_bytes = max_package_bytes;
-        registry.max_env_bytes = max_env_bytes;
-        registry.timeout = timeout;
-        Ok(PullSettings { allowed, registry })
-    }
-
-    fn allows(&self, reference: &Reference) -> bool {
-        self.allowed.contains(&reference.registry)
-    }
-}
+use crate::package::oci::{self, Event, OciError, Reference};
 
 /// Why a job's source was refused at admission.
 #[derive(Debug, thiserror::Error)]
@@ -154,17 +83,17 @@ impl Need {
 
 /// What the job needs that this daemon does not hold, each with its
 /// source. Reads only the store's records (no network).
-fn missing(app: &App, job: &Job) -> Vec<(Need, Reference)> {
+fn missing(runner: &Runner, job: &Job) -> Vec<(Need, Reference)> {
     let mut out = Vec::new();
     for s in &job.skills {
         if let Some(source) = &s.source {
-            if app.runner.store.resolve(&s.binding).is_err() {
+            if runner.store.resolve(&s.binding).is_err() {
                 out.push((Need::Package(s.binding.clone()), source.clone()));
             }
         }
     }
     if let (Some(env), Some(source)) = (&job.environment, &job.environment_source) {
-        if app.runner.environments.record(env).is_err() {
+        if runner.environments.record(env).is_err() {
             out.push((Need::Environment(env.clone()), source.clone()));
         }
     }
@@ -173,9 +102,9 @@ fn missing(app: &App, job: &Job) -> Vec<(Need, Reference)> {
 
 /// Refuses, at admission, a job whose missing package or environment
 /// names a registry this daemon does not pull from.
-pub fn admit(app: &App, job: &Job) -> Result<(), PullError> {
-    for (need, reference) in missing(app, job) {
-        if !app.config.pulls.allows(&reference) {
+pub fn admit(pulls: &Pulls, job: &Job) -> Result<(), PullError> {
+    for (need, reference) in missing(&pulls.runner, job) {
+        if !pulls.settings.allows(&reference) {
             return Err(PullError::NotAllowed {
                 what: need.what(),
                 reference: reference.to_string(),
@@ -218,9 +147,13 @@ impl Flight {
     }
 }
 
-/// The pulls under way, by kind and manifest digest.
-#[derive(Debug, Default)]
+/// The pulls under way, by kind and manifest digest, and what they need:
+/// the stores, the settings, the metrics.
+#[derive(Debug)]
 pub struct Pulls {
+    runner: Arc<Runner>,
+    settings: PullSettings,
+    metrics: Arc<Metrics>,
     flights: Mutex<HashMap<String, Arc<Flight>>>,
 }
 
@@ -272,11 +205,19 @@ impl oci::Progress for Reporter {
 }
 
 impl Pulls {
+    pub fn new(runner: Arc<Runner>, settings: PullSettings, metrics: Arc<Metrics>) -> Pulls {
+        Pulls {
+            runner,
+            settings,
+            metrics,
+            flights: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// Joins the pull of `reference` (starting it when none is under way)
     /// and waits for its outcome; `log` gets its events meanwhile.
     async fn join(
-        &self,
-        app: &App,
+        self: &Arc<Self>,
         need: &Need,
         reference: &Reference,
         log: &Arc<EventLog>,
@@ -306,17 +247,18 @@ impl Pulls {
         if lead {
             // Its own task: the pull goes on for the others if this job is
             // cancelled while it waits.
-            let app = app.clone();
+            let pulls = self.clone();
             let need = need.clone();
             let reference = reference.clone();
             let flight = flight.clone();
             tokio::spawn(async move {
-                let outcome = pull(&app, need, reference, flight.clone()).await;
-                app.metrics
+                let outcome = pull(&pulls, need, reference, flight.clone()).await;
+                pulls
+                    .metrics
                     .pulled(outcome.landed.is_ok(), outcome.blobs, outcome.bytes);
                 // Out of the map first: a job that comes after finds the
                 // package held, or (after a failure) starts a new pull.
-                app.pulls
+                pulls
                     .flights
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -342,10 +284,10 @@ impl Pulls {
 }
 
 /// The pull itself, on a blocking thread.
-async fn pull(app: &App, need: Need, reference: Reference, flight: Arc<Flight>) -> Outcome {
+async fn pull(pulls: &Pulls, need: Need, reference: Reference, flight: Arc<Flight>) -> Outcome {
     let source = reference.to_string();
-    let runner = app.runner.clone();
-    let cfg = app.config.pulls.registry.clone();
+    let runner = pulls.runner.clone();
+    let cfg = pulls.settings.registry.clone();
     let reporter = Reporter {
         flight,
         source: source.clone(),
@@ -402,12 +344,12 @@ async fn pull(app: &App, need: Need, reference: Reference, flight: Arc<Flight>) 
 /// job waits for a run slot. `None` when everything is held now; else the
 /// job's rejected result (sealed), with the sentence that says why.
 pub async fn before_run(
-    app: &App,
+    pulls: &Arc<Pulls>,
     job: &Job,
     log: &Arc<EventLog>,
     cancelled: impl std::future::Future<Output = ()>,
 ) -> Option<ExecResult> {
-    let needs = missing(app, job);
+    let needs = missing(&pulls.runner, job);
     if needs.is_empty() {
         return None;
     }
@@ -416,9 +358,10 @@ pub async fn before_run(
         let source = reference.to_string();
         log.pull(&json!({"phase": "start", "source": source, "for": need.what()}));
         let outcome = tokio::select! {
-            o = app.pulls.join(app, &need, &reference, log) => o,
+            o = pulls.join(&need, &reference, log) => o,
             () = &mut cancelled => {
-                let mut result = rejected(app, job, ErrorKind::Cancelled, "the execution was cancelled while it waited for a pull; nothing ran".into());
+                let mut result = rejected(
+                    &pulls.runner, job, ErrorKind::Cancelled, "the execution was cancelled while it waited for a pull; nothing ran".into());
                 result.status = Status::Cancelled;
                 return Some(result);
             }
@@ -446,7 +389,7 @@ pub async fn before_run(
                 log.pull(
                     &json!({"phase": "failed", "source": source, "kind": kind, "message": message}),
                 );
-                return Some(rejected(app, job, kind, message));
+                return Some(rejected(&pulls.runner, job, kind, message));
             }
             None => {
                 log.pull(&json!({"phase": "done", "source": source, "blobs": outcome.blobs, "bytes": outcome.bytes}));
@@ -456,12 +399,12 @@ pub async fn before_run(
     None
 }
 
-fn rejected(app: &App, job: &Job, kind: ErrorKind, message: String) -> ExecResult {
+fn rejected(runner: &Runner, job: &Job, kind: ErrorKind, message: String) -> ExecResult {
     let mut result = ExecResult::rejected(
         &job.execution_id,
         "bubblewrap",
         ErrorInfo::new(kind, message),
     );
-    app.runner.seal(&mut result, Some(job));
+    runner.seal(&mut result, Some(job));
     result
 }
