@@ -256,8 +256,13 @@ impl Fixture {
             prepared: skill_runner::daemon::prepared::Pool::new(
                 config.prepared,
                 runner.clone(),
-                metrics,
+                metrics.clone(),
             ),
+            pulls: Arc::new(skill_runner::daemon::pulls::Pulls::new(
+                runner.clone(),
+                config.pulls.clone(),
+                metrics,
+            )),
             config: config.clone(),
         })
     }

@@ -76,6 +76,9 @@ error_kinds! {
     ResultDropped => "result_dropped",
     MethodNotAllowed => "method_not_allowed",
     UnsupportedMediaType => "unsupported_media_type",
+    // On-demand pulls from registries (docs/distribution.md).
+    RegistryNotAllowed => "registry_not_allowed",
+    PullFailed => "pull_failed",
     Internal => "internal",
 }
 
@@ -101,6 +104,7 @@ impl ErrorKind {
                 | K::ShuttingDown
                 | K::DiskFull
                 | K::Interrupted
+                | K::PullFailed
                 | K::Internal
         )
     }

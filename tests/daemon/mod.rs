@@ -22,6 +22,7 @@ mod overload; // a full or crowded daemon answers every client: 429 read by http
 mod packages; // published bundles run by binding; lying hashes are refused naming the skill
 mod pinned; // a live stream always ends with its exit and its output, whatever retention sheds meanwhile
 mod prepared; // a session's next command in a sandbox set up ahead: a hit, isolated from the last, unreachable by it, timed from hand-over, discarded when stale
+mod pull; // a missing package or environment is pulled from its source once however many jobs wait; failures, wrong pins, tags and other registries refused with a sentence
 mod receipts; // every result is signed, and verifies against GET /v1/receipt-key; --receipts false turns both off
 mod refusals; // a body not sent as JSON is 415; a bad session query says it is the query
 mod requests; // malformed, slow, oversized or excess requests get a JSON error

@@ -51,6 +51,8 @@ pub struct AppInner {
     /// Sandboxes prepared for sessions' next commands (docs/prepared.md).
     #[cfg(target_os = "linux")]
     pub prepared: Arc<super::prepared::Pool>,
+    /// Pulls from registries under way, one per digest (docs/daemon.md, "Pulls from registries").
+    pub pulls: Arc<super::pulls::Pulls>,
 }
 
 impl App {
@@ -123,6 +125,8 @@ pub enum ApiError {
     Method { method: String, path: String },
     #[error("{0}; this is a bug in the daemon, see its log")]
     Internal(String),
+    #[error(transparent)]
+    Pull(#[from] super::pulls::PullError),
     #[error("{0}")]
     BadQuery(String),
     #[error("the body's Content-Type {0:?} is not JSON; send it as application/json")]
@@ -180,6 +184,7 @@ impl ApiError {
             ApiError::Method { .. } => K::MethodNotAllowed,
             ApiError::MediaType(_) | ApiError::FileMediaType(_) => K::UnsupportedMediaType,
             ApiError::WorkspaceBusy(_) => K::Conflict,
+            ApiError::Pull(e) => e.kind(),
         }
     }
 }
@@ -193,7 +198,7 @@ pub fn status(kind: ErrorKind) -> StatusCode {
     match kind {
         K::BadJob | K::BadPackage | K::BadBundle | K::BadRequest => S::BAD_REQUEST,
         K::Unauthorized => S::UNAUTHORIZED,
-        K::PathNotAllowed => S::FORBIDDEN,
+        K::PathNotAllowed | K::RegistryNotAllowed => S::FORBIDDEN,
         K::NotInStore | K::NotFound => S::NOT_FOUND,
         K::MethodNotAllowed => S::METHOD_NOT_ALLOWED,
         K::BodyTimeout => S::REQUEST_TIMEOUT,
@@ -204,6 +209,9 @@ pub fn status(kind: ErrorKind) -> StatusCode {
         K::HashMismatch | K::CompositionRejected => S::UNPROCESSABLE_ENTITY,
         K::Busy => S::TOO_MANY_REQUESTS,
         K::SandboxUnavailable | K::ShuttingDown | K::DiskFull => S::SERVICE_UNAVAILABLE,
+        // The registry failed or sent what does not verify: the daemon is
+        // the gateway that got a bad answer.
+        K::PullFailed => S::BAD_GATEWAY,
         K::StagingFailed | K::StoreFailed | K::StoreCorrupted | K::RunnerFailed | K::Internal => {
             S::INTERNAL_SERVER_ERROR
         }

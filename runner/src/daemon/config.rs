@@ -486,6 +486,62 @@ settings! {
         file: "network_private",
         default: true,
     }
+    // Registries are checked and loaded in `Config::build` (`super::pulls`).
+    registries: Vec<String> {
+        /// A registry (HOST[:PORT]) jobs' `source` may pull packages and
+        /// environments from; repeat it, or separate them with ',' in the
+        /// variable [default: none, no pulls].
+        flag: "registry" <"HOST[:PORT]"> [value_delimiter = ','],
+        env: "SKILL_RUNNER_REGISTRIES",
+        file: "registries",
+    }
+    registry_config: Option<PathBuf> {
+        /// Docker-style config.json with the registries' credentials
+        /// (auths."HOST".auth) [default: $DOCKER_CONFIG/config.json or
+        /// ~/.docker/config.json when present].
+        flag: "registry-config" <"FILE">,
+        env: "SKILL_RUNNER_REGISTRY_CONFIG",
+        file: "registry_config",
+    }
+    insecure_registries: Vec<String> {
+        /// A registry (HOST[:PORT], also given to --registry) spoken to in
+        /// plain HTTP, without TLS; repeat it [default: none, TLS for all].
+        flag: "insecure-registry" <"HOST[:PORT]"> [value_delimiter = ','],
+        env: "SKILL_RUNNER_INSECURE_REGISTRIES",
+        file: "insecure_registries",
+    }
+    registry_ca: Vec<PathBuf> {
+        /// A PEM file of CA certificates trusted for registries beside the
+        /// system's; repeat it [default: the system's roots only].
+        flag: "registry-ca" <"FILE"> [value_delimiter = ':'],
+        env: "SKILL_RUNNER_REGISTRY_CA",
+        file: "registry_ca",
+    }
+    pull_max_bytes: Option<u64> {
+        /// Largest package layer a pull reads [default: 1GiB].
+        flag: "pull-max-bytes" <"SIZE"> [value_parser = parse_size],
+        env: "SKILL_RUNNER_PULL_MAX_BYTES",
+        file: "pull_max_bytes",
+        default: 1 << 30,
+        check: at_least(1024),
+    }
+    pull_max_env_bytes: Option<u64> {
+        /// Largest environment layer a pull reads [default: 16GiB].
+        flag: "pull-max-env-bytes" <"SIZE"> [value_parser = parse_size],
+        env: "SKILL_RUNNER_PULL_MAX_ENV_BYTES",
+        file: "pull_max_env_bytes",
+        default: 16 << 30,
+        check: at_least(1024),
+    }
+    pull_timeout: Option<Duration> {
+        /// Most time one pull may take; past it the jobs waiting for it are
+        /// refused with pull_failed [default: 10m].
+        flag: "pull-timeout" <"DURATION"> [value_parser = humantime::parse_duration],
+        env: "SKILL_RUNNER_PULL_TIMEOUT",
+        file: "pull_timeout",
+        default: Duration::from_secs(600),
+        check: longer_than_zero,
+    }
     // Each entry is parsed in `Config::build`, into the sandbox's policy type.
     network_allow: Vec<String> {
         /// An allow entry every request of every job must also match (a cap on
@@ -796,6 +852,79 @@ pub struct Config {
     pub warnings: Vec<String>,
     /// Bounds on jobs' `files` and `outputs` (docs/files.md).
     pub files: crate::exec::files::FileBounds,
+    /// The registries jobs' `source` may pull from, and how (docs/daemon.md, "Pulls from registries").
+    pub pulls: PullSettings,
+}
+
+/// The registries jobs may pull from, and how to reach them.
+#[derive(Clone)]
+pub struct PullSettings {
+    /// `host[:port]`s, lowercase: the only registries spoken to.
+    pub allowed: Vec<String>,
+    pub registry: crate::package::oci::RegistryConfig,
+}
+
+// By hand: the credentials are never printed.
+impl std::fmt::Debug for PullSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PullSettings")
+            .field("allowed", &self.allowed)
+            .field("insecure", &self.registry.insecure)
+            .field(
+                "credentials_for",
+                &self.registry.auths.keys().collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl PullSettings {
+    /// The daemon's settings: each registry checked as a reference's host
+    /// is, an insecure one only if it is also allowed, the credentials
+    /// file and CAs read now (a bad one refuses the start).
+    pub fn build(
+        registries: Vec<String>,
+        config_file: Option<PathBuf>,
+        insecure: Vec<String>,
+        ca_files: Vec<PathBuf>,
+        max_package_bytes: u64,
+        max_env_bytes: u64,
+        timeout: Duration,
+    ) -> Result<PullSettings, String> {
+        let mut allowed = Vec::new();
+        for r in registries.iter().filter(|r| !r.is_empty()) {
+            let host = r.to_ascii_lowercase();
+            crate::package::oci::Reference::parse(&format!("oci://{host}/x")).map_err(|_| {
+                format!("--registry {r:?} is not HOST or HOST:PORT (e.g. registry.example:5000)")
+            })?;
+            allowed.push(host);
+        }
+        let insecure: Vec<String> = insecure
+            .iter()
+            .filter(|h| !h.is_empty())
+            .map(|h| h.to_ascii_lowercase())
+            .collect();
+        if let Some(h) = insecure.iter().find(|h| !allowed.contains(h)) {
+            return Err(format!(
+                "--insecure-registry {h} is not one of the --registry hosts; give it to --registry too"
+            ));
+        }
+        let ca_files: Vec<PathBuf> = ca_files
+            .into_iter()
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect();
+        let mut registry =
+            crate::package::oci::RegistryConfig::load(config_file.as_deref(), &ca_files, &insecure)
+                .map_err(|e| e.to_string())?;
+        registry.max_package_bytes = max_package_bytes;
+        registry.max_env_bytes = max_env_bytes;
+        registry.timeout = timeout;
+        Ok(PullSettings { allowed, registry })
+    }
+
+    pub fn allows(&self, reference: &crate::package::oci::Reference) -> bool {
+        self.allowed.contains(&reference.registry)
+    }
 }
 
 /// A size in a config file: a number of bytes or a text like `"64MiB"`.
@@ -1070,6 +1199,16 @@ impl Config {
                 kept_bytes: s.max_kept_outputs_bytes()?,
                 ..crate::exec::files::FileBounds::default()
             },
+            pulls: PullSettings::build(
+                s.registries()?.unwrap_or_default(),
+                s.registry_config()?,
+                s.insecure_registries()?.unwrap_or_default(),
+                s.registry_ca()?.unwrap_or_default(),
+                s.pull_max_bytes()?,
+                s.pull_max_env_bytes()?,
+                s.pull_timeout()?,
+            )
+            .map_err(|reason| invalid("registries", reason))?,
         };
         // A job that sets no output_bytes gets its profile's default: a
         // cap under it would refuse every such job.

@@ -88,6 +88,9 @@ impl<'a> Cursor<'a> {
 
 /// What [`EventLog::freeze`]'s bytes start with (a format version).
 const FROZEN: &[u8] = b"skill-runner events 1\n";
+/// The same with a third buffer, the `pull` events' fields, and kind 4
+/// for them: written only by a log that has such events.
+const FROZEN_NOTES: &[u8] = b"skill-runner events 2\n";
 
 /// Events logged freely before the average size is enforced.
 pub const FREE_EVENTS: usize = 1024;
@@ -111,6 +114,9 @@ enum Kind {
     Stdout,
     Stderr,
     Exit,
+    /// A pull of a package or environment the job needs (daemon::pulls):
+    /// its fields are `notes[start..start+len]`, a JSON object.
+    Pull,
 }
 
 /// One event in the index: its output is `data[stream][start..start+len]`.
@@ -237,6 +243,8 @@ struct LogInner {
     id: String,
     /// The output of each stream, as captured.
     data: [Vec<u8>; 2],
+    /// The fields of the `pull` events, each a JSON object.
+    notes: Vec<u8>,
     index: Vec<Entry>,
     /// Events up to this `seq` were given to a reader: they never change.
     sealed: u64,
@@ -345,6 +353,13 @@ impl LogInner {
             let mut piece = (seq, e.kind, 0..0);
             match e.kind {
                 Kind::Started => snap.id.clone_from(&self.id),
+                Kind::Pull => {
+                    let bytes =
+                        &self.notes[e.start as usize..(e.start + u64::from(e.len)) as usize];
+                    let at = snap.raw.len();
+                    snap.raw.extend_from_slice(bytes);
+                    piece.2 = at..snap.raw.len();
+                }
                 Kind::Stdout | Kind::Stderr => {
                     let i = usize::from(e.kind == Kind::Stderr);
                     let bytes =
@@ -418,6 +433,16 @@ impl Snapshot {
                         data: &String::from_utf8_lossy(&self.raw[range.clone()]),
                     },
                 ),
+                Kind::Pull => {
+                    // `{"event":"pull","seq":N,` and the fields' object
+                    // without its opening brace.
+                    let fields = &self.raw[range.clone()];
+                    out.extend_from_slice(
+                        format!("{{\"event\":\"pull\",\"seq\":{seq},").as_bytes(),
+                    );
+                    out.extend_from_slice(fields.get(1..).unwrap_or(b"}"));
+                    out.push(b'\n');
+                }
                 Kind::Exit => {
                     if let Some(json) = &self.exit {
                         out.extend_from_slice(exit_head(seq).as_bytes());
@@ -540,6 +565,31 @@ impl EventLog {
         self.changed.notify_waiters();
     }
 
+    /// Appends a `pull` event with `fields` (a JSON object of at least one
+    /// field, docs/daemon.md "Event stream"); nothing once closed.
+    pub(super) fn pull(&self, fields: &serde_json::Value) {
+        let Ok(bytes) = serde_json::to_vec(fields) else {
+            return;
+        };
+        if bytes.len() < 3 || bytes[0] != b'{' {
+            return;
+        }
+        let mut inner = self.lock();
+        if inner.closed {
+            return;
+        }
+        let start = inner.notes.len() as u64;
+        inner.notes.extend_from_slice(&bytes);
+        inner.release();
+        inner.index.push(Entry {
+            start,
+            len: bytes.len() as u32,
+            kind: Kind::Pull,
+        });
+        drop(inner);
+        self.changed.notify_waiters();
+    }
+
     /// Appends the `exit` event (which closes the log); its `seq`.
     pub fn exit(&self, result: Encoded) -> Option<u64> {
         let mut inner = self.lock();
@@ -569,10 +619,15 @@ impl EventLog {
     pub fn freeze_to(&self, w: &mut dyn std::io::Write) -> std::io::Result<()> {
         let mut inner = self.lock();
         inner.release();
-        w.write_all(FROZEN)?;
+        let notes = !inner.notes.is_empty();
+        w.write_all(if notes { FROZEN_NOTES } else { FROZEN })?;
         for d in &inner.data {
             w.write_all(&(d.len() as u64).to_le_bytes())?;
             w.write_all(d)?;
+        }
+        if notes {
+            w.write_all(&(inner.notes.len() as u64).to_le_bytes())?;
+            w.write_all(&inner.notes)?;
         }
         let events: Vec<&Entry> = inner
             .index
@@ -589,6 +644,7 @@ impl EventLog {
                 Kind::Stdout => 1,
                 Kind::Stderr => 2,
                 Kind::Exit => 3,
+                Kind::Pull => 4,
             });
         }
         w.write_all(&index)
@@ -598,11 +654,20 @@ impl EventLog {
     /// bytes and its result (the `exit` event); `None` when the bytes are
     /// not such a log.
     pub fn restore(id: &str, frozen: &[u8], exit: Encoded) -> Option<EventLog> {
-        let mut r = Cursor(frozen.strip_prefix(FROZEN)?);
+        let (rest, with_notes) = match frozen.strip_prefix(FROZEN) {
+            Some(rest) => (rest, false),
+            None => (frozen.strip_prefix(FROZEN_NOTES)?, true),
+        };
+        let mut r = Cursor(rest);
         let mut data = [Vec::new(), Vec::new()];
         for d in &mut data {
             let n = usize::try_from(r.word()?).ok()?;
             *d = r.take(n)?.to_vec();
+        }
+        let mut notes = Vec::new();
+        if with_notes {
+            let n = usize::try_from(r.word()?).ok()?;
+            notes = r.take(n)?.to_vec();
         }
         let n = usize::try_from(r.word()?).ok()?;
         let mut index = Vec::with_capacity(n.min(frozen.len() / 13));
@@ -614,9 +679,14 @@ impl EventLog {
                 0 => Kind::Started,
                 1 => Kind::Stdout,
                 2 => Kind::Stderr,
+                4 if with_notes => Kind::Pull,
                 _ => return None,
             };
-            if kind != Kind::Started {
+            if kind == Kind::Pull {
+                if start + u64::from(len) > notes.len() as u64 {
+                    return None;
+                }
+            } else if kind != Kind::Started {
                 let i = usize::from(kind == Kind::Stderr);
                 if start + u64::from(len) > data[i].len() as u64 {
                     return None;
@@ -629,6 +699,7 @@ impl EventLog {
         {
             let mut inner = log.lock();
             inner.data = data;
+            inner.notes = notes;
             inner.index = index;
             inner.held_from = held_from;
         }
@@ -665,7 +736,10 @@ impl EventLog {
     /// Bytes held: the output, the index and a little for the rest.
     pub fn bytes(&self) -> u64 {
         let inner = self.lock();
-        inner.output_bytes() + (inner.index.capacity() * std::mem::size_of::<Entry>()) as u64 + 256
+        inner.output_bytes()
+            + inner.notes.len() as u64
+            + (inner.index.capacity() * std::mem::size_of::<Entry>()) as u64
+            + 256
     }
 
     /// Drops the output and index of a closed log, and its `exit` unless
@@ -681,6 +755,7 @@ impl EventLog {
         }
         let n = inner.index.len().max(1);
         inner.data = [Vec::new(), Vec::new()];
+        inner.notes = Vec::new();
         inner.held_from = [0, 0];
         inner.held_first = None;
         // Every event but the last becomes an empty placeholder that is
@@ -859,6 +934,39 @@ mod tests {
         );
         assert!(line.starts_with(b"{\"event\":\"exit\",\"seq\":1,\"result\":{"));
         assert!(line.ends_with(b"}}\n"));
+    }
+
+    #[test]
+    fn pull_events_render_and_survive_freeze_and_restore() {
+        let log = EventLog::new("x");
+        log.pull(&serde_json::json!({"phase": "start", "source": "oci://h/r@sha256:00"}));
+        log.started();
+        log.output(0, b"hi");
+        let lines = |log: &EventLog| {
+            let page = log.read(0);
+            String::from_utf8(page.lines.to_vec()).unwrap()
+        };
+        let before = lines(&log);
+        let first: serde_json::Value =
+            serde_json::from_str(before.lines().next().unwrap()).unwrap();
+        assert_eq!(
+            first,
+            serde_json::json!({"event": "pull", "seq": 1, "phase": "start", "source": "oci://h/r@sha256:00"})
+        );
+        let frozen = log.freeze();
+        assert!(frozen.starts_with(FROZEN_NOTES));
+        let mut result = crate::exec::result::ExecResult::rejected(
+            "x",
+            "bubblewrap",
+            crate::exec::result::ErrorInfo::new(crate::error::ErrorKind::Internal, "m"),
+        );
+        result.stdout = "hi".into();
+        let back = EventLog::restore("x", &frozen, Encoded::new(Arc::new(result))).unwrap();
+        assert!(lines(&back).starts_with(&before));
+        // A log without pull events keeps the first format.
+        let plain = EventLog::new("y");
+        plain.started();
+        assert!(plain.freeze().starts_with(FROZEN));
     }
 
     #[test]

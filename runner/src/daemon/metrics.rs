@@ -152,6 +152,24 @@ pub const FAMILIES: &[FamilyInfo] = &[
         "Skills published through POST /v1/skill-packages.",
     ),
     family(
+        "skill_runner_pulls_total",
+        &["outcome"],
+        Kind::Counter,
+        "Pulls from registries for jobs' sources, one per digest however many jobs waited, landed or failed.",
+    ),
+    family(
+        "skill_runner_pulled_blobs_total",
+        &[],
+        Kind::Counter,
+        "Blobs read from registries by pulls (manifests included).",
+    ),
+    family(
+        "skill_runner_pulled_bytes_total",
+        &[],
+        Kind::Counter,
+        "Bytes of the blobs read from registries by pulls.",
+    ),
+    family(
         "skill_runner_http_responses_total",
         &["code"],
         Kind::Counter,
@@ -286,6 +304,11 @@ struct ReasonLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CodeLabel {
     code: u16,
 }
@@ -317,6 +340,9 @@ pub struct Metrics {
     queued: Gauge,
     refused: Family<ReasonLabel, Counter>,
     published: Counter,
+    pulls: Family<OutcomeLabel, Counter>,
+    pulled_blobs: Counter,
+    pulled_bytes: Counter,
     responses: Family<CodeLabel, Counter>,
     connections: Gauge,
     network: Family<HostLabel, Counter>,
@@ -346,6 +372,9 @@ impl Default for Metrics {
             queued: Gauge::default(),
             refused: Family::default(),
             published: Counter::default(),
+            pulls: Family::default(),
+            pulled_blobs: Counter::default(),
+            pulled_bytes: Counter::default(),
             responses: Family::default(),
             connections: Gauge::default(),
             network: Family::default(),
@@ -368,6 +397,9 @@ impl Default for Metrics {
         }
         for reason in PREPARED_DISCARDS {
             let _ = m.prepared_discarded.get_or_create(&ReasonLabel { reason });
+        }
+        for outcome in ["landed", "failed"] {
+            let _ = m.pulls.get_or_create(&OutcomeLabel { outcome });
         }
         let build = Info::new(BuildLabel {
             version: env!("CARGO_PKG_VERSION"),
@@ -397,6 +429,9 @@ impl Default for Metrics {
             m.queued.clone(),
             m.refused.clone(),
             m.published.clone(),
+            m.pulls.clone(),
+            m.pulled_blobs.clone(),
+            m.pulled_bytes.clone(),
             m.responses.clone(),
             m.connections.clone(),
             m.network.clone(),
@@ -485,6 +520,14 @@ impl Metrics {
 
     pub fn published(&self, skills: u64) {
         self.published.inc_by(skills);
+    }
+
+    /// Counts one pull from a registry: landed or not, and what it read.
+    pub fn pulled(&self, landed: bool, blobs: u64, bytes: u64) {
+        let outcome = if landed { "landed" } else { "failed" };
+        self.pulls.get_or_create(&OutcomeLabel { outcome }).inc();
+        self.pulled_blobs.inc_by(blobs);
+        self.pulled_bytes.inc_by(bytes);
     }
 
     pub fn connection_opened(&self) {

@@ -44,6 +44,7 @@ pub mod notify;
 pub mod outputs;
 #[cfg(target_os = "linux")]
 pub mod prepared;
+pub mod pulls;
 pub mod receipts;
 pub mod registry;
 pub mod routes;
@@ -219,6 +220,11 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
         let metrics = Arc::new(metrics::Metrics::default());
         #[cfg(target_os = "linux")]
         let prepared = prepared::Pool::new(config.prepared, runner.clone(), metrics.clone());
+        let pulls = Arc::new(pulls::Pulls::new(
+            runner.clone(),
+            config.pulls.clone(),
+            metrics.clone(),
+        ));
         let app = app::App::new(app::AppInner {
             runner,
             selfcheck,
@@ -235,6 +241,7 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
             sessions,
             lanes,
             downloads: Arc::new(Semaphore::new(config.max_downloads)),
+            pulls,
             config,
         });
         if let Some(interval) = notify::watchdog_interval() {

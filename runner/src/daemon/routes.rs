@@ -451,6 +451,7 @@ async fn post_execution(
     .await?;
     let bytes = read_body(body, app.config.job_body_limit, app.config.body_timeout).await?;
     let mut job = admit(&app, &bytes)?;
+    super::pulls::admit(&app.pulls, &job)?;
     // A retry of an execution this daemon knows answers with that
     // execution below, even if its session has expired since; any other
     // job's session is resolved before it is queued.
@@ -588,6 +589,22 @@ async fn execute(
             () = place.turn() => {}
             () = live.cancelled() => {}
         }
+    }
+    // What the job needs from a registry, before it takes a run slot.
+    if let Some(result) =
+        super::pulls::before_run(&app.pulls, &job, &live.log, live.cancelled()).await
+    {
+        drop(place);
+        super::app::log_rejection(&result);
+        app.metrics.execution(result.status, Duration::ZERO);
+        let result = ticket.finish_async(result).await;
+        live.log.exit(result.clone());
+        guard.disarm();
+        return Ok(if stream {
+            ndjson_response(Body::new(attach(live.log.clone(), 0, app.config.heartbeat)))
+        } else {
+            result_response(&result)
+        });
     }
     let Some(permit) = ticket.wait_turn().await else {
         drop(place);

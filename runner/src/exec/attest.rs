@@ -74,6 +74,7 @@ pub fn job_document(job: &Job) -> Map<String, Value> {
         profile,
         limits,
         environment,
+        environment_source,
         confined,
         managed_workspace,
         files,
@@ -90,13 +91,20 @@ pub fn job_document(job: &Job) -> Map<String, Value> {
     let skills: Vec<Value> = skills
         .iter()
         .map(|s| {
-            json!({
+            let mut skill = json!({
                 "id": s.binding.id,
                 "revision": s.binding.revision,
                 "version": s.binding.version,
                 "hash": s.binding.hash,
                 "path": path(&s.path),
-            })
+            });
+            // Where the bytes may be pulled from is part of what the job
+            // said; absent, it leaves the digest of a job without one as
+            // it was.
+            if let Some(source) = &s.source {
+                skill["source"] = json!(source.to_string());
+            }
+            skill
         })
         .collect();
     let network = match network.allowlist() {
@@ -128,6 +136,9 @@ pub fn job_document(job: &Job) -> Map<String, Value> {
     );
     doc.insert("limits".into(), json!(limits));
     doc.insert("environment".into(), json!(environment));
+    if let Some(source) = environment_source {
+        doc.insert("environment_source".into(), json!(source.to_string()));
+    }
     doc.insert("confined".into(), json!(confined));
     doc.insert("managed_workspace".into(), json!(managed_workspace));
     // Input files by their bytes' digest: the receipt names what went in

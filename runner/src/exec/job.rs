@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::package::environment::EnvRef;
 use crate::package::format::{self, PackageError};
 use crate::package::hash::Binding;
+use crate::package::oci::{Reference, ReferenceError};
 use crate::sandbox::net::policy::{self, Allowlist, Entry};
 use crate::sandbox::net::Network;
 use crate::sandbox::paths::{EXTENSIONS_VAR, SKILLS_VAR};
@@ -44,6 +45,21 @@ pub struct RawSkillRef {
     pub hash: String,
     #[serde(default)]
     pub path: Option<PathBuf>,
+    /// Where a daemon pulls the package from when it does not hold it:
+    /// `oci://HOST[:PORT]/REPO@sha256:…` (docs/daemon.md, "Pulls from registries").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// The environment of a job as written: its name, and optionally where a
+/// daemon pulls it from when it does not hold it.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEnvRef {
+    pub id: String,
+    pub hash: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 /// Limits as written; absent ones come from the profile.
@@ -113,7 +129,7 @@ pub struct RawJob {
     #[serde(default)]
     pub limits: RawLimits,
     /// The environment the command imports from (docs/environments.md).
-    pub environment: Option<EnvRef>,
+    pub environment: Option<RawEnvRef>,
     /// Files written into the workspace before the command starts
     /// (docs/files.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -169,11 +185,15 @@ pub struct Limits {
     pub disk_bytes: u64,
 }
 
-/// A selected skill: its pin, and optionally the host folder to package.
+/// A selected skill: its pin, and optionally the host folder to package
+/// or the registry to pull it from (never both).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkillRef {
     pub binding: Binding,
     pub path: Option<PathBuf>,
+    /// A registry reference by digest: a daemon that does not hold the
+    /// package pulls it from there before the job runs.
+    pub source: Option<Reference>,
 }
 
 /// A validated job.
@@ -206,6 +226,8 @@ pub struct Job {
     /// The environment bound read-only at `/opt/skill-env`, checked by
     /// the runner before the command starts.
     pub environment: Option<EnvRef>,
+    /// Where a daemon pulls `environment` from when it does not hold it.
+    pub environment_source: Option<Reference>,
     /// The host paths were resolved and checked by a confinement (the
     /// daemon's roots, `run --confine`): the runner must find each one
     /// unchanged when it runs the job, never resolve it anew.
@@ -304,6 +326,33 @@ pub enum JobError {
     CurrentDir(std::io::Error),
     #[error(transparent)]
     Files(#[from] crate::exec::files::FilesError),
+    #[error("the source of {what}: {source}")]
+    Source {
+        what: String,
+        source: ReferenceError,
+    },
+    #[error("the source of {what}, {reference}, names a tag: a job's source names a digest (oci://HOST/REPO@sha256:…), so every node runs the same bytes; `skill-runner store pull --resolve-tag` prints the digest a tag names")]
+    SourceTag { what: String, reference: String },
+    #[error("skill {0:?} has both a path and a source; give one (path packages a host folder, source pulls from a registry)")]
+    SourceAndPath(String),
+}
+
+/// Parses a job's `source`: a registry reference that names a digest.
+fn source(what: impl Fn() -> String, text: Option<String>) -> Result<Option<Reference>, JobError> {
+    let Some(text) = text else {
+        return Ok(None);
+    };
+    let reference = Reference::parse(&text).map_err(|source| JobError::Source {
+        what: what(),
+        source,
+    })?;
+    if reference.digest.is_none() {
+        return Err(JobError::SourceTag {
+            what: what(),
+            reference: text,
+        });
+    }
+    Ok(Some(reference))
 }
 
 /// Names a job may never set (docs/formats.md), besides the `LD_*` and
@@ -476,8 +525,16 @@ fn skills(raw: Vec<RawSkillRef>, base: Option<&Path>) -> Result<Vec<SkillRef>, J
         if skills.iter().any(|k| k.binding.id == binding.id) {
             return Err(JobError::DuplicateSkill(binding.id));
         }
+        if s.path.is_some() && s.source.is_some() {
+            return Err(JobError::SourceAndPath(binding.id));
+        }
+        let source = source(|| format!("skill {:?}", binding.id), s.source)?;
         let path = s.path.map(|p| host_path(base, "skill", p)).transpose()?;
-        skills.push(SkillRef { binding, path });
+        skills.push(SkillRef {
+            binding,
+            path,
+            source,
+        });
     }
     Ok(skills)
 }
@@ -540,10 +597,18 @@ impl Job {
         let profile = Profile::load(raw.profile.as_deref().unwrap_or("default"), profile_base)?;
         check_arg_sizes(&raw.argv, &env)?;
         let limits = limits(&raw.limits, &profile.limits)?;
-        let environment = raw
-            .environment
-            .map(|e| checked_environment(e, &env))
-            .transpose()?;
+        let (environment, environment_source) = match raw.environment {
+            None => (None, None),
+            Some(e) => {
+                let what = || format!("environment {:?}", e.id);
+                let reference = source(what, e.source.clone())?;
+                let named = EnvRef {
+                    id: e.id,
+                    hash: e.hash,
+                };
+                (Some(checked_environment(named, &env)?), reference)
+            }
+        };
         let files = crate::exec::files::inputs(raw.files)?;
         let outputs = crate::exec::files::outputs(raw.outputs)?;
         Ok(Job {
@@ -563,6 +628,7 @@ impl Job {
             profile,
             limits,
             environment,
+            environment_source,
             confined: false,
             files,
             outputs,
@@ -578,6 +644,7 @@ impl Job {
             .map(|binding| SkillRef {
                 binding,
                 path: None,
+                source: None,
             })
             .collect();
         self.session_resolved = true;
