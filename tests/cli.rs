@@ -827,7 +827,8 @@ fn help_describes_every_argument_of_every_subcommand() {
         seen += 1;
         let help = text(&out.stdout);
         let mut section = "";
-        for line in help.lines() {
+        let mut lines = help.lines().peekable();
+        while let Some(line) = lines.next() {
             if !line.starts_with(' ') {
                 section = line.trim_end_matches(':');
                 continue;
@@ -844,11 +845,20 @@ fn help_describes_every_argument_of_every_subcommand() {
                 }
                 // `<NAME>  text` or `-x, --flag <V>  text`: two spaces
                 // separate the name from its description (long
-                // descriptions wrap onto indented lines).
+                // descriptions wrap onto indented lines); when a page's
+                // descriptions are too wide, clap puts each on the next
+                // line, indented deeper than its name.
                 "Arguments" | "Options" if item.starts_with(['<', '-']) => {
+                    let inline = item
+                        .split_once("  ")
+                        .is_some_and(|(_, d)| !d.trim().is_empty());
+                    let indent = line.len() - item.len();
+                    let below = lines.peek().is_some_and(|next| {
+                        let text = next.trim_start();
+                        next.len() - text.len() > indent && !text.is_empty()
+                    });
                     assert!(
-                        item.split_once("  ")
-                            .is_some_and(|(_, d)| !d.trim().is_empty()),
+                        inline || below,
                         "{args:?}: {item:?} has no description:\n{help}"
                     );
                 }

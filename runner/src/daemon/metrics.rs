@@ -468,11 +468,6 @@ fn strip_period(help: &'static str) -> &'static str {
 /// daemon stops.
 pub const PREPARED_DISCARDS: [&str; 5] = ["changed", "idle", "session_ended", "died", "shutdown"];
 
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OutcomeLabel {
-    outcome: &'static str,
-}
-
 impl Metrics {
     /// Counts a session execution's use of a prepared sandbox.
     pub fn prepared_use(&self, hit: bool) {
