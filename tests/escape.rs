@@ -594,6 +594,11 @@ refused! {
     userfaultfd_is_refused => "userfaultfd";
     keyctl_is_refused => "keyctl";
     setns_is_refused => "setns";
+    /// clone3 and openat2 carry their flags in memory the filter cannot
+    /// read: both must end before the kernel (ENOSYS, so libc falls back
+    /// to calls the filter can judge).
+    clone3_never_reaches_the_kernel => "clone3";
+    openat2_never_reaches_the_kernel => "openat2";
     open_by_handle_at_is_refused => "open-by-handle-at";
     kexec_is_refused => "kexec";
     kernel_modules_cannot_be_loaded => "init-module";

@@ -46,6 +46,8 @@ pub const SUBCOMMANDS: &[(&str, &str)] = &[
     ("init-module", ""),
     ("open-by-handle-at", ""),
     ("setns", ""),
+    ("clone3", ""),
+    ("openat2", ""),
     ("x32-syscall", ""),
     ("i386-syscall", ""),
     ("procs", ""),
@@ -84,6 +86,10 @@ pub enum RawCall {
     OpenByHandleAt,
     /// `setns`
     Setns,
+    /// `clone3`: its flags are in memory a filter cannot read
+    Clone3,
+    /// `openat2`: its resolve flags are in memory a filter cannot read
+    Openat2,
 }
 
 /// One parsed invocation.
@@ -132,7 +138,7 @@ pub enum Command {
     /// `tioclinux`
     Tioclinux,
     /// `bpf`, `perf-event-open`, `userfaultfd`, `keyctl`, `kexec`,
-    /// `init-module`, `open-by-handle-at`, `setns`
+    /// `init-module`, `open-by-handle-at`, `setns`, `clone3`, `openat2`
     Raw(RawCall),
     /// `x32-syscall`
     X32Syscall,
@@ -280,6 +286,8 @@ pub fn parse(args: &[OsString]) -> Result<Command, UsageError> {
         "init-module" => Command::Raw(RawCall::InitModule),
         "open-by-handle-at" => Command::Raw(RawCall::OpenByHandleAt),
         "setns" => Command::Raw(RawCall::Setns),
+        "clone3" => Command::Raw(RawCall::Clone3),
+        "openat2" => Command::Raw(RawCall::Openat2),
         "x32-syscall" => Command::X32Syscall,
         "i386-syscall" => Command::I386Syscall,
         "procs" => Command::Procs,

@@ -51,7 +51,7 @@
 //! | `io-uring` | io_uring_setup | [`syscalls`] |
 //! | `tiocsti` | TIOCSTI on stdin, stdout, stderr, `/dev/tty` | [`syscalls`] |
 //! | `tioclinux` | TIOCLINUX on the same | [`syscalls`] |
-//! | `bpf`, `perf-event-open`, `userfaultfd`, `keyctl`, `kexec`, `init-module`, `open-by-handle-at`, `setns` | the call with harmless invalid arguments | [`syscalls`] |
+//! | `bpf`, `perf-event-open`, `userfaultfd`, `keyctl`, `kexec`, `init-module`, `open-by-handle-at`, `setns`, `clone3`, `openat2` | the call with harmless invalid arguments | [`syscalls`] |
 //! | `x32-syscall` | getpid through the x32 ABI | [`syscalls`] |
 //! | `i386-syscall` | getpid through `int 0x80` | [`syscalls`] |
 //! | `procs`, `caps`, `env`, `fds`, `uid` | reports | [`report`] |

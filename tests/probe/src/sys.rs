@@ -234,6 +234,29 @@ pub fn setns_bad_fd() -> Result<c_long, Errno> {
     check(unsafe { libc::syscall(libc::SYS_setns, -1 as c_int, 0 as c_int) })
 }
 
+/// `clone3(NULL, 0)`: `EINVAL` when the call reaches the kernel (a size
+/// below the first version of `struct clone_args`), so no child is made.
+pub fn clone3_size_zero() -> Result<c_long, Errno> {
+    // SAFETY: a null argument of size 0 is refused before it is read.
+    check(unsafe { libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0usize) })
+}
+
+/// `openat2(AT_FDCWD, NULL, NULL, 0)`: `EINVAL` when the call reaches the
+/// kernel (a `struct open_how` size below its first version), so nothing
+/// is opened.
+pub fn openat2_size_zero() -> Result<c_long, Errno> {
+    // SAFETY: the size is checked before either pointer is read.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            std::ptr::null::<u8>(),
+            std::ptr::null::<u8>(),
+            0usize,
+        )
+    })
+}
+
 /// `clone(CLONE_NEWUSER | SIGCHLD)` like `fork`: the child exits 0 at once.
 /// Returns the child's pid; the caller reaps it.
 pub fn clone_new_user() -> Result<Pid, Errno> {

@@ -65,11 +65,13 @@ fn calls(call: RawCall) -> &'static [LabelledCall] {
         ],
         RawCall::OpenByHandleAt => &[("open_by_handle_at", sys::open_by_handle_at_bad_fd)],
         RawCall::Setns => &[("setns", sys::setns_bad_fd)],
+        RawCall::Clone3 => &[("clone3", sys::clone3_size_zero)],
+        RawCall::Openat2 => &[("openat2", sys::openat2_size_zero)],
     }
 }
 
 /// `bpf`, `perf-event-open`, `userfaultfd`, `keyctl`, `kexec`,
-/// `init-module`, `open-by-handle-at`, `setns`.
+/// `init-module`, `open-by-handle-at`, `setns`, `clone3`, `openat2`.
 pub fn raw(call: RawCall) -> Outcome {
     let attempts: Vec<Attempt> = calls(call)
         .iter()
