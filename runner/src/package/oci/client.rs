@@ -186,7 +186,7 @@ impl<'c> Session<'c> {
         };
         let probe = s.url("/v2/");
         let resp = s
-            .send_url(Method::GET, &probe, &[], ReqBody::Empty, None)
+            .send_url(Method::GET, &probe, &[], ReqBody::Empty, &[])
             .await?;
         match resp.status() {
             s2 if s2.is_success() => {}
@@ -281,7 +281,7 @@ impl<'c> Session<'c> {
             headers.push(("authorization", b.clone()));
         }
         let resp = self
-            .send_url(Method::GET, &url, &headers, ReqBody::Empty, None)
+            .send_url(Method::GET, &url, &headers, ReqBody::Empty, &[])
             .await?;
         if !resp.status().is_success() {
             return Err(OciError::Auth {
@@ -311,8 +311,8 @@ impl<'c> Session<'c> {
     /// Sends a request to the registry with its authorization, following
     /// redirects of GET and HEAD. The authorization goes only to the
     /// session's own scheme and authority; every URL passes
-    /// [`plain_http_refused`] first (the previous one is where a redirect
-    /// came from).
+    /// [`plain_http_refused`] first (with the URLs its redirects came
+    /// from).
     pub async fn send(
         &mut self,
         method: Method,
@@ -321,7 +321,8 @@ impl<'c> Session<'c> {
         body: ReqBody,
     ) -> Result<Response<Incoming>, OciError> {
         let mut url = url.clone();
-        let mut from = None;
+        // The URLs this request's redirects came from.
+        let mut chain: Vec<Url> = Vec::new();
         let mut body = Some(body);
         for _ in 0..5 {
             let mut h = headers.to_vec();
@@ -331,9 +332,7 @@ impl<'c> Session<'c> {
                 }
             }
             let b = body.take().unwrap_or(ReqBody::Empty);
-            let resp = self
-                .send_url(method.clone(), &url, &h, b, from.as_ref())
-                .await?;
+            let resp = self.send_url(method.clone(), &url, &h, b, &chain).await?;
             let redirect = matches!(resp.status().as_u16(), 301 | 302 | 303 | 307 | 308)
                 && (method == Method::GET || method == Method::HEAD);
             if !redirect {
@@ -351,7 +350,7 @@ impl<'c> Session<'c> {
                     doing: "following a redirect with no usable Location",
                 });
             };
-            from = Some(std::mem::replace(&mut url, next));
+            chain.push(std::mem::replace(&mut url, next));
         }
         Err(OciError::Status {
             url: probe_display(&url),
@@ -366,10 +365,10 @@ impl<'c> Session<'c> {
         url: &Url,
         headers: &[(&'static str, String)],
         body: ReqBody,
-        from: Option<&Url>,
+        chain: &[Url],
     ) -> Result<Response<Incoming>, OciError> {
         let base = self.url("/");
-        let came_from: Vec<&Url> = std::iter::once(&base).chain(from).collect();
+        let came_from: Vec<&Url> = std::iter::once(&base).chain(chain).collect();
         if plain_http_refused(url, &came_from, |a| self.cfg.is_insecure(a)) {
             return Err(OciError::PlainHttp {
                 url: probe_display(url),
@@ -459,8 +458,8 @@ where
 
 /// Whether plain HTTP to `url` is refused: every request is https unless
 /// its authority was given as `--insecure-registry`, and even then not
-/// when one of `came_from` (the session's registry, the URL a redirect
-/// came from) reached that same authority over https, so that a registry
+/// when one of `came_from` (the session's registry, the URLs a redirect
+/// chain came from) reached that same authority over https, so that a registry
 /// spoken to over TLS cannot send a request (its credentials, a package's
 /// bytes) into the clear.
 fn plain_http_refused(url: &Url, came_from: &[&Url], insecure: impl Fn(&str) -> bool) -> bool {
