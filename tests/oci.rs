@@ -581,69 +581,9 @@ fn credentials_from_a_docker_config_buy_a_token_that_every_request_carries() {
 fn tls_registries_are_trusted_through_registry_ca_and_refused_without_it() {
     let w = World::new();
     let d = w.path();
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(d)
-            .output();
-        match out {
-            Ok(o) if o.status.success() => true,
-            Ok(o) => panic!("openssl {args:?}: {}", show(&o)),
-            Err(_) => false,
-        }
-    };
-    if !openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=test CA",
-    ]) {
-        skip("openssl is not installed");
+    if !test_ca(d) {
         return;
     }
-    std::fs::write(
-        d.join("leaf.ext"),
-        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
-    )
-    .unwrap();
-    assert!(openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "leaf.key",
-        "-out",
-        "leaf.csr",
-        "-subj",
-        "/CN=127.0.0.1"
-    ]));
-    assert!(openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "leaf.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "leaf.pem",
-        "-days",
-        "2",
-        "-extfile",
-        "leaf.ext"
-    ]));
     let tls = format!(
         "  tls:\n    certificate: {}\n    key: {}\n",
         d.join("leaf.pem").display(),
@@ -754,4 +694,183 @@ fn an_environment_layer_that_is_another_trees_never_reaches_the_store() {
             .unwrap_or_default();
         assert!(left.is_empty(), "{} holds {left:?}", p.display());
     }
+}
+
+/// Writes `ca.pem` and a leaf for 127.0.0.1 it signs (`leaf.pem`,
+/// `leaf.key`) into `d`; false (after [`skip`]) without openssl.
+fn test_ca(d: &Path) -> bool {
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(d)
+            .output();
+        match out {
+            Ok(o) if o.status.success() => true,
+            Ok(o) => panic!("openssl {args:?}: {}", show(&o)),
+            Err(_) => false,
+        }
+    };
+    if !openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=test CA",
+    ]) {
+        skip("openssl is not installed");
+        return false;
+    }
+    std::fs::write(
+        d.join("leaf.ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    assert!(openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "leaf.key",
+        "-out",
+        "leaf.csr",
+        "-subj",
+        "/CN=127.0.0.1"
+    ]));
+    assert!(openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "leaf.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "leaf.ext"
+    ]));
+    true
+}
+
+/// The value of the `authorization` header among `headers`, if any.
+fn authorization(headers: &[String]) -> Option<String> {
+    headers
+        .iter()
+        .filter_map(|h| h.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("authorization"))
+        .map(|(_, v)| v.trim().to_owned())
+}
+
+#[test]
+fn a_tls_registry_cannot_send_the_credentials_or_the_upload_into_plain_http() {
+    use base64::Engine as _;
+    let w = World::new();
+    let d = w.path();
+    if !test_ca(d) {
+        return;
+    }
+    let a = d.join("a");
+    publish(&w, &a, "secure", &[]);
+    let userpass = base64::engine::general_purpose::STANDARD.encode("alice:s3cret");
+    let basic = format!("Basic {userpass}");
+    // The upload location the TLS registry answers a POST with.
+    let location = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let (loc2, basic2) = (location.clone(), basic);
+    let reg = FakeRegistry::start_tls(
+        &d.join("leaf.pem"),
+        &d.join("leaf.key"),
+        move |method, _, headers| {
+            if authorization(headers).as_deref() != Some(basic2.as_str()) {
+                return Reply::Challenge("Basic realm=\"fake\"".into());
+            }
+            match method {
+                "HEAD" => Reply::not_found(),
+                "POST" => Reply::Headers {
+                    status: 202,
+                    headers: vec![("Location".into(), loc2.lock().unwrap().clone())],
+                },
+                _ => Reply::Body {
+                    status: 201,
+                    content_type: "application/json",
+                    body: Vec::new(),
+                },
+            }
+        },
+    );
+    // A plain-HTTP host elsewhere: it keeps the authorization of every
+    // request it gets.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen2 = seen.clone();
+    let other = FakeRegistry::start(move |_, _, headers| {
+        seen2.lock().unwrap().push(authorization(headers));
+        Reply::Body {
+            status: 201,
+            content_type: "application/json",
+            body: Vec::new(),
+        }
+    });
+    let host = reg.host();
+    let config = d.join("config.json");
+    std::fs::write(
+        &config,
+        serde_json::to_vec(&serde_json::json!({"auths": {(host.clone()): {"auth": userpass}}}))
+            .unwrap(),
+    )
+    .unwrap();
+    let ca = d.join("ca.pem");
+    let target = format!("oci://{host}/skills/secure:v1");
+    let push = |extra: &[&str]| {
+        runner_command()
+            .arg("--data-dir")
+            .arg(&a)
+            .args(["store", "push", "secure@1", &target, "--registry-ca"])
+            .arg(&ca)
+            .arg("--registry-config")
+            .arg(&config)
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    // Plain HTTP on the registry's own authority: refused, and no
+    // request arrived there in the clear.
+    let own = format!("http://{host}/v2/skills/secure/blobs/uploads/u1");
+    *location.lock().unwrap() = format!("{own}?_state=x");
+    let out = push(&[]);
+    assert!(
+        reg.plain.lock().unwrap().is_empty(),
+        "{:?}",
+        reg.plain.lock().unwrap()
+    );
+    refused(
+        &out,
+        &format!("refused to send a request to {own}: the registry named a plain-HTTP location"),
+    );
+    // Plain HTTP to another host not named insecure: refused, nothing sent.
+    let elsewhere = format!("http://{}/v2/skills/secure/blobs/uploads/u2", other.host());
+    *location.lock().unwrap() = elsewhere.clone();
+    let out = push(&[]);
+    assert_eq!(other.requests.load(std::sync::atomic::Ordering::SeqCst), 0);
+    refused(&out, &format!("refused to send a request to {elsewhere}: "));
+    // Named insecure, that host gets the uploads, never the credentials.
+    let out = push(&["--insecure-registry", &other.host()]);
+    assert!(out.status.success(), "{}", show(&out));
+    let seen = seen.lock().unwrap();
+    assert!(
+        !seen.is_empty() && seen.iter().all(Option::is_none),
+        "{seen:?}"
+    );
+    assert!(reg.plain.lock().unwrap().is_empty());
 }

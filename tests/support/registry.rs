@@ -2,14 +2,15 @@
 //! `docker-registry`, the CNCF `distribution` server, on a free loopback
 //! port with a temporary storage folder) and a tiny fake one in a thread,
 //! which answers as a tampered registry would (it may lie about sizes,
-//! serve endless bytes, or serve another manifest than the one asked for).
+//! serve endless bytes, or serve another manifest than the one asked for),
+//! over plain TCP or behind TLS.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The registry binary the Debian package installs.
@@ -178,6 +179,11 @@ pub enum Reply {
     Endless,
     /// 401 with this `WWW-Authenticate` challenge.
     Challenge(String),
+    /// A status with no body and these headers (e.g. a `Location`).
+    Headers {
+        status: u16,
+        headers: Vec<(String, String)>,
+    },
 }
 
 impl Reply {
@@ -211,6 +217,10 @@ pub struct FakeRegistry {
     stop: Arc<AtomicBool>,
     pub requests: Arc<AtomicU64>,
     pub sent: Arc<AtomicU64>,
+    /// For one behind TLS: the head lines (request line and headers) of
+    /// every request that arrived in plain HTTP instead of a TLS handshake
+    /// (none is answered).
+    pub plain: Arc<Mutex<Vec<Vec<String>>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -222,20 +232,73 @@ impl std::fmt::Debug for FakeRegistry {
 
 impl FakeRegistry {
     pub fn start(answer: impl Fn(&str, &str, &[String]) -> Reply + Send + 'static) -> FakeRegistry {
+        FakeRegistry::serve(None, answer)
+    }
+
+    /// [`FakeRegistry::start`] behind TLS with the PEM certificate chain
+    /// `cert` and key `key`.
+    pub fn start_tls(
+        cert: &Path,
+        key: &Path,
+        answer: impl Fn(&str, &str, &[String]) -> Reply + Send + 'static,
+    ) -> FakeRegistry {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let chain = CertificateDer::pem_file_iter(cert)
+            .unwrap()
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let key = PrivateKeyDer::from_pem_file(key).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .unwrap();
+        FakeRegistry::serve(Some(Arc::new(config)), answer)
+    }
+
+    fn serve(
+        tls: Option<Arc<rustls::ServerConfig>>,
+        answer: impl Fn(&str, &str, &[String]) -> Reply + Send + 'static,
+    ) -> FakeRegistry {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let requests = Arc::new(AtomicU64::new(0));
         let sent = Arc::new(AtomicU64::new(0));
-        let (s2, r2, b2) = (stop.clone(), requests.clone(), sent.clone());
+        let plain = Arc::new(Mutex::new(Vec::new()));
+        let (s2, r2, b2, p2) = (stop.clone(), requests.clone(), sent.clone(), plain.clone());
         let thread = std::thread::spawn(move || {
             while !s2.load(Ordering::SeqCst) {
                 match listener.accept() {
                     Ok((conn, _)) => {
                         conn.set_nonblocking(false).unwrap();
+                        let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
                         r2.fetch_add(1, Ordering::SeqCst);
-                        let _ = serve_one(conn, &answer, &b2);
+                        let Some(config) = &tls else {
+                            let _ = serve_one(conn, &answer, &b2);
+                            continue;
+                        };
+                        // A TLS handshake opens with a record of type 22.
+                        let mut first = [0u8; 1];
+                        if matches!(conn.peek(&mut first), Ok(1) if first[0] != 0x16) {
+                            let mut r = BufReader::new(conn);
+                            let (line, headers) = read_request_head(&mut r).unwrap_or_default();
+                            let mut head = vec![line];
+                            head.extend(headers);
+                            p2.lock().unwrap().push(head);
+                            continue;
+                        }
+                        let Ok(server) = rustls::ServerConnection::new(config.clone()) else {
+                            continue;
+                        };
+                        let mut stream = rustls::StreamOwned::new(server, conn);
+                        let _ = serve_one(&mut stream, &answer, &b2);
+                        stream.conn.send_close_notify();
+                        let _ = stream.flush();
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
                 }
@@ -246,6 +309,7 @@ impl FakeRegistry {
             stop,
             requests,
             sent,
+            plain,
             thread: Some(thread),
         }
     }
@@ -264,18 +328,10 @@ impl Drop for FakeRegistry {
     }
 }
 
-fn serve_one(
-    conn: TcpStream,
-    answer: &dyn Fn(&str, &str, &[String]) -> Reply,
-    sent: &AtomicU64,
-) -> std::io::Result<()> {
-    conn.set_read_timeout(Some(Duration::from_secs(10)))?;
-    let mut r = BufReader::new(conn.try_clone()?);
+/// The request line and the header lines of one request.
+fn read_request_head(r: &mut impl BufRead) -> std::io::Result<(String, Vec<String>)> {
     let mut line = String::new();
     r.read_line(&mut line)?;
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or("").to_owned();
-    let path = parts.next().unwrap_or("").to_owned();
     let mut headers = Vec::new();
     loop {
         let mut h = String::new();
@@ -284,8 +340,36 @@ fn serve_one(
         }
         headers.push(h.trim_end().to_owned());
     }
-    let mut w = conn;
+    Ok((line.trim_end().to_owned(), headers))
+}
+
+fn serve_one(
+    conn: impl Read + Write,
+    answer: &dyn Fn(&str, &str, &[String]) -> Reply,
+    sent: &AtomicU64,
+) -> std::io::Result<()> {
+    let mut r = BufReader::new(conn);
+    let (line, headers) = read_request_head(&mut r)?;
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or("").to_owned();
+    let path = parts.next().unwrap_or("").to_owned();
+    // The body (an upload) is read before the answer.
+    let len = headers
+        .iter()
+        .filter_map(|h| h.split_once(':'))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    std::io::copy(&mut (&mut r).take(len), &mut std::io::sink())?;
+    let w = r.get_mut();
     match answer(&method, &path, &headers) {
+        Reply::Headers { status, headers } => {
+            write!(w, "HTTP/1.1 {status} X\r\n")?;
+            for (k, v) in headers {
+                write!(w, "{k}: {v}\r\n")?;
+            }
+            write!(w, "Content-Length: 0\r\nConnection: close\r\n\r\n")?;
+        }
         Reply::Challenge(c) => {
             write!(
                 w,

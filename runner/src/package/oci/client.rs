@@ -4,6 +4,9 @@
 //! authentication from the Docker-style credentials, redirects followed
 //! (never carrying the registry's credentials to another host), and
 //! bodies read only up to a bound the caller gives (docs/distribution.md).
+//! Every request URL, whichever answer named it, is https unless its host
+//! is listed insecure and was not reached over https; the credentials go
+//! only to the registry's own scheme and host.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -183,7 +186,7 @@ impl<'c> Session<'c> {
         };
         let probe = s.url("/v2/");
         let resp = s
-            .send_url(Method::GET, &probe, &[], ReqBody::Empty, false)
+            .send_url(Method::GET, &probe, &[], ReqBody::Empty, &[])
             .await?;
         match resp.status() {
             s2 if s2.is_success() => {}
@@ -278,7 +281,7 @@ impl<'c> Session<'c> {
             headers.push(("authorization", b.clone()));
         }
         let resp = self
-            .send_url(Method::GET, &url, &headers, ReqBody::Empty, true)
+            .send_url(Method::GET, &url, &headers, ReqBody::Empty, &[])
             .await?;
         if !resp.status().is_success() {
             return Err(OciError::Auth {
@@ -306,7 +309,10 @@ impl<'c> Session<'c> {
     }
 
     /// Sends a request to the registry with its authorization, following
-    /// redirects of GET and HEAD (without the authorization off the host).
+    /// redirects of GET and HEAD. The authorization goes only to the
+    /// session's own scheme and authority; every URL passes
+    /// [`plain_http_refused`] first (with the URLs its redirects came
+    /// from).
     pub async fn send(
         &mut self,
         method: Method,
@@ -315,18 +321,18 @@ impl<'c> Session<'c> {
         body: ReqBody,
     ) -> Result<Response<Incoming>, OciError> {
         let mut url = url.clone();
+        // The URLs this request's redirects came from.
+        let mut chain: Vec<Url> = Vec::new();
         let mut body = Some(body);
         for _ in 0..5 {
             let mut h = headers.to_vec();
-            if url.authority == self.registry {
+            if url.authority == self.registry && url.https == self.https {
                 if let Some(a) = &self.auth {
                     h.push(("authorization", a.clone()));
                 }
             }
             let b = body.take().unwrap_or(ReqBody::Empty);
-            let resp = self
-                .send_url(method.clone(), &url, &h, b, url.authority != self.registry)
-                .await?;
+            let resp = self.send_url(method.clone(), &url, &h, b, &chain).await?;
             let redirect = matches!(resp.status().as_u16(), 301 | 302 | 303 | 307 | 308)
                 && (method == Method::GET || method == Method::HEAD);
             if !redirect {
@@ -337,15 +343,14 @@ impl<'c> Session<'c> {
                 .get(hyper::header::LOCATION)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|l| url.join(l));
-            url = match next {
-                Some(n) if n.https || self.cfg.is_insecure(&n.authority) => n,
-                _ => return Err(OciError::Status {
+            let Some(next) = next else {
+                return Err(OciError::Status {
                     url: probe_display(&url),
                     status: resp.status().as_u16(),
-                    doing:
-                        "following a redirect to a place that is not https or an insecure registry",
-                }),
+                    doing: "following a redirect with no usable Location",
+                });
             };
+            chain.push(std::mem::replace(&mut url, next));
         }
         Err(OciError::Status {
             url: probe_display(&url),
@@ -360,8 +365,15 @@ impl<'c> Session<'c> {
         url: &Url,
         headers: &[(&'static str, String)],
         body: ReqBody,
-        other_host: bool,
+        chain: &[Url],
     ) -> Result<Response<Incoming>, OciError> {
+        let base = self.url("/");
+        let came_from: Vec<&Url> = std::iter::once(&base).chain(chain).collect();
+        if plain_http_refused(url, &came_from, |a| self.cfg.is_insecure(a)) {
+            return Err(OciError::PlainHttp {
+                url: probe_display(url),
+            });
+        }
         self.requests += 1;
         let connect_err = |reason: String| OciError::Connect {
             registry: url.authority.clone(),
@@ -400,9 +412,9 @@ impl<'c> Session<'c> {
         }
         let req = req.body(body).map_err(|e| connect_err(e.to_string()))?;
         let tls = if url.https {
-            match (&self.tls, other_host) {
-                (Some(t), _) => Some(t.clone()),
-                (None, _) => Some(self.cfg.tls()?),
+            match &self.tls {
+                Some(t) => Some(t.clone()),
+                None => Some(self.cfg.tls()?),
             }
         } else {
             None
@@ -442,6 +454,22 @@ where
         let _ = conn.await;
     });
     send.send_request(req).await
+}
+
+/// Whether plain HTTP to `url` is refused: every request is https unless
+/// its authority was given as `--insecure-registry`, and even then not
+/// when one of `came_from` (the session's registry, the URLs a redirect
+/// chain came from) reached that same authority over https, so that a registry
+/// spoken to over TLS cannot send a request (its credentials, a package's
+/// bytes) into the clear.
+fn plain_http_refused(url: &Url, came_from: &[&Url], insecure: impl Fn(&str) -> bool) -> bool {
+    if url.https {
+        return false;
+    }
+    let downgrade = came_from
+        .iter()
+        .any(|f| f.https && f.authority == url.authority);
+    downgrade || !insecure(&url.authority)
 }
 
 fn probe_display(url: &Url) -> String {
@@ -544,5 +572,59 @@ mod tests {
         assert_eq!(Url::parse("https://h").unwrap().port(), 443);
         assert!(Url::parse("ftp://h/").is_none());
         assert!(Url::parse("https://user@h/").is_none());
+    }
+
+    #[test]
+    fn plain_http_goes_only_to_an_insecure_authority_never_reached_over_https() {
+        let u = |t: &str| Url::parse(t).unwrap();
+        let insecure = |a: &str| a == "plain:5000" || a == "both:5000";
+        let tls_registry = u("https://reg.example/");
+        let plain_registry = u("http://plain:5000/");
+        // https is always allowed, whoever answered with it.
+        assert!(!plain_http_refused(
+            &u("https://cdn.example/b"),
+            &[&tls_registry],
+            insecure
+        ));
+        assert!(!plain_http_refused(
+            &u("https://plain:5000/b"),
+            &[&plain_registry],
+            insecure
+        ));
+        // A TLS registry's upload location in plain HTTP on its own
+        // authority, or on a host not named insecure, is refused.
+        assert!(plain_http_refused(
+            &u("http://reg.example/v2/a/blobs/uploads/u1"),
+            &[&tls_registry],
+            insecure
+        ));
+        assert!(plain_http_refused(
+            &u("http://localhost:5443/v2/a/blobs/uploads/u1"),
+            &[&tls_registry],
+            insecure
+        ));
+        // A host named insecure may be spoken to in plain HTTP...
+        assert!(!plain_http_refused(
+            &u("http://plain:5000/v2/"),
+            &[&plain_registry],
+            insecure
+        ));
+        assert!(!plain_http_refused(
+            &u("http://plain:5000/u"),
+            &[&tls_registry],
+            insecure
+        ));
+        // ...but not after it was reached over https (a downgrade).
+        let over_tls = u("https://both:5000/v2/a/blobs/x");
+        assert!(plain_http_refused(
+            &u("http://both:5000/v2/a/blobs/x"),
+            &[&tls_registry, &over_tls],
+            insecure
+        ));
+        assert!(!plain_http_refused(
+            &u("http://both:5000/v2/a/blobs/x"),
+            &[&tls_registry],
+            insecure
+        ));
     }
 }

@@ -73,6 +73,8 @@ pub enum OciError {
     NeedsCredentials { registry: String },
     #[error("registry {registry} refused the login: {reason}")]
     Auth { registry: String, reason: String },
+    #[error("refused to send a request to {url}: the registry named a plain-HTTP location, which is allowed only for a host given as --insecure-registry and never after TLS with that host; nothing was sent there")]
+    PlainHttp { url: String },
     #[error("{url} answered {status} while {doing}")]
     Status {
         url: String,
@@ -162,6 +164,7 @@ impl OciError {
             OciError::Io { .. } => ErrorKind::StoreFailed,
             OciError::Connect { .. }
             | OciError::Tls { .. }
+            | OciError::PlainHttp { .. }
             | OciError::NeedsCredentials { .. }
             | OciError::Auth { .. }
             | OciError::Status { .. }
