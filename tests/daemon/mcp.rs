@@ -6,7 +6,9 @@
 //! `resources/read`, JSON-RPC errors for unknown tools and bad params,
 //! transport refusals as the daemon's error document, the bearer token
 //! required on TCP, and a cancelled `run` that is a cancelled execution
-//! whose process is gone.
+//! whose process is gone; MCP sessions bounded in all and per session,
+//! their places freed by an MCP `DELETE`, by their session's deletion and
+//! after the session idle bound.
 
 use serde_json::{json, Value};
 use skill_runner_tests::daemon::*;
@@ -475,4 +477,28 @@ fn mcp_sessions_are_bounded_in_all_and_per_session_and_freed_when_closed() {
     let c = c.json()["id"].as_str().unwrap().to_owned();
     opened(&initialize(&d, &c));
     refused(&initialize(&d, &c), "mcp_sessions 3");
+}
+
+#[test]
+fn an_idle_mcp_session_frees_its_place_within_the_session_idle_bound() {
+    let w = World::new();
+    let d = Daemon::start(&w, &["--mcp-sessions", "1", "--session-idle", "2s"]);
+    let new_session = || {
+        let r = d.post("/v1/sessions", &json!({"skills": [], "tools": []}));
+        assert_eq!(r.status, 200, "{:#}", r.json());
+        r.json()["id"].as_str().unwrap().to_owned()
+    };
+    let a = new_session();
+    opened(&initialize(&d, &a));
+    let b = new_session();
+    refused(&initialize(&d, &b), "mcp_sessions 1");
+    // Each refusal is a use of b, none of a: a's MCP session ends after
+    // the session idle bound (its keep-alive, not rmcp's five minutes)
+    // and a expires; the place comes free.
+    wait_until("an initialize of b admitted", || {
+        let r = initialize(&d, &b);
+        assert!(matches!(r.status, 200 | 429), "{}", r.status);
+        r.status == 200
+    });
+    assert_eq!(d.get(&format!("/v1/sessions/{a}")).status, 404);
 }
