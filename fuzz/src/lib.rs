@@ -263,6 +263,10 @@ impl Fixture {
                 config.pulls.clone(),
                 metrics,
             )),
+            mcp: skill_runner::daemon::mcp_sessions::Sessions::new(
+                config.mcp_sessions,
+                skill_runner::daemon::mcp::keep_alive(config),
+            ),
             config: config.clone(),
         })
     }

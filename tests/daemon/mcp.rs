@@ -6,7 +6,9 @@
 //! `resources/read`, JSON-RPC errors for unknown tools and bad params,
 //! transport refusals as the daemon's error document, the bearer token
 //! required on TCP, and a cancelled `run` that is a cancelled execution
-//! whose process is gone.
+//! whose process is gone; MCP sessions bounded in all and per session,
+//! their places freed by an MCP `DELETE`, by their session's deletion and
+//! after the session idle bound.
 
 use serde_json::{json, Value};
 use skill_runner_tests::daemon::*;
@@ -395,4 +397,108 @@ fn a_cancelled_run_on_the_route_is_cancelled_as_an_execution() {
         assert_eq!(result["status"], "cancelled", "{result:#}");
         drop(waiting);
     });
+}
+
+/// Posts an `initialize` to session `id`'s MCP route.
+fn initialize(d: &Daemon, id: &str) -> Resp {
+    let msg = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "raw-http", "version": "1"}}});
+    d.request(
+        "POST",
+        &format!("/v1/sessions/{id}/mcp"),
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-06-18"),
+        ],
+        msg.to_string().as_bytes(),
+    )
+}
+
+/// The MCP session an `initialize` opened.
+fn opened(r: &Resp) -> String {
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    r.header("mcp-session-id")
+        .expect("an MCP session id")
+        .to_owned()
+}
+
+/// Answers the 429 `busy` of an `initialize` beyond a cap.
+fn refused(r: &Resp, cap: &str) {
+    assert_eq!(r.status, 429, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.header("retry-after"), Some("1"));
+    let e = &r.json()["error"];
+    assert_eq!(e["kind"], "busy", "{e:#}");
+    assert!(
+        e["message"].as_str().unwrap().contains(cap),
+        "the refusal names {cap}: {e:#}"
+    );
+}
+
+#[test]
+fn mcp_sessions_are_bounded_in_all_and_per_session_and_freed_when_closed() {
+    let w = World::new();
+    let d = Daemon::start(
+        &w,
+        &["--mcp-sessions", "3", "--mcp-sessions-per-session", "2"],
+    );
+    let (a, _) = session(&d, &w);
+    let b = d.post("/v1/sessions", &json!({"skills": [], "tools": []}));
+    assert_eq!(b.status, 200, "{:#}", b.json());
+    let b = b.json()["id"].as_str().unwrap().to_owned();
+
+    // Per session: two, the third refused.
+    let a1 = opened(&initialize(&d, &a));
+    let _a2 = opened(&initialize(&d, &a));
+    refused(&initialize(&d, &a), "mcp_sessions_per_session 2");
+    // In all: three, the fourth refused, whichever session asks.
+    let _b1 = opened(&initialize(&d, &b));
+    refused(&initialize(&d, &b), "mcp_sessions 3");
+
+    // An MCP DELETE frees its place.
+    let r = d.request(
+        "DELETE",
+        &format!("/v1/sessions/{a}/mcp"),
+        &[
+            ("Mcp-Session-Id", &a1),
+            ("MCP-Protocol-Version", "2025-06-18"),
+        ],
+        b"",
+    );
+    assert!(r.status < 300, "{}", String::from_utf8_lossy(&r.body));
+    let _b2 = opened(&initialize(&d, &b));
+    refused(&initialize(&d, &b), "mcp_sessions 3");
+
+    // Deleting a daemon session closes its MCP sessions, freeing theirs.
+    assert_eq!(d.call("DELETE", &format!("/v1/sessions/{a}"), None).0, 200);
+    let c = d.post("/v1/sessions", &json!({"skills": [], "tools": []}));
+    assert_eq!(c.status, 200, "{:#}", c.json());
+    let c = c.json()["id"].as_str().unwrap().to_owned();
+    opened(&initialize(&d, &c));
+    refused(&initialize(&d, &c), "mcp_sessions 3");
+}
+
+#[test]
+fn an_idle_mcp_session_frees_its_place_within_the_session_idle_bound() {
+    let w = World::new();
+    let d = Daemon::start(&w, &["--mcp-sessions", "1", "--session-idle", "2s"]);
+    let new_session = || {
+        let r = d.post("/v1/sessions", &json!({"skills": [], "tools": []}));
+        assert_eq!(r.status, 200, "{:#}", r.json());
+        r.json()["id"].as_str().unwrap().to_owned()
+    };
+    let a = new_session();
+    opened(&initialize(&d, &a));
+    let b = new_session();
+    refused(&initialize(&d, &b), "mcp_sessions 1");
+    // Each refusal is a use of b, none of a: a's MCP session ends after
+    // the session idle bound (its keep-alive, not rmcp's five minutes)
+    // and a expires; the place comes free.
+    wait_until("an initialize of b admitted", || {
+        let r = initialize(&d, &b);
+        assert!(matches!(r.status, 200 | 429), "{}", r.status);
+        r.status == 200
+    });
+    assert_eq!(d.get(&format!("/v1/sessions/{a}")).status, 404);
 }

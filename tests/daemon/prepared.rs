@@ -4,7 +4,7 @@
 //! one command reaches the next, a running command cannot reach or signal
 //! the sandbox waiting for the next, the clock starts at the hand-over,
 //! and sandboxes are discarded when idle, when their session is deleted
-//! and when what they were prepared from changes.
+//! or expires, and when what they were prepared from changes.
 
 use serde_json::{json, Value};
 use skill_runner_tests::daemon::*;
@@ -272,6 +272,31 @@ fn deleting_the_session_discards_its_prepared_sandboxes() {
         1.0
     );
     assert_eq!(sample(&d, "skill_runner_prepared_sandboxes"), 0.0);
+    wait_until("no bwrap below the daemon", || {
+        children_named(daemon, "bwrap") == 0
+    });
+}
+
+#[test]
+fn an_expired_session_discards_its_prepared_sandboxes() {
+    if skip_without_sandbox() {
+        return;
+    }
+    let w = World::new();
+    // Sandboxes outlive the session by far unless its expiry ends them.
+    let (d, id) = prepared_session(&w, &["--session-idle", "3s", "--prepared-idle", "600s"]);
+    exec(&d, &id, &["true"], json!({}));
+    ready(&d);
+    let daemon = d.pid();
+    // Nothing touches the session meanwhile: the sweep expires it.
+    wait_until("the expired session's sandbox discarded", || {
+        sample(
+            &d,
+            "skill_runner_prepared_sandboxes_discarded_total{reason=\"session_ended\"}",
+        ) >= 1.0
+            && sample(&d, "skill_runner_prepared_sandboxes") == 0.0
+    });
+    assert_eq!(d.get(&format!("/v1/sessions/{id}")).status, 404);
     wait_until("no bwrap below the daemon", || {
         children_named(daemon, "bwrap") == 0
     });

@@ -51,6 +51,8 @@ pub struct AppInner {
     /// Sandboxes prepared for sessions' next commands (docs/prepared.md).
     #[cfg(target_os = "linux")]
     pub prepared: Arc<super::prepared::Pool>,
+    /// Live MCP sessions, bounded (docs/mcp.md).
+    pub mcp: Arc<super::mcp_sessions::Sessions>,
     /// Pulls from registries under way, one per digest (docs/daemon.md, "Pulls from registries").
     pub pulls: Arc<super::pulls::Pulls>,
 }
@@ -91,6 +93,8 @@ pub enum ApiError {
     SessionsBusy,
     #[error("too many session file downloads at once (max_downloads {0}); retry after a moment")]
     DownloadsBusy(usize),
+    #[error("too many MCP sessions live ({0}); close one (DELETE with its Mcp-Session-Id) or retry after a moment")]
+    McpSessionsBusy(String),
     #[error("the request body is larger than the limit of {limit} bytes; send less, or raise the daemon's body limit")]
     TooLarge { limit: u64 },
     #[error(
@@ -162,7 +166,8 @@ impl ApiError {
             ApiError::Admission(RegistryError::Busy { .. } | RegistryError::Switch(_))
             | ApiError::UploadsBusy
             | ApiError::SessionsBusy
-            | ApiError::DownloadsBusy(_) => K::Busy,
+            | ApiError::DownloadsBusy(_)
+            | ApiError::McpSessionsBusy(_) => K::Busy,
             ApiError::Admission(RegistryError::Draining) => K::ShuttingDown,
             ApiError::Admission(RegistryError::InUse { .. }) => K::ExecutionIdInUse,
             ApiError::Admission(RegistryError::Record(e)) => super::store::kind(e),
@@ -280,7 +285,8 @@ impl IntoResponse for ApiError {
             ApiError::Admission(RegistryError::Busy { .. } | RegistryError::Switch(_))
             | ApiError::UploadsBusy
             | ApiError::SessionsBusy
-            | ApiError::DownloadsBusy(_) => Some("1"),
+            | ApiError::DownloadsBusy(_)
+            | ApiError::McpSessionsBusy(_) => Some("1"),
             ApiError::Admission(RegistryError::Draining) => Some("5"),
             ApiError::Admission(RegistryError::Record(_)) => Some("30"),
             _ => None,

@@ -439,6 +439,23 @@ settings! {
         default: Duration::from_secs(60),
         check: longer_than_zero,
     }
+    mcp_sessions: Option<usize> {
+        /// MCP sessions (`/v1/sessions/{id}/mcp`) live at once in the
+        /// daemon; an `initialize` beyond is 429 busy [default: 256].
+        flag: "mcp-sessions" <"N">,
+        env: "SKILL_RUNNER_MCP_SESSIONS",
+        file: "mcp_sessions",
+        default: 256,
+        check: within(1, 65536),
+    }
+    mcp_sessions_per_session: Option<usize> {
+        /// MCP sessions live at once for one session [default: 16].
+        flag: "mcp-sessions-per-session" <"N">,
+        env: "SKILL_RUNNER_MCP_SESSIONS_PER_SESSION",
+        file: "mcp_sessions_per_session",
+        default: 16,
+        check: within(1, 65536),
+    }
     file_body_limit: Option<u64> {
         /// Largest file uploaded into a session workspace in one PUT [default: 64MiB].
         flag: "file-body-limit" <"SIZE"> [value_parser = parse_size],
@@ -837,6 +854,8 @@ pub struct Config {
     /// Prepared sandboxes per session (0: off), in all, and their idle
     /// bound (docs/prepared.md).
     pub prepared: PreparedBounds,
+    /// MCP sessions live at once, in all and per session.
+    pub mcp_sessions: super::mcp_sessions::Caps,
     /// Largest single upload into a managed workspace.
     pub file_body_limit: u64,
     /// Most a managed workspace may hold after an upload.
@@ -1173,6 +1192,10 @@ impl Config {
             heartbeat: s.heartbeat()?,
             session_idle: s.session_idle()?,
             prepared,
+            mcp_sessions: super::mcp_sessions::Caps {
+                total: s.mcp_sessions()?,
+                per_session: s.mcp_sessions_per_session()?,
+            },
             file_body_limit: s.file_body_limit()?,
             workspace_bytes: s.workspace_bytes()?,
             max_downloads: s.max_downloads()?,

@@ -5,6 +5,9 @@
 //! - `POST` carries JSON-RPC messages, `GET` opens the server's event
 //!   stream, `DELETE` ends an MCP session (`Mcp-Session-Id`); rmcp's
 //!   `StreamableHttpService` speaks the transport.
+//! - MCP sessions are bounded in all and per session
+//!   ([`super::mcp_sessions`]): an `initialize` beyond is 429 `busy`; a
+//!   session's MCP sessions close when it is deleted or expires.
 //! - Before a request reaches it, the session in the path is checked
 //!   (idle expiry, [`super::sessions::use_session`]): an unknown or
 //!   expired session is 404 with the daemon's error document.
@@ -27,7 +30,6 @@ use axum::routing::get;
 use axum::{Json, Router};
 use http_body_util::BodyExt;
 use rmcp::service::RequestContext;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData as McpError, RoleServer};
 use serde_json::Value;
@@ -35,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
 use super::app::{ApiError, App, UrlPath};
+use super::mcp_sessions::{Full, RESERVED};
 use super::registry::Lookup;
 use crate::error::ErrorKind;
 use crate::skillhost::mcp::{Execute, Execution, McpServer, ProgressFn, RunProgress, SessionOf};
@@ -260,7 +263,14 @@ impl Execute for DaemonExec {
     }
 }
 
-type Mcp = StreamableHttpService<McpServer, LocalSessionManager>;
+type Mcp = StreamableHttpService<McpServer, super::mcp_sessions::Sessions>;
+
+/// How long an MCP session lives without traffic: the session idle
+/// bound, at most rmcp's default of five minutes. Not shorter: a `run`
+/// without progress passes no traffic while its command runs.
+pub fn keep_alive(config: &super::Config) -> std::time::Duration {
+    config.session_idle.min(std::time::Duration::from_secs(300))
+}
 
 /// The MCP route, to be merged into the main router; its `run`s go to
 /// `post`.
@@ -278,11 +288,8 @@ pub fn routes(app: &App, post: PostJob) -> Router<App> {
         // a daemon is reached by any name its operator gives it.
         .disable_allowed_hosts()
         .with_max_request_body_bytes(app.config.job_body_limit as usize);
-    let service: Mcp = StreamableHttpService::new(
-        move || Ok(server.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let service: Mcp =
+        StreamableHttpService::new(move || Ok(server.clone()), app.mcp.clone(), config);
     let to = move |state: State<App>, path: UrlPath<String>, req: Request| {
         handle(state, path, req, service.clone())
     };
@@ -298,18 +305,29 @@ async fn handle(
     req: Request,
     mut service: Mcp,
 ) -> Result<Response, ApiError> {
-    let host = app.sessions.clone();
-    let lanes = app.lanes.clone();
-    let idle = app.config.session_idle;
     let check = id.clone();
+    let used = app.clone();
     tokio::task::spawn_blocking(move || {
-        super::sessions::use_session(&host, &lanes, &check, idle)?;
-        host.sessions().read(&check).map(|_| ())
+        super::sessions::use_session(&used, &check)?;
+        used.sessions.sessions().read(&check).map(|_| ())
     })
     .await
     .map_err(|e| ApiError::Internal(format!("the session thread failed: {e}")))??;
-    let resp = service
-        .call(req)
+    // A POST without a session id is an `initialize`: it takes a place
+    // among the live MCP sessions, or is refused before any is made.
+    let opens =
+        req.method() == axum::http::Method::POST && !req.headers().contains_key("mcp-session-id");
+    let place = match opens {
+        true => Some(app.mcp.reserve(&id).map_err(|full| {
+            ApiError::McpSessionsBusy(match full {
+                Full::Total(n) => format!("mcp_sessions {n} in the daemon"),
+                Full::PerSession(n) => format!("mcp_sessions_per_session {n} for session {id}"),
+            })
+        })?),
+        false => None,
+    };
+    let resp = RESERVED
+        .scope(std::cell::RefCell::new(place), service.call(req))
         .await
         .map_err(|e| ApiError::Internal(format!("the MCP transport failed: {e}")))?;
     let status = resp.status();

@@ -39,6 +39,7 @@ pub mod env_error;
 pub mod environments;
 pub mod events;
 pub mod mcp;
+pub mod mcp_sessions;
 pub mod metrics;
 pub mod notify;
 pub mod outputs;
@@ -196,27 +197,6 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
                 .clone()
                 .refresh(runner.clone(), selfcheck::REFRESH),
         );
-        // Idle sessions expire (docs/daemon.md, Sessions).
-        {
-            let host = sessions.clone();
-            let lanes = lanes.clone();
-            let idle = config.session_idle;
-            let every = idle.clamp(Duration::from_secs(1), Duration::from_secs(60));
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(every).await;
-                    let (host, lanes) = (host.clone(), lanes.clone());
-                    if let Ok(n) =
-                        tokio::task::spawn_blocking(move || sessions::sweep(&host, &lanes, idle))
-                            .await
-                    {
-                        if n > 0 {
-                            tracing::info!(expired = n, "deleted idle sessions");
-                        }
-                    }
-                }
-            });
-        }
         let metrics = Arc::new(metrics::Metrics::default());
         #[cfg(target_os = "linux")]
         let prepared = prepared::Pool::new(config.prepared, runner.clone(), metrics.clone());
@@ -242,8 +222,10 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
             lanes,
             downloads: Arc::new(Semaphore::new(config.max_downloads)),
             pulls,
+            mcp: mcp_sessions::Sessions::new(config.mcp_sessions, mcp::keep_alive(&config)),
             config,
         });
+        sessions::spawn_sweep(app.clone());
         if let Some(interval) = notify::watchdog_interval() {
             tokio::spawn(notify::watchdog(
                 interval,

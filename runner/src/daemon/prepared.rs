@@ -9,7 +9,9 @@
 //! key is its own (a hit); one prepared from anything else (another
 //! published root, `/etc` view, environment, profile or limits) is
 //! discarded then ("changed"), and the request builds its own (a miss).
-//! Deleting a session discards its sandboxes; so does a stopping daemon.
+//! Deleting a session, or its expiry, discards its sandboxes, and one
+//! being made for it then is discarded when made; a stopping daemon
+//! discards them all.
 //! A sandbox is taken out of the pool before its command is handed over,
 //! so none runs two commands.
 
@@ -47,10 +49,22 @@ struct State {
     refilling: std::collections::HashSet<String>,
     /// Sandboxes counted against the total while being made.
     making: usize,
+    /// Sessions ended lately, newest last: a refill of one is refused,
+    /// and a sandbox made for one while it ended is discarded. Bounded
+    /// (an older one forgotten leaves at worst sandboxes the idle
+    /// bound discards).
+    ended: std::collections::VecDeque<String>,
     closed: bool,
 }
 
+/// How many ended sessions the pool remembers.
+const ENDED: usize = 1024;
+
 impl State {
+    fn ended(&self, session: &str) -> bool {
+        self.ended.iter().any(|s| s == session)
+    }
+
     fn total(&self) -> usize {
         self.sessions.values().map(Vec::len).sum::<usize>() + self.making
     }
@@ -151,7 +165,16 @@ impl Pool {
 
     /// Discards the sandboxes of a session (deleted, or ended).
     pub fn end_session(&self, session: &str) {
-        let gone = self.lock().sessions.remove(session).unwrap_or_default();
+        let gone = {
+            let mut st = self.lock();
+            if !st.ended(session) {
+                if st.ended.len() >= ENDED {
+                    st.ended.pop_front();
+                }
+                st.ended.push_back(session.to_owned());
+            }
+            st.sessions.remove(session).unwrap_or_default()
+        };
         self.discard(gone, "session_ended");
         self.metrics.prepared_waiting(self.waiting());
     }
@@ -184,7 +207,7 @@ impl Pool {
     fn refill(&self, session: &str, job: &Job) {
         {
             let mut st = self.lock();
-            if st.closed || !st.refilling.insert(session.to_owned()) {
+            if st.closed || st.ended(session) || !st.refilling.insert(session.to_owned()) {
                 return;
             }
         }
@@ -204,7 +227,11 @@ impl Pool {
             {
                 let mut st = self.lock();
                 let have = st.sessions.get(session).map_or(0, Vec::len);
-                if st.closed || have >= self.bounds.per_session || st.total() >= self.bounds.total {
+                if st.closed
+                    || st.ended(session)
+                    || have >= self.bounds.per_session
+                    || st.total() >= self.bounds.total
+                {
                     return;
                 }
                 st.making += 1;
@@ -213,15 +240,21 @@ impl Pool {
             let mut st = self.lock();
             st.making -= 1;
             match made {
-                Ok(Some(warm)) if !st.closed => {
+                Ok(Some(warm)) if !st.closed && !st.ended(session) => {
                     st.sessions
                         .entry(session.to_owned())
                         .or_default()
                         .push(warm);
                 }
                 Ok(Some(warm)) => {
+                    // Ended while it was made: it never joins the pool.
+                    let reason = if st.closed {
+                        "shutdown"
+                    } else {
+                        "session_ended"
+                    };
                     drop(st);
-                    self.discard(vec![warm], "shutdown");
+                    self.discard(vec![warm], reason);
                     return;
                 }
                 Ok(None) => return,

@@ -355,11 +355,10 @@ async fn resolve_session(app: &App, mut job: Job) -> Result<Job, ApiError> {
     let Some(session) = job.session.clone() else {
         return Ok(job);
     };
-    let host = app.sessions.clone();
-    let lanes = app.lanes.clone();
-    let idle = app.config.session_idle;
+    let app = app.clone();
     tokio::task::spawn_blocking(move || {
-        super::sessions::use_session(&host, &lanes, &session, idle)?;
+        super::sessions::use_session(&app, &session)?;
+        let host = &app.sessions;
         // A managed session workspace becomes the job's (docs/workspaces.md).
         let owner = host.workspace_owner();
         host.sessions().resolve_managed(&mut job, owner)?;

@@ -97,7 +97,7 @@ fn open(
     if let Some(path) = path {
         check_path(path).map_err(SessionError::from)?;
     }
-    use_session(&app.sessions, &app.lanes, id, app.config.session_idle)?;
+    use_session(app, id)?;
     let workspace = app.sessions.workspace(id)?;
     let place = match lane {
         true => Some(app.lanes.try_join(id, Holder::Files)?),

@@ -35,12 +35,11 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
 
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use super::app::{check_length, params, read_body, refuse_unread, ApiError, App, UrlPath};
 use super::wire;
-use super::workspace::{Holder, Lanes};
+use super::workspace::Holder;
 use crate::skillhost::session::tools::{self, ToolError};
 use crate::skillhost::session::{ReadRange, ResourceQuery, SessionError, SessionHost, SkillsQuery};
 
@@ -67,23 +66,27 @@ fn expired(used: SystemTime, idle: Duration) -> bool {
         .is_ok_and(|age| age > idle)
 }
 
+/// Ends what lives with session `id` besides its record: its prepared
+/// sandboxes and its MCP sessions (deleted, or expired).
+pub(super) fn ended(app: &App, id: &str) {
+    #[cfg(target_os = "linux")]
+    app.prepared.end_session(id);
+    app.mcp.end_session(id);
+}
+
 /// Checks that session `id` has not expired (else deletes it: 404) and
 /// records this use of it. An id that names no session is left to the
 /// handler's own error.
-pub(super) fn use_session(
-    host: &SessionHost,
-    lanes: &Lanes,
-    id: &str,
-    idle: Duration,
-) -> Result<(), SessionError> {
-    let sessions = host.sessions();
+pub(super) fn use_session(app: &App, id: &str) -> Result<(), SessionError> {
+    let sessions = app.sessions.sessions();
     let Some(used) = sessions.last_used(id) else {
         return Ok(());
     };
     // A session whose workspace a job holds or waits for is in use.
-    if expired(used, idle) && !lanes.busy(id) {
+    if expired(used, app.config.session_idle) && !app.lanes.busy(id) {
         tracing::info!(session = %id, "session expired (idle); deleting it");
         let _ = sessions.delete(id);
+        ended(app, id);
         return Err(SessionError::NotFound(id.to_owned()));
     }
     // A record that went away meanwhile is the handler's 404.
@@ -93,10 +96,12 @@ pub(super) fn use_session(
     }
 }
 
-/// Deletes every session idle for longer than `idle` (but those whose
-/// workspace a job holds or waits for), and workspace folders a crash
-/// left without their session; returns how many sessions.
-pub fn sweep(host: &SessionHost, lanes: &Arc<Lanes>, idle: Duration) -> usize {
+/// Deletes every session idle for longer than `session_idle` (but those
+/// whose workspace a job holds or waits for), with what lives with them,
+/// and workspace folders a crash left without their session; returns how
+/// many sessions.
+pub fn sweep(app: &App) -> usize {
+    let (host, lanes, idle) = (&app.sessions, &app.lanes, app.config.session_idle);
     let orphans = host.sessions().sweep_workspaces();
     if orphans > 0 {
         tracing::info!(orphans, "removed workspaces without a session");
@@ -111,9 +116,33 @@ pub fn sweep(host: &SessionHost, lanes: &Arc<Lanes>, idle: Duration) -> usize {
             let Ok(_place) = lanes.try_join(&r.id, Holder::Delete) else {
                 return false;
             };
-            host.sessions().delete(&r.id).is_ok()
+            let deleted = host.sessions().delete(&r.id).is_ok();
+            if deleted {
+                ended(app, &r.id);
+            }
+            deleted
         })
         .count()
+}
+
+/// Sweeps expired sessions now and then, for as long as the runtime runs
+/// (docs/daemon.md, Sessions).
+pub(super) fn spawn_sweep(app: App) {
+    let every = app
+        .config
+        .session_idle
+        .clamp(Duration::from_secs(1), Duration::from_secs(60));
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let app = app.clone();
+            if let Ok(n) = tokio::task::spawn_blocking(move || sweep(&app)).await {
+                if n > 0 {
+                    tracing::info!(expired = n, "deleted idle sessions");
+                }
+            }
+        }
+    });
 }
 
 /// Runs `work` against the session host on a blocking thread, after
@@ -123,15 +152,13 @@ async fn blocking<T: Serialize + Send + 'static>(
     id: Option<&str>,
     work: impl FnOnce(&SessionHost) -> Result<T, SessionError> + Send + 'static,
 ) -> Result<Response, ApiError> {
-    let host = app.sessions.clone();
-    let lanes = app.lanes.clone();
+    let app = app.clone();
     let id = id.map(str::to_owned);
-    let idle = app.config.session_idle;
     let value = tokio::task::spawn_blocking(move || {
         if let Some(id) = &id {
-            use_session(&host, &lanes, id, idle)?;
+            use_session(&app, id)?;
         }
-        work(&host)
+        work(&app.sessions)
     })
     .await
     .map_err(|e| ApiError::Internal(format!("the session thread failed: {e}")))??;
@@ -212,13 +239,11 @@ async fn delete(
             )))
         }
     };
-    #[cfg(target_os = "linux")]
-    let pool = app.prepared.clone();
+    let ends = app.clone();
     blocking(&app, None, move |host| {
         let _place = place;
         host.sessions().delete(&id)?;
-        #[cfg(target_os = "linux")]
-        pool.end_session(&id);
+        ended(&ends, &id);
         tracing::info!(session = %id, "session deleted");
         Ok(wire::SessionDeleted { deleted: true, id })
     })
@@ -239,12 +264,10 @@ async fn tool(
             crate::text::single_line(&e.to_string())
         ))
     })?;
-    let host = app.sessions.clone();
-    let lanes = app.lanes.clone();
-    let idle = app.config.session_idle;
+    let app = app.clone();
     let answer = tokio::task::spawn_blocking(move || {
-        use_session(&host, &lanes, &id, idle).map_err(ToolError::Session)?;
-        tools::call(&host, &id, &name, &input)
+        use_session(&app, &id).map_err(ToolError::Session)?;
+        tools::call(&app.sessions, &id, &name, &input)
     })
     .await
     .map_err(|e| ApiError::Internal(format!("the session thread failed: {e}")))?;
