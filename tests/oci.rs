@@ -210,6 +210,27 @@ fn manifest_of(host: &str, repo: &str, name: &str) -> (Vec<u8>, Value) {
     (body, v)
 }
 
+/// Puts a manifest of `repo` with tag `good`'s config and tag `evil`'s
+/// layer (every digest in it right, only the package or environment hash
+/// wrong) as tag `forged`, and returns its digest reference.
+fn forge_swapped_layer(host: &str, repo: &str) -> String {
+    let (_, good) = manifest_of(host, repo, "good");
+    let (_, evil) = manifest_of(host, repo, "evil");
+    let mut forged = good.clone();
+    forged["layers"] = evil["layers"].clone();
+    let body = serde_json::to_vec(&forged).unwrap();
+    let (status, _, _) = http(
+        host,
+        "PUT",
+        &format!("/v2/{repo}/manifests/forged"),
+        &[("Content-Type", artifact::MANIFEST_MEDIA_TYPE)],
+        &body,
+    )
+    .unwrap();
+    assert_eq!(status, 201);
+    format!("oci://{host}/{repo}@{}", artifact::digest_of(&body))
+}
+
 #[test]
 fn a_layer_that_is_another_packages_under_a_valid_manifest_never_reaches_the_store() {
     let Some(reg) = Registry::start() else { return };
@@ -222,21 +243,7 @@ fn a_layer_that_is_another_packages_under_a_valid_manifest_never_reaches_the_sto
     push(&a, &host, "evil@1", &format!("oci://{host}/skills/t:evil"));
     // A manifest whose config claims good's hash and whose layer is evil's:
     // every digest in it is right, only the package hash is not.
-    let (_, good) = manifest_of(&host, "skills/t", "good");
-    let (_, evil) = manifest_of(&host, "skills/t", "evil");
-    let mut forged = good.clone();
-    forged["layers"] = evil["layers"].clone();
-    let body = serde_json::to_vec(&forged).unwrap();
-    let (status, _, _) = http(
-        &host,
-        "PUT",
-        "/v2/skills/t/manifests/forged",
-        &[("Content-Type", artifact::MANIFEST_MEDIA_TYPE)],
-        &body,
-    )
-    .unwrap();
-    assert_eq!(status, 201);
-    let digest_ref = format!("oci://{host}/skills/t@{}", artifact::digest_of(&body));
+    let digest_ref = forge_swapped_layer(&host, "skills/t");
     let out = sr(&b, &host, &["store", "pull", &digest_ref]);
     refused(&out, "does not verify");
     assert!(
@@ -670,21 +677,7 @@ fn an_environment_layer_that_is_another_trees_never_reaches_the_store() {
         assert!(out.status.success(), "{}", show(&out));
         refs.push(last_line(&out));
     }
-    let (_, good) = manifest_of(&host, "envs/t", "good");
-    let (_, evil) = manifest_of(&host, "envs/t", "evil");
-    let mut forged = good.clone();
-    forged["layers"] = evil["layers"].clone();
-    let body = serde_json::to_vec(&forged).unwrap();
-    let (status, _, _) = http(
-        &host,
-        "PUT",
-        "/v2/envs/t/manifests/forged",
-        &[("Content-Type", artifact::MANIFEST_MEDIA_TYPE)],
-        &body,
-    )
-    .unwrap();
-    assert_eq!(status, 201);
-    let r = format!("oci://{host}/envs/t@{}", artifact::digest_of(&body));
+    let r = forge_swapped_layer(&host, "envs/t");
     let out = sr(&b, &host, &["env", "pull", &r]);
     refused(&out, "does not verify");
     for sub in ["trees", "records", "tmp"] {

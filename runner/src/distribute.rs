@@ -42,6 +42,30 @@ fn pull_target(cfg: &RegistryConfig, text: &str, resolve: bool) -> anyhow::Resul
     Ok(resolved)
 }
 
+/// Runs `f` with a per-blob progress display on stderr, cleared before
+/// the caller prints its outcome.
+fn with_progress<T>(verb: &'static str, f: impl FnOnce(&BlobProgress) -> T) -> T {
+    let progress = BlobProgress::new(verb);
+    let out = f(&progress);
+    progress.finish();
+    out
+}
+
+/// What a push prints: the digest reference it pushed.
+fn print_pushed(pushed: &Reference) -> anyhow::Result<()> {
+    emit(&format!("{}\n", pushed.digest_form().unwrap_or_default()))
+}
+
+/// What a pull prints: the binding or record, then the digest reference
+/// as the last line.
+fn print_pulled(record: &impl serde::Serialize, r: &Reference) -> anyhow::Result<()> {
+    emit(&format!(
+        "{}\n{}\n",
+        serde_json::to_string(record)?,
+        r.digest_form().unwrap_or_default()
+    ))
+}
+
 /// `store push` and `store pull`.
 pub fn store(cmd: StoreCommand, store: &Store) -> anyhow::Result<i32> {
     match cmd {
@@ -61,10 +85,10 @@ pub fn store(cmd: StoreCommand, store: &Store) -> anyhow::Result<i32> {
                 .into_iter()
                 .find(|b| b.revision == revision)
                 .ok_or_else(|| anyhow!("no binding {id}@{revision} is in the store; publish it first (skill-runner store add)"))?;
-            let progress = BlobProgress::new("push");
-            let pushed = oci::push_package(&cfg, &target, store, &binding, &progress);
-            progress.finish();
-            emit(&format!("{}\n", pushed?.digest_form().unwrap_or_default()))?;
+            let pushed = with_progress("push", |p| {
+                oci::push_package(&cfg, &target, store, &binding, p)
+            })?;
+            print_pushed(&pushed)?;
         }
         StoreCommand::Pull {
             reference,
@@ -73,15 +97,8 @@ pub fn store(cmd: StoreCommand, store: &Store) -> anyhow::Result<i32> {
         } => {
             let cfg = settings(&registry)?;
             let r = pull_target(&cfg, &reference, resolve_tag)?;
-            let progress = BlobProgress::new("pull");
-            let pulled = oci::pull_package(&cfg, &r, store, &progress);
-            progress.finish();
-            let pulled = pulled?;
-            emit(&format!(
-                "{}\n{}\n",
-                serde_json::to_string(&pulled.binding)?,
-                r.digest_form().unwrap_or_default()
-            ))?;
+            let pulled = with_progress("pull", |p| oci::pull_package(&cfg, &r, store, p))?;
+            print_pulled(&pulled.binding, &r)?;
         }
         _ => {}
     }
@@ -105,10 +122,10 @@ pub fn env(cmd: EnvCommand, envs: &EnvStore) -> anyhow::Result<i32> {
                 id: id.to_owned(),
                 hash: hash.to_owned(),
             };
-            let progress = BlobProgress::new("push");
-            let pushed = oci::push_environment(&cfg, &target, envs, &env, &progress);
-            progress.finish();
-            emit(&format!("{}\n", pushed?.digest_form().unwrap_or_default()))?;
+            let pushed = with_progress("push", |p| {
+                oci::push_environment(&cfg, &target, envs, &env, p)
+            })?;
+            print_pushed(&pushed)?;
         }
         EnvCommand::Pull {
             reference,
@@ -117,15 +134,8 @@ pub fn env(cmd: EnvCommand, envs: &EnvStore) -> anyhow::Result<i32> {
         } => {
             let cfg = settings(&registry)?;
             let r = pull_target(&cfg, &reference, resolve_tag)?;
-            let progress = BlobProgress::new("pull");
-            let pulled = oci::pull_environment(&cfg, &r, envs, &progress);
-            progress.finish();
-            let pulled = pulled?;
-            emit(&format!(
-                "{}\n{}\n",
-                serde_json::to_string(&pulled.record)?,
-                r.digest_form().unwrap_or_default()
-            ))?;
+            let pulled = with_progress("pull", |p| oci::pull_environment(&cfg, &r, envs, p))?;
+            print_pulled(&pulled.record, &r)?;
         }
         _ => {}
     }

@@ -748,10 +748,36 @@ async fn fetch_blob(
 
 struct Fetched {
     digest: String,
-    kind: Kind,
     config_bytes: Vec<u8>,
     layer: Descriptor,
     fetched: Vec<String>,
+}
+
+/// Says blob `digest` was not fetched: its bytes are held.
+fn report_held(progress: &dyn Progress, role: Role, digest: &str, size: u64) {
+    progress.event(Event::Done {
+        role,
+        digest,
+        size,
+        outcome: Outcome::Held,
+    });
+}
+
+/// Streams `head`'s layer into `dir/layer.tar` (within `limit` bytes and
+/// checked by digest), records it as fetched, and returns the file.
+async fn fetch_layer(
+    s: &mut Session<'_>,
+    cfg: &RegistryConfig,
+    head: &mut Fetched,
+    limit: u64,
+    dir: &Path,
+    progress: &dyn Progress,
+) -> Result<std::fs::File, OciError> {
+    let path = dir.join("layer.tar");
+    let mut file = std::fs::File::create(&path).map_err(io_err(&path))?;
+    fetch_blob(s, cfg, Role::Layer, &head.layer, limit, &mut file, progress).await?;
+    head.fetched.push(head.layer.digest.clone());
+    std::fs::File::open(&path).map_err(io_err(&path))
 }
 
 /// The manifest and config of `reference`'s digest, verified.
@@ -802,7 +828,6 @@ async fn fetch_head(
     Ok(Fetched {
         fetched: vec![digest.clone(), config.digest.clone()],
         digest,
-        kind,
         config_bytes,
         layer,
     })
@@ -820,12 +845,7 @@ pub fn pull_package(
 ) -> Result<PulledPackage, OciError> {
     let digest = require_digest(reference)?.to_owned();
     if let Some(binding) = held_package(store, reference) {
-        progress.event(Event::Done {
-            role: Role::Manifest,
-            digest: &digest,
-            size: 0,
-            outcome: Outcome::Held,
-        });
+        report_held(progress, Role::Manifest, &digest, 0);
         return Ok(PulledPackage {
             binding,
             digest,
@@ -835,7 +855,6 @@ pub fn pull_package(
     with_timeout(cfg, reference, async {
         let mut s = Session::open(cfg, &reference.registry, &reference.repository, false).await?;
         let mut head = fetch_head(&mut s, cfg, reference, Kind::Package, progress).await?;
-        let _ = head.kind;
         let binding: Binding =
             serde_json::from_slice(&head.config_bytes).map_err(|e| OciError::Config {
                 digest: head.digest.clone(),
@@ -850,30 +869,20 @@ pub fn pull_package(
         if store.package(&binding.hash).ok().flatten().is_some() {
             // The package's bytes are held (verified when they were
             // published): the layer is not read again.
-            progress.event(Event::Done {
-                role: Role::Layer,
-                digest: &head.layer.digest,
-                size: head.layer.size,
-                outcome: Outcome::Held,
-            });
+            report_held(progress, Role::Layer, &head.layer.digest, head.layer.size);
             store.put_binding(&binding)?;
         } else {
             let staging =
                 PrivateDir::create(&store.root().join("tmp")).map_err(io_err(store.root()))?;
-            let path = staging.path.join("layer.tar");
-            let mut file = std::fs::File::create(&path).map_err(io_err(&path))?;
-            fetch_blob(
+            let file = fetch_layer(
                 &mut s,
                 cfg,
-                Role::Layer,
-                &head.layer,
+                &mut head,
                 cfg.max_package_bytes,
-                &mut file,
+                &staging.path,
                 progress,
             )
             .await?;
-            head.fetched.push(head.layer.digest.clone());
-            let file = std::fs::File::open(&path).map_err(io_err(&path))?;
             let limits = &cfg.package_limits;
             let files = artifact::read_package_layer(
                 io::BufReader::new(file),
@@ -921,12 +930,7 @@ pub fn pull_environment(
 ) -> Result<PulledEnvironment, OciError> {
     let digest = require_digest(reference)?.to_owned();
     if let Some(record) = held_environment(envs, reference) {
-        progress.event(Event::Done {
-            role: Role::Manifest,
-            digest: &digest,
-            size: 0,
-            outcome: Outcome::Held,
-        });
+        report_held(progress, Role::Manifest, &digest, 0);
         return Ok(PulledEnvironment {
             record,
             digest,
@@ -955,32 +959,22 @@ pub fn pull_environment(
         };
         let record = match envs.record(&env) {
             Ok(r) if envs.tree_path(&env.hash).exists() => {
-                progress.event(Event::Done {
-                    role: Role::Layer,
-                    digest: &head.layer.digest,
-                    size: head.layer.size,
-                    outcome: Outcome::Held,
-                });
+                report_held(progress, Role::Layer, &head.layer.digest, head.layer.size);
                 r
             }
             _ => {
                 let staging = envs.staging().map_err(io_err(envs.root()))?;
-                let path = staging.path.join("layer.tar");
-                let mut file = std::fs::File::create(&path).map_err(io_err(&path))?;
-                fetch_blob(
+                let file = fetch_layer(
                     &mut s,
                     cfg,
-                    Role::Layer,
-                    &head.layer,
+                    &mut head,
                     cfg.max_env_bytes,
-                    &mut file,
+                    &staging.path,
                     progress,
                 )
                 .await?;
-                head.fetched.push(head.layer.digest.clone());
                 let tree = staging.path.join("tree");
                 std::fs::create_dir(&tree).map_err(io_err(&tree))?;
-                let file = std::fs::File::open(&path).map_err(io_err(&path))?;
                 artifact::extract_env_layer(
                     io::BufReader::new(file),
                     &tree,
@@ -990,7 +984,8 @@ pub fn pull_environment(
                     digest: head.digest.clone(),
                     source,
                 })?;
-                let _ = std::fs::remove_file(&path);
+                // The tar is not needed once extracted: free its space first.
+                let _ = std::fs::remove_file(staging.path.join("layer.tar"));
                 envs.add_expecting(
                     &tree,
                     &config.id,
