@@ -228,3 +228,74 @@ fn a_full_disk_refuses_new_work_and_keeps_serving_reads() {
     assert_eq!(r.status, 200, "{:#}", r.json());
     assert!(d.stop().success());
 }
+
+#[test]
+fn a_blocking_call_is_durable_before_it_starts_when_the_caller_chose_its_id_and_said_unknown_when_not(
+) {
+    if !require_sandbox() {
+        return;
+    }
+    let (w, root) = world_with_roots();
+    let args = ["--root", root.as_str()];
+    let mut d = Daemon::start(&w, &args);
+    let quiet_ws = workspace_in(&w, "unannounced");
+    let named_ws = workspace_in(&w, "named");
+    let m = marker(26);
+    let gated = |ws: &std::path::Path| {
+        json!({
+            "workspace": ws,
+            "argv": ["sh", "-c", format!("echo run >> ran; while [ ! -e go ]; do sleep 0.05; done; sleep {m}")],
+        })
+    };
+    // Blocking calls whose answers never come: the daemon dies first.
+    let call = |job: &Value| {
+        let mut conn = d.connect();
+        let body = serde_json::to_vec(job).unwrap();
+        send(
+            &mut conn,
+            "POST",
+            "/v1/executions",
+            &[("Content-Type", "application/json")],
+            &body,
+            None,
+        );
+        conn
+    };
+    // The daemon chooses the first one's id: it is in no answer yet.
+    let _quiet = call(&gated(&quiet_ws));
+    wait_until("the unannounced job runs", || runs(&quiet_ws) == 1);
+    let listed = d.get("/v1/executions?status=running").json();
+    let quiet_id = listed["executions"][0]["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // The caller chose the second one's id, and can retry with it: its
+    // move to running is durable before its command starts (and with it
+    // everything committed before, the first one's records too).
+    let mut named = gated(&named_ws);
+    named["execution_id"] = json!("named-blocking");
+    let _named = call(&named);
+    wait_until("the named job runs", || runs(&named_ws) == 1);
+    d.signal_and_wait(libc::SIGKILL);
+    wait_until("the sandboxes to die with the daemon", || {
+        processes_with(&m).is_empty()
+    });
+
+    let mut d = Daemon::start(&w, &args);
+    let doc = d.get("/v1/executions/named-blocking").json();
+    assert_eq!(doc["error"]["kind"], "interrupted", "{doc:#}");
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(message.contains("had started"), "{message}");
+    // The retry gets that execution; the command does not run again.
+    open_gate(&named_ws);
+    let r = d.post("/v1/executions", &named);
+    assert_eq!(r.json()["error"]["kind"], "interrupted", "{:#}", r.json());
+    assert_eq!(runs(&named_ws), 1, "a command ran twice");
+    // The unannounced one's record does not claim to know.
+    let doc = d.get(&format!("/v1/executions/{quiet_id}")).json();
+    assert_eq!(doc["error"]["kind"], "interrupted", "{doc:#}");
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(message.contains("was not recorded"), "{message}");
+    assert!(!message.contains("never started"), "{message}");
+    assert!(d.stop().success());
+}

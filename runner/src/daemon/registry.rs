@@ -41,7 +41,14 @@
 //!   see it, [`Ticket::finish`]); retention's sheds and evictions follow.
 //!   So every acknowledged execution is in the store, and no command can
 //!   start without its execution being there as running
-//!   (docs/durability.md).
+//!   (docs/durability.md);
+//! - except an unannounced execution ([`Slot::unannounced`]): a blocking,
+//!   unstreamed call whose id the daemon chose. Nobody outside the daemon
+//!   learns that id before its result is answered, so nobody can hold it
+//!   to a promise: its admission and its move to running are committed
+//!   with the next durable commit (its result's at the latest) instead of
+//!   each waiting for a `fsync` of their own, and after a crash its record
+//!   says that whether its command had started is not known.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -97,6 +104,9 @@ pub struct Live {
     /// The commit of its move to running, sent when it took its run slot
     /// ([`Live::start_running`]) and waited for before the launch.
     starting: Mutex<Option<Ack>>,
+    /// Its id is known to no one outside until its result is answered
+    /// ([`Slot::unannounced`]): its records wait for no `fsync`.
+    unannounced: bool,
 }
 
 impl Live {
@@ -138,6 +148,7 @@ impl Live {
     fn record(&self, state: State) -> Record {
         Record {
             state,
+            unannounced: self.unannounced,
             ..Record::queued(&self.digest, self.order, self.submitted_at)
         }
     }
@@ -154,8 +165,10 @@ impl Live {
             id: self.id.clone(),
             record: self.record(State::Running),
         };
-        let ack = store.send(change, true);
-        *self.starting.lock().unwrap_or_else(|e| e.into_inner()) = Some(ack);
+        let ack = store.send(change, !self.unannounced);
+        if !self.unannounced {
+            *self.starting.lock().unwrap_or_else(|e| e.into_inner()) = Some(ack);
+        }
     }
 
     /// Records, durably, that its command is about to start: called on
@@ -171,6 +184,11 @@ impl Live {
         let Some(store) = &self.store else {
             return;
         };
+        if self.unannounced {
+            // Its commit was sent at its run slot and goes with the next
+            // durable one; nobody holds its id to wait for.
+            return;
+        }
         let sent = self
             .starting
             .lock()
@@ -536,6 +554,7 @@ impl Registry {
             Ok(cancel) => Ok(Slot {
                 registry: self.clone(),
                 cancel,
+                unannounced: false,
             }),
             Err(e) => {
                 self.slots.fetch_sub(1, Ordering::SeqCst);
@@ -699,7 +718,9 @@ fn restore(s: Stored, kept: &Kept) -> (Done, Option<Change>) {
     let submitted_at =
         std::time::UNIX_EPOCH + std::time::Duration::from_millis(record.submitted_ms);
     if record.state != State::Finished {
-        let message = if record.state == State::Running {
+        let message = if record.unannounced {
+            "the daemon stopped before answering this execution, and whether its command had started was not recorded (the call that submitted it got no answer, so its id was never given out): nothing of it is left running. Check what the command may have done before resubmitting it"
+        } else if record.state == State::Running {
             "the daemon stopped while this execution was running: its command had started (or was about to), and was ended with the daemon; nothing of it is left running. Check what the command may have done before resubmitting it under a new execution_id"
         } else {
             "the daemon stopped while this execution was queued: its command never started. Resubmit the job under a new execution_id to run it"
@@ -859,6 +880,18 @@ pub struct Slot {
     registry: Arc<Registry>,
     /// The execution's cancellation switch, made with the slot.
     cancel: Arc<Cancel>,
+    unannounced: bool,
+}
+
+impl Slot {
+    /// Marks the execution about to be admitted as unannounced: a
+    /// blocking, unstreamed call whose id the daemon chose, so that no
+    /// one outside learns the id before the result is answered (the
+    /// module's docs say what it changes).
+    pub fn unannounced(mut self, yes: bool) -> Slot {
+        self.unannounced = yes;
+        self
+    }
 }
 
 impl Drop for Slot {
@@ -903,6 +936,7 @@ impl Slot {
             on_cancel: Notify::new(),
             store: registry.store.clone(),
             starting: Mutex::new(None),
+            unannounced: self.unannounced,
         });
         inner.live.insert(id.to_owned(), live.clone());
         if let Some(store) = &registry.store {

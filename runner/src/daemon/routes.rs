@@ -458,7 +458,11 @@ async fn post_execution(
         job = resolve_session(&app, job).await?;
     }
     let digest = job_digest(&bytes);
+    // A blocking answer is the first place its id appears: until then no
+    // one can ask for it, so its records wait for no fsync of their own.
+    let unannounced = !detached && !stream && job.generated_id;
     let ticket = match slot
+        .unannounced(unannounced)
         .admit(&job.execution_id, &digest)
         .inspect_err(|e| refused(&app, e))?
     {

@@ -129,6 +129,12 @@ pub struct Record {
     /// The error kind of its result, when it has one.
     #[serde(default)]
     pub error_kind: Option<String>,
+    /// Nobody outside knew its id before its result (a blocking call
+    /// whose id the daemon chose): its admission and its move to running
+    /// were not waited for, so after a crash its record cannot say
+    /// whether its command had started.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unannounced: bool,
     /// Its result and events are files of `blobs/` (named by `order`),
     /// not values of the database.
     #[serde(default)]
@@ -802,6 +808,7 @@ impl Record {
             shed: false,
             result_kept: true,
             error_kind: None,
+            unannounced: false,
             blobs: false,
             blob_lens: None,
             outputs: None,
