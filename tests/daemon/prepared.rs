@@ -394,3 +394,47 @@ fn a_sandbox_prepared_from_anything_else_is_discarded_and_never_used() {
     assert_eq!(res["status"], "exited", "{res:#}");
     assert_ne!(res["exit_code"], 0, "a 1 MiB /tmp took 2 MB: {res:#}");
 }
+
+#[test]
+fn the_pool_holds_no_more_memory_than_prepared_memory() {
+    if skip_without_sandbox() {
+        return;
+    }
+    // Unbounded but for the count: four wait, and the gauge says what
+    // each holds.
+    let w = World::new();
+    let (d, id) = prepared_session(&w, &["--prepared-sandboxes", "4"]);
+    exec(&d, &id, &["true"], json!({}));
+    wait_until("four prepared sandboxes", || {
+        sample(&d, "skill_runner_prepared_sandboxes") >= 4.0
+    });
+    let four = sample(&d, "skill_runner_prepared_sandboxes_bytes");
+    assert!(four > 0.0, "no memory measured for four sandboxes");
+    drop(d);
+
+    // A bound of one and a half of them: one waits, the next made is
+    // discarded for it, and the refill stops there.
+    let w = World::new();
+    let bound = format!("{}", (four / 4.0 * 1.5).max((1 << 20) as f64) as u64);
+    let (d, id) = prepared_session(
+        &w,
+        &["--prepared-sandboxes", "4", "--prepared-memory", &bound],
+    );
+    exec(&d, &id, &["true"], json!({}));
+    wait_until("a sandbox discarded for memory", || {
+        sample(
+            &d,
+            "skill_runner_prepared_sandboxes_discarded_total{reason=\"memory\"}",
+        ) >= 1.0
+    });
+    let waiting = sample(&d, "skill_runner_prepared_sandboxes");
+    let held = sample(&d, "skill_runner_prepared_sandboxes_bytes");
+    assert!((1.0..4.0).contains(&waiting), "{waiting} waiting");
+    assert!(
+        held <= bound.parse::<f64>().unwrap(),
+        "{held} bytes held, bound {bound}"
+    );
+    // What waits is still used.
+    let res = exec(&d, &id, &["true"], json!({}));
+    assert_eq!(res["prepared_sandbox"], true, "{res:#}");
+}

@@ -430,6 +430,15 @@ settings! {
         default: 64,
         check: within(1, 1024),
     }
+    prepared_memory: Option<u64> {
+        /// Host memory (PSS) the prepared sandboxes of all sessions may
+        /// hold together; a refill past it stops [default: 256MiB].
+        flag: "prepared-memory" <"SIZE"> [value_parser = parse_size],
+        env: "SKILL_RUNNER_PREPARED_MEMORY",
+        file: "prepared_memory",
+        default: 256 << 20,
+        check: at_least(1 << 20),
+    }
     prepared_idle: Option<Duration> {
         /// A prepared sandbox no command took for this long is discarded
         /// [default: 60s].
@@ -811,6 +820,8 @@ pub struct PreparedBounds {
     /// Per session; 0 turns prepared sandboxes off.
     pub per_session: usize,
     pub total: usize,
+    /// Host memory (PSS, bytes) they may hold in all.
+    pub memory: u64,
     /// Unused for this long: discarded.
     pub idle: Duration,
 }
@@ -1096,6 +1107,7 @@ impl Config {
         let prepared = PreparedBounds {
             per_session: s.prepared_sandboxes()?,
             total: s.prepared_total()?,
+            memory: s.prepared_memory()?,
             idle: s.prepared_idle()?,
         };
         let descriptors = Budget::fit(

@@ -218,6 +218,12 @@ pub const FAMILIES: &[FamilyInfo] = &[
         "Prepared sandboxes waiting for a command now.",
     ),
     family(
+        "skill_runner_prepared_sandboxes_bytes",
+        &[],
+        Kind::Gauge,
+        "Host memory (PSS) the waiting prepared sandboxes held when each was made.",
+    ),
+    family(
         "skill_runner_build_info",
         &["version", "api_version", "os", "arch"],
         Kind::Gauge,
@@ -355,6 +361,7 @@ pub struct Metrics {
     prepared_uses: Family<OutcomeLabel, Counter>,
     prepared_discarded: Family<ReasonLabel, Counter>,
     prepared_waiting: Gauge,
+    prepared_bytes: Gauge,
     /// Renders, one at a time: the registry's gauges are set, then read.
     render: Mutex<()>,
 }
@@ -384,6 +391,7 @@ impl Default for Metrics {
             prepared_uses: Family::default(),
             prepared_discarded: Family::default(),
             prepared_waiting: Gauge::default(),
+            prepared_bytes: Gauge::default(),
             render: Mutex::new(()),
         };
         for (_, status) in STATUSES {
@@ -440,6 +448,7 @@ impl Default for Metrics {
             m.prepared_uses.clone(),
             m.prepared_discarded.clone(),
             m.prepared_waiting.clone(),
+            m.prepared_bytes.clone(),
             build,
         );
         registry.register_collector(Box::new(Process));
@@ -464,9 +473,16 @@ fn strip_period(help: &'static str) -> &'static str {
 /// Why prepared sandboxes are discarded unused (each exists from the
 /// start, at 0): what they were prepared from changed (the published root,
 /// the `/etc` view, the environment, the profile or limits), they idled
-/// past the bound, their session ended, their bubblewrap died, or the
-/// daemon stops.
-pub const PREPARED_DISCARDS: [&str; 5] = ["changed", "idle", "session_ended", "died", "shutdown"];
+/// past the bound, their session ended, their bubblewrap died, the
+/// daemon stops, or one just made took the pool past its memory bound.
+pub const PREPARED_DISCARDS: [&str; 6] = [
+    "changed",
+    "idle",
+    "session_ended",
+    "died",
+    "shutdown",
+    "memory",
+];
 
 impl Metrics {
     /// Counts a session execution's use of a prepared sandbox.
@@ -485,9 +501,10 @@ impl Metrics {
             .inc_by(n);
     }
 
-    /// How many prepared sandboxes wait now.
-    pub fn prepared_waiting(&self, n: usize) {
+    /// How many prepared sandboxes wait now, and the memory they hold.
+    pub fn prepared_waiting(&self, (n, bytes): (usize, u64)) {
         self.prepared_waiting.set(n as i64);
+        self.prepared_bytes.set(bytes as i64);
     }
 
     /// Counts a finished execution.

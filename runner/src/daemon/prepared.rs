@@ -1,7 +1,8 @@
 //! The daemon's prepared sandboxes (docs/prepared.md): per session, up to
 //! `prepared_sandboxes` sandboxes made ahead of the session's next
-//! command ([`crate::exec::prepared`]), at most `prepared_total` in all,
-//! each discarded after `prepared_idle` unused.
+//! command ([`crate::exec::prepared`]), at most `prepared_total` in all
+//! holding at most `prepared_memory` of host memory (their PSS, measured
+//! as each is made), each discarded after `prepared_idle` unused.
 //!
 //! After each execution of a session the pool refills that session on a
 //! thread of its own, never on a request's path, from the job that just
@@ -68,6 +69,11 @@ impl State {
     fn total(&self) -> usize {
         self.sessions.values().map(Vec::len).sum::<usize>() + self.making
     }
+
+    /// The memory the waiting sandboxes hold, as measured.
+    fn memory(&self) -> u64 {
+        self.sessions.values().flatten().map(Warm::memory).sum()
+    }
 }
 
 impl Pool {
@@ -90,7 +96,7 @@ impl Pool {
                         let Some(pool) = weak.upgrade() else { return };
                         pool.fill(&session, &job);
                         pool.lock().refilling.remove(&session);
-                        pool.metrics.prepared_waiting(pool.waiting());
+                        pool.metrics.prepared_waiting(pool.gauge());
                     }
                 });
             if started.is_ok() {
@@ -114,6 +120,12 @@ impl Pool {
     /// How many wait now.
     pub fn waiting(&self) -> usize {
         self.lock().sessions.values().map(Vec::len).sum()
+    }
+
+    /// How many wait now and the memory they hold (the gauges).
+    fn gauge(&self) -> (usize, u64) {
+        let st = self.lock();
+        (st.sessions.values().map(Vec::len).sum(), st.memory())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -141,7 +153,7 @@ impl Pool {
         if used != Use::Ineligible && result.status != crate::exec::result::Status::Rejected {
             self.refill(&session, job);
         }
-        self.metrics.prepared_waiting(self.waiting());
+        self.metrics.prepared_waiting(self.gauge());
         result
     }
 
@@ -176,7 +188,7 @@ impl Pool {
             st.sessions.remove(session).unwrap_or_default()
         };
         self.discard(gone, "session_ended");
-        self.metrics.prepared_waiting(self.waiting());
+        self.metrics.prepared_waiting(self.gauge());
     }
 
     /// Discards every sandbox and prepares no more.
@@ -194,7 +206,7 @@ impl Pool {
             return;
         }
         // Out of the pool already: the gauge first, then the count.
-        self.metrics.prepared_waiting(self.waiting());
+        self.metrics.prepared_waiting(self.gauge());
         self.metrics.prepared_discarded(reason, warms.len() as u64);
         for w in warms {
             tracing::debug!(key = w.key().as_str(), reason, "prepared sandbox discarded");
@@ -236,10 +248,24 @@ impl Pool {
                 }
                 st.making += 1;
             }
-            let made = self.runner.prepare_sandbox(job);
+            let mut made = self.runner.prepare_sandbox(job);
+            if let Ok(Some(warm)) = &mut made {
+                warm.measure();
+            }
             let mut st = self.lock();
             st.making -= 1;
             match made {
+                Ok(Some(warm)) if st.memory() + warm.memory() > self.bounds.memory => {
+                    // Past the memory bound: it never joins the pool, and
+                    // the refill stops (the next one tries again).
+                    drop(st);
+                    tracing::debug!(
+                        bytes = warm.memory(),
+                        "a prepared sandbox would pass prepared_memory; discarded"
+                    );
+                    self.discard(vec![warm], "memory");
+                    return;
+                }
                 Ok(Some(warm)) if !st.closed && !st.ended(session) => {
                     st.sessions
                         .entry(session.to_owned())
@@ -283,7 +309,7 @@ impl Pool {
         };
         if !old.is_empty() {
             self.discard(old, "idle");
-            self.metrics.prepared_waiting(self.waiting());
+            self.metrics.prepared_waiting(self.gauge());
         }
     }
 }

@@ -64,6 +64,8 @@ pub struct Warm {
     /// Its lease of the published root, its `/etc` view, its folders.
     prepared: Prepared,
     made: Instant,
+    /// Its memory as last measured ([`Warm::measure`]); 0 before.
+    memory: u64,
 }
 
 impl Warm {
@@ -85,6 +87,78 @@ impl Warm {
     pub fn alive(&self) -> bool {
         self.started.alive()
     }
+
+    /// Measures the host memory it holds: the PSS of its processes
+    /// (bubblewrap, its pid 1, the waiting shim), read once the shim
+    /// waits (or after [`SETTLE`]); [`ESTIMATE`] where `/proc` does not
+    /// tell.
+    pub fn measure(&mut self) -> u64 {
+        let deadline = Instant::now() + SETTLE;
+        self.memory = loop {
+            let tree = process_tree(self.pid());
+            let settled = tree.len() >= 3 && tree.last().is_some_and(|&p| waiting(p));
+            if settled || Instant::now() >= deadline {
+                let pss: Option<u64> = tree.iter().map(|&p| pss_bytes(p)).sum();
+                break pss.filter(|&b| b > 0).unwrap_or(ESTIMATE);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        self.memory
+    }
+
+    /// Its memory as [`Warm::measure`] found it.
+    pub fn memory(&self) -> u64 {
+        self.memory
+    }
+}
+
+/// How long [`Warm::memory`] waits for the shim to block on its pipe.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
+/// What a prepared sandbox is counted at when its PSS cannot be read
+/// (measured: 0.6–0.8 MiB; docs/benchmarks.md).
+pub const ESTIMATE: u64 = 2 << 20;
+
+/// `pid` and its descendants, parents first (children of every thread).
+fn process_tree(pid: libc::pid_t) -> Vec<libc::pid_t> {
+    let mut out = vec![pid];
+    let mut next = 0;
+    while next < out.len() {
+        let p = out[next];
+        next += 1;
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let path = task.path().join("children");
+            if let Ok(text) = std::fs::read_to_string(path) {
+                out.extend(
+                    text.split_whitespace()
+                        .filter_map(|c| c.parse::<libc::pid_t>().ok()),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Whether `pid` is the handed-over shim asleep (on its pipe).
+fn waiting(pid: libc::pid_t) -> bool {
+    let shim = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| c.split(|&b| b == 0).any(|a| a == HANDOVER_OPT.as_bytes()));
+    let asleep = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        // `pid (comm) S …`: the state follows the last `)`.
+        s.rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('S'))
+    });
+    shim && asleep
+}
+
+/// The proportional set size of `pid`, in bytes.
+fn pss_bytes(pid: libc::pid_t) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let line = text.lines().find(|l| l.starts_with("Pss:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// How a session's execution got its sandbox.
@@ -202,6 +276,7 @@ impl Runner {
                 cg_note,
                 prepared: p,
                 made: Instant::now(),
+                memory: 0,
             })),
             Err(e) => {
                 self.give_cgroup(cgroup);
