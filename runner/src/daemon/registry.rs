@@ -987,6 +987,7 @@ fn restore(s: Stored, kept: &Kept) -> (Done, Option<Change>) {
         );
         done_record.last_seq = last;
         done_record.doc_len = encoded.json.len() as u64;
+        done_record.blobs = store::as_files(done_record.doc_len, 0);
         done_record.error_kind = Some(ErrorKind::Interrupted.as_str().to_owned());
         let change = Change::Finish {
             id: id.clone(),
@@ -1248,6 +1249,7 @@ impl Ticket {
         );
         record.output = encoded.output();
         record.doc_len = encoded.json.len() as u64;
+        record.blobs = store::as_files(record.doc_len, record.output);
         record.last_seq = self.live.log.last_seq() + 1;
         record.error_kind = r.error.as_ref().map(|e| e.kind.as_str().to_owned());
         record.outputs = r
@@ -1469,6 +1471,72 @@ mod tests {
         assert!(matches!(reg.lookup("x"), Lookup::Unknown));
         assert!(matches!(reg.lookup("y"), Lookup::Done(_)));
         assert!(matches!(reg.lookup("z"), Lookup::Done(_)));
+    }
+
+    /// With the store on, a retained execution costs memory for its
+    /// summary only, whatever the size of its document: the document is
+    /// read back from the store, byte for byte, and `retain_bytes` still
+    /// bounds what the store keeps (the older result's files go).
+    #[test]
+    fn with_the_store_a_retained_execution_holds_its_summary_not_its_document() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, stored) = Store::open(&Store::file(dir.path())).unwrap();
+        let kept = Kept {
+            root: dir.path().join("outputs"),
+            budget: crate::exec::files::KeptBudget::new(0),
+            taken: Default::default(),
+        };
+        let retention = Retention {
+            bytes: 600_000,
+            ..keep(10)
+        };
+        let (reg, _) = Registry::with_store(2, 2, retention, store, stored, &kept).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let big = |id: &str| {
+            let mut r = result(id);
+            r.stdout = "x".repeat(200_000);
+            r
+        };
+        let t = reg.slot().unwrap().admit("a", "d").unwrap().new_ticket();
+        let doc = t.finish(big("a")).json.to_vec();
+        let Lookup::Done(done) = reg.lookup("a") else {
+            panic!("a is retained")
+        };
+        assert!(done.held.is_none());
+        let summary = done.memory_bytes();
+        assert_eq!(reg.retained_memory(), summary);
+        assert!(summary < 2048, "a summary of {summary} bytes");
+        // The bulk is counted where it is: in the store.
+        assert!(reg.retained_bytes() > doc.len() as u64);
+        let back = rt.block_on(reg.result(&done)).unwrap();
+        assert_eq!(&back.json[..], &doc[..]);
+        assert_eq!(back.result.status, Status::Exited);
+        drop((back, done));
+
+        // A second large result takes the store over retain_bytes: the
+        // first one's bulk goes, from memory's count and from the disk.
+        let t = reg.slot().unwrap().admit("b", "d").unwrap().new_ticket();
+        drop(t.finish(big("b")));
+        let Lookup::Done(first) = reg.lookup("a") else {
+            panic!("a's record stays")
+        };
+        assert!(matches!(
+            rt.block_on(reg.result(&first)),
+            Err(Unread::Dropped)
+        ));
+        assert!(reg.retained_memory() < 4096);
+        reg.close_store();
+        let files = std::fs::read_dir(dir.path().join("blobs")).unwrap().count();
+        assert_eq!(files, 2, "the newest result and its events only");
+
+        // Without a store, the document is held (and counted).
+        let plain = Registry::new(1, 1, keep(10));
+        let t = plain.slot().unwrap().admit("a", "d").unwrap().new_ticket();
+        drop(t.finish(big("a")));
+        assert!(plain.retained_memory() > doc.len() as u64);
     }
 
     #[tokio::test]

@@ -382,7 +382,13 @@ impl Store {
     /// against its recorded length. `None` when the store no longer holds
     /// it (retention dropped it since). Blocking: call it off the runtime.
     pub fn read_result(&self, id: &str, record: &Record) -> Result<Option<Vec<u8>>, String> {
-        self.read(RESULTS, id, record, "result", record.blob_lens.map(|l| l.0))
+        // The daemon's own record of it knows the document's length, not
+        // yet what the writer recorded.
+        let len = record
+            .blob_lens
+            .map(|l| l.0)
+            .or((record.doc_len > 0).then_some(record.doc_len));
+        self.read(RESULTS, id, record, "result", len)
     }
 
     /// The frozen event log of `id` (`EventLog::freeze`), as
@@ -515,6 +521,14 @@ fn sync_dir(path: &Path) {
             let _ = d.sync_all();
         }
     }
+}
+
+/// Whether a finished execution's result and events are kept as files of
+/// `blobs/` rather than in the database: decided from its document's
+/// length and its output, so that the daemon's summary and the writer
+/// agree on where they are.
+pub fn as_files(doc_len: u64, output: u64) -> bool {
+    doc_len + output > INLINE
 }
 
 /// The file of an execution's result (`result`) or events in `blobs/`.
@@ -744,7 +758,7 @@ fn apply(db: &Database, dir: &Path, batch: &[Message], durable: bool) -> Result<
                     events: log,
                 } => {
                     let mut record = record.clone();
-                    record.blobs = result.len() as u64 + log.bytes() > INLINE;
+                    record.blobs = as_files(result.len() as u64, record.output);
                     if record.blobs {
                         let r = write_blob(&blob(dir, record.order, "result"), &mut |w| {
                             w.write_all(result)
