@@ -44,7 +44,7 @@
 //!   (docs/durability.md).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Instant, SystemTime};
 
@@ -1316,7 +1316,23 @@ impl Ticket {
         }
         drop(inner);
         registry.changed.notify_waiters();
+        trim_now_and_then();
         result
+    }
+}
+
+/// Finished executions between two trims of the allocator.
+const TRIM_EVERY: u64 = 256;
+
+/// Gives the allocator's free pages back to the kernel after every
+/// [`TRIM_EVERY`] finished executions: each leaves freed memory spread
+/// over the heaps (its result, its log, its buffers) that glibc would
+/// otherwise keep.
+fn trim_now_and_then() {
+    static FINISHED: AtomicU64 = AtomicU64::new(0);
+    let n = FINISHED.fetch_add(1, Ordering::Relaxed) + 1;
+    if n % TRIM_EVERY == 0 {
+        crate::supervise::sys::trim_malloc();
     }
 }
 

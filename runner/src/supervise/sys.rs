@@ -14,8 +14,9 @@
 //!   then reap it with its resource usage. Splitting the two keeps the pid
 //!   reserved until the supervisor is done signalling it, so a kill can
 //!   never hit a recycled pid;
-//! - [`arg_max`] and [`limit_malloc_arenas`]: a system constant and an
-//!   allocator setting, which libc offers only as `unsafe` functions;
+//! - [`arg_max`], [`limit_malloc_arenas`], [`return_freed_memory`] and
+//!   [`trim_malloc`]: a system constant and allocator settings, which libc
+//!   offers only as `unsafe` functions;
 //! - [`has_access_acl`]: whether a file carries an ACL (`lgetxattr`).
 
 use std::ffi::{CString, OsString};
@@ -942,6 +943,36 @@ pub fn arg_max() -> Option<usize> {
     // SAFETY: sysconf reads a system constant; no memory is involved.
     let n = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
     usize::try_from(n).ok().filter(|&n| n > 0)
+}
+
+/// Has glibc's malloc give freed memory back to the kernel as it goes:
+/// allocations of `threshold` bytes or more are mapped on their own
+/// (`M_MMAP_THRESHOLD`, which also stops glibc raising it after every
+/// large free), and free memory past `threshold` at the top of a heap is
+/// returned (`M_TRIM_THRESHOLD`). Nothing elsewhere. Call it before the
+/// process starts a thread.
+pub fn return_freed_memory(threshold: i32) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters, and no other
+    // thread exists yet to allocate concurrently.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, threshold);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, threshold);
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = threshold;
+}
+
+/// Returns the free memory of every malloc arena to the kernel (glibc's
+/// `malloc_trim(0)`, which also releases whole free pages inside a heap);
+/// nothing elsewhere.
+pub fn trim_malloc() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes each arena's lock itself; it only gives
+    // pages of free chunks back, never memory in use.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// Caps glibc's malloc at `arenas` arenas (`M_ARENA_MAX`); nothing
