@@ -326,8 +326,10 @@ fn init_logging(format: LogFormat, otlp: Option<trace::Endpoint>) {
 ///
 /// Also: large allocations are mapped on their own and freed memory is
 /// returned past 128 KiB (glibc raised both thresholds after each large
-/// free, and kept what a burst had used).
+/// free, and kept what a burst had used), and the code the command line
+/// ran before `serve` is dropped from memory, to be read back as used.
 fn limit_malloc_arenas() {
     crate::supervise::sys::limit_malloc_arenas(2);
     crate::supervise::sys::return_freed_memory(128 * 1024);
+    crate::supervise::sys::release_program_pages();
 }

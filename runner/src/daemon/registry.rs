@@ -1327,12 +1327,17 @@ const TRIM_EVERY: u64 = 256;
 /// Gives the allocator's free pages back to the kernel after every
 /// [`TRIM_EVERY`] finished executions: each leaves freed memory spread
 /// over the heaps (its result, its log, its buffers) that glibc would
-/// otherwise keep.
+/// otherwise keep. The first time, also the code pages that the first
+/// executions mapped around what they ran (from a page cache that command
+/// line runs filled): what stays resident after is what executions use.
 fn trim_now_and_then() {
     static FINISHED: AtomicU64 = AtomicU64::new(0);
     let n = FINISHED.fetch_add(1, Ordering::Relaxed) + 1;
     if n % TRIM_EVERY == 0 {
         crate::supervise::sys::trim_malloc();
+    }
+    if n == TRIM_EVERY {
+        crate::supervise::sys::release_program_pages();
     }
 }
 
