@@ -1333,7 +1333,7 @@ const TRIM_EVERY: u64 = 256;
 fn trim_now_and_then() {
     static FINISHED: AtomicU64 = AtomicU64::new(0);
     let n = FINISHED.fetch_add(1, Ordering::Relaxed) + 1;
-    if n % TRIM_EVERY == 0 {
+    if n.is_multiple_of(TRIM_EVERY) {
         crate::supervise::sys::trim_malloc();
     }
     if n == TRIM_EVERY {

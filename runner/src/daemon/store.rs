@@ -917,9 +917,8 @@ mod tests {
         assert_eq!(stored.len(), 2);
         let b = stored.iter().find(|s| s.id == "b").unwrap();
         // Read when asked for, not at the open.
-        let read = |what: fn(&Store, &str, &Record) -> Result<Option<Vec<u8>>, String>| {
-            what(&store, "b", &b.record).unwrap()
-        };
+        type Reader = fn(&Store, &str, &Record) -> Result<Option<Vec<u8>>, String>;
+        let read = |what: Reader| what(&store, "b", &b.record).unwrap();
         assert_eq!(read(Store::read_result), Some(vec![b'r'; size]));
         assert_eq!(
             read(Store::read_events),
