@@ -15,9 +15,13 @@
 //!   executions: reusing one with the same job (the same digest of its
 //!   parsed document) is answered with that execution, with another job
 //!   refused (409);
-//! - every execution has an [`EventLog`]; it moves with the execution into
-//!   retention, its bytes counted in the retention budget, and is closed
-//!   when the execution ends, with or without a result;
+//! - every execution has an [`EventLog`], closed when the execution ends,
+//!   with or without a result; with the store on, a finished execution's
+//!   log and document are in the store only, and memory keeps its
+//!   summary ([`Done`]): `GET` and re-attach read them back
+//!   ([`Registry::result`], [`Registry::events`]), sharing one copy among
+//!   readers who send it at the same time; without a store they move
+//!   into retention in memory;
 //! - a ticket dropped before it finished (its client left while queued)
 //!   removes its live entry; a finished one moves to the retained results;
 //! - a result is serialised once, when its execution finishes ([`Encoded`]),
@@ -29,9 +33,10 @@
 //!   byte). Over `retain_bytes`, the bulk of the oldest is dropped first,
 //!   never that of the newest result; a record stays for `retain_for`,
 //!   bounded by `retain` (count), so its id can not be reused while it is
-//!   retained; memory is thus bounded by `retain_bytes` plus one
-//!   execution's bulk (its output twice and its encoded document) plus
-//!   `retain` records;
+//!   retained. The bulk is where the documents are (the store, or memory
+//!   without one), and `retain_bytes` bounds it there; memory is thus
+//!   bounded by `retain` summaries plus what is running or being sent
+//!   (without a store: plus `retain_bytes` and one execution's bulk);
 //! - once draining, no new id is admitted;
 //! - with a store ([`Registry::with_store`]), every change of state is
 //!   sent to it in the order it happens here: an admission (not waited

@@ -6,8 +6,10 @@
 //! The store is `redb`: pure Rust, ACID transactions on copy-on-write
 //! B-trees whose commits are checksummed, so a commit cut short by a
 //! `kill -9` or a power cut is rolled back at the next open, never half
-//! read. It keeps nothing in memory the registry does not already hold
-//! (its page cache is capped at [`CACHE_BYTES`]).
+//! read. A finished execution's document and events are read back from
+//! it when asked for ([`Store::read_result`], [`Store::read_events`]):
+//! the registry keeps only a summary of each (its page cache is capped at
+//! [`CACHE_BYTES`]).
 //!
 //! A result document and event log of more than [`INLINE`] bytes are
 //! kept outside the database, as files of `state/blobs/` (written, then
@@ -54,8 +56,8 @@ const RESULTS: TableDefinition<&str, &[u8]> = TableDefinition::new("results");
 /// Execution id to its frozen event log (`EventLog::freeze`).
 const EVENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("events");
 
-/// The store's page cache: small, since every retained result is held by
-/// the registry in memory already and the store is read only at start.
+/// The store's page cache: small, since a result is read back about once
+/// (the kernel's page cache holds the file's recent pages anyway).
 pub const CACHE_BYTES: usize = 256 << 10;
 /// Larger results and event logs are files of `blobs/`.
 pub const INLINE: u64 = 64 * 1024;
