@@ -34,6 +34,7 @@ mod sessions; // the skill host's sessions and tools over HTTP
 mod signal_sender; // a sandbox killed from outside says so; a command that kills itself claims no sender
 mod signals; // SIGHUP is logged and ignored; SIGUSR1 drains like SIGTERM, with a log line
 mod streams; // NDJSON events in order, re-attached readers, heartbeats, stalled readers
+mod summaries; // retained results are read back from the store, byte for byte, not held in the daemon's memory
 mod tracing; // each execution exported over OTLP/HTTP as spans under the caller's traceparent
 mod workspaces; // managed session workspaces: files in and out over HTTP, jobs in order, attacks refused
 

@@ -24,13 +24,29 @@ use crate::exec::result::ExecResult;
 /// A result and its JSON document, serialised once when the execution
 /// finishes: every reader (`GET`, the `exit` event) is sent slices of the
 /// same shared buffer, never a copy of its own.
+///
+/// The buffer can be found again while anyone still sends a slice of it
+/// ([`Encoded::weak`], [`Encoded::revive`]): with the store on, the
+/// registry keeps no document, and a reader that comes while another is
+/// sending it shares that one instead of reading a second copy.
 #[derive(Debug, Clone)]
 pub struct Encoded {
     pub result: Arc<ExecResult>,
     /// The result document as `GET /v1/executions/{id}` answers it.
     pub json: Bytes,
+    /// The buffer `json` slices (every slice of it holds it too).
+    buf: Arc<Box<[u8]>>,
     /// Output bytes of the result (both streams).
     output: u64,
+}
+
+/// The owner of a shared document buffer inside a [`Bytes`].
+struct Doc(Arc<Box<[u8]>>);
+
+impl AsRef<[u8]> for Doc {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 impl Encoded {
@@ -39,22 +55,46 @@ impl Encoded {
         // capacity, so `json.len()` is what it holds.
         let json = serde_json::to_vec(&*result).unwrap_or_default();
         let output = (result.stdout.len() + result.stderr.len()) as u64;
-        Encoded {
-            result,
-            json: Bytes::from(json.into_boxed_slice()),
-            output,
-        }
+        Encoded::shared(result, Arc::new(json.into_boxed_slice()), output)
     }
 
     /// A document read back from the store: `json` is sent as it was
     /// stored, `result` stands in for what the daemon reads of it (its
     /// status, exit code and error), and `output` is what it held.
-    pub fn restored(result: Arc<ExecResult>, json: Bytes, output: u64) -> Encoded {
+    pub fn restored(result: Arc<ExecResult>, json: Vec<u8>, output: u64) -> Encoded {
+        Encoded::shared(result, Arc::new(json.into_boxed_slice()), output)
+    }
+
+    fn shared(result: Arc<ExecResult>, buf: Arc<Box<[u8]>>, output: u64) -> Encoded {
         Encoded {
+            json: Bytes::from_owner(Doc(buf.clone())),
             result,
-            json,
+            buf,
             output,
         }
+    }
+
+    /// The same document (the same buffer) with another stand-in result.
+    pub fn with_result(&self, result: Arc<ExecResult>) -> Encoded {
+        Encoded {
+            result,
+            ..self.clone()
+        }
+    }
+
+    /// A handle on the document's buffer that does not keep it.
+    pub fn weak(&self) -> std::sync::Weak<Box<[u8]>> {
+        Arc::downgrade(&self.buf)
+    }
+
+    /// The document of `weak` while anyone still holds it, with `result`
+    /// standing in for it.
+    pub fn revive(
+        weak: &std::sync::Weak<Box<[u8]>>,
+        result: Arc<ExecResult>,
+        output: u64,
+    ) -> Option<Encoded> {
+        Some(Encoded::shared(result, weak.upgrade()?, output))
     }
 
     /// Output bytes of the result (both streams).

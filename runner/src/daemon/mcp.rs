@@ -232,7 +232,7 @@ async fn finish_cancelled(app: &App, id: &str) -> Result<Value, String> {
                 l.log.closed().await;
             }
             Lookup::Done(d) => {
-                let Some(result) = &d.result else {
+                let Ok(result) = app.registry.result(&d).await else {
                     return Err(format!("execution {id} was cancelled"));
                 };
                 return serde_json::from_slice(&result.json).map_err(|e| e.to_string());

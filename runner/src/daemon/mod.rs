@@ -323,6 +323,13 @@ fn init_logging(format: LogFormat, otlp: Option<trace::Endpoint>) {
 /// mark: the daemon's RSS grew ~10% between its first 1,000 and 5,000
 /// executions. The allocation rate here is low, so contention on two arenas
 /// costs nothing measurable.
+///
+/// Also: large allocations are mapped on their own and freed memory is
+/// returned past 128 KiB (glibc raised both thresholds after each large
+/// free, and kept what a burst had used), and the code the command line
+/// ran before `serve` is dropped from memory, to be read back as used.
 fn limit_malloc_arenas() {
     crate::supervise::sys::limit_malloc_arenas(2);
+    crate::supervise::sys::return_freed_memory(128 * 1024);
+    crate::supervise::sys::release_program_pages();
 }

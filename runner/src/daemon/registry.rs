@@ -15,9 +15,13 @@
 //!   executions: reusing one with the same job (the same digest of its
 //!   parsed document) is answered with that execution, with another job
 //!   refused (409);
-//! - every execution has an [`EventLog`]; it moves with the execution into
-//!   retention, its bytes counted in the retention budget, and is closed
-//!   when the execution ends, with or without a result;
+//! - every execution has an [`EventLog`], closed when the execution ends,
+//!   with or without a result; with the store on, a finished execution's
+//!   log and document are in the store only, and memory keeps its
+//!   summary ([`Done`]): `GET` and re-attach read them back
+//!   ([`Registry::result`], [`Registry::events`]), sharing one copy among
+//!   readers who send it at the same time; without a store they move
+//!   into retention in memory;
 //! - a ticket dropped before it finished (its client left while queued)
 //!   removes its live entry; a finished one moves to the retained results;
 //! - a result is serialised once, when its execution finishes ([`Encoded`]),
@@ -29,9 +33,10 @@
 //!   byte). Over `retain_bytes`, the bulk of the oldest is dropped first,
 //!   never that of the newest result; a record stays for `retain_for`,
 //!   bounded by `retain` (count), so its id can not be reused while it is
-//!   retained; memory is thus bounded by `retain_bytes` plus one
-//!   execution's bulk (its output twice and its encoded document) plus
-//!   `retain` records;
+//!   retained. The bulk is where the documents are (the store, or memory
+//!   without one), and `retain_bytes` bounds it there; memory is thus
+//!   bounded by `retain` summaries plus what is running or being sent
+//!   (without a store: plus `retain_bytes` and one execution's bulk);
 //! - once draining, no new id is admitted;
 //! - with a store ([`Registry::with_store`]), every change of state is
 //!   sent to it in the order it happens here: an admission (not waited
@@ -51,8 +56,8 @@
 //!   says that whether its command had started is not known.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Instant, SystemTime};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
@@ -214,15 +219,23 @@ pub const SMALL_RESULT: usize = 16 * 1024;
 const RECORD_BYTES: u64 = 1024;
 
 /// A finished execution, retained.
+///
+/// With the store on, this is a summary (its record: id, job digest,
+/// status, exit code, times, sizes, kept outputs): its result document
+/// and event log live in the store only, and are read back when asked
+/// for ([`Registry::result`], [`Registry::events`]). Without a store, or
+/// when its result could not be recorded, they are held here ([`Held`]).
 #[derive(Debug)]
 pub struct Done {
     pub id: String,
     /// Its record in the store.
     record: Record,
-    /// The result and its document; `None` once dropped to bound memory.
-    pub result: Option<Encoded>,
-    pub log: Arc<EventLog>,
-    pub digest: String,
+    /// The result and log, when held in memory (no store).
+    held: Option<Held>,
+    /// With the store: the log of its own stream, while that stream still
+    /// holds it (a pin: retention keeps the record until its `exit` is
+    /// sent).
+    own: Option<Weak<EventLog>>,
     /// The kept outputs, for as long as the record lives (also when its
     /// result was dropped).
     pub outputs: Option<Arc<crate::exec::files::OutputStore>>,
@@ -230,41 +243,135 @@ pub struct Done {
     /// file): `GET` answers `store_corrupted` with this reason.
     pub damaged: Option<String>,
     pub status: Status,
-    pub exit_code: Option<i32>,
-    finished_at: String,
-    order: u64,
     submitted_at: SystemTime,
+    /// Length of its result document.
+    doc_len: u64,
+}
+
+/// A result and its events held in memory.
+#[derive(Debug, Clone)]
+struct Held {
+    /// `None` once dropped to bound memory.
+    result: Option<Encoded>,
+    log: Arc<EventLog>,
+}
+
+/// Why a retained execution's result cannot be answered.
+#[derive(Debug)]
+pub enum Unread {
+    /// Retention dropped it (its record stays).
+    Dropped,
+    /// What the store holds of it is damaged.
+    Damaged(String),
 }
 
 impl Done {
-    /// The same record without its bulk.
+    pub fn exit_code(&self) -> Option<i32> {
+        self.record.exit_code
+    }
+
+    fn finished_at(&self) -> String {
+        self.record.finished_at.clone().unwrap_or_default()
+    }
+
+    /// Whether its own stream has not yet sent its `exit`.
+    fn pinned(&self) -> bool {
+        match (&self.held, &self.own) {
+            (Some(h), _) => h.log.is_pinned(),
+            (None, Some(own)) => own.upgrade().is_some_and(|l| l.is_pinned()),
+            (None, None) => false,
+        }
+    }
+
+    /// Whether it still has a result document (in memory or stored).
+    fn has_result(&self) -> bool {
+        match &self.held {
+            Some(h) => h.result.is_some(),
+            None => self.record.result_kept,
+        }
+    }
+
+    /// Bytes of memory it holds: the summary, plus what is [`Held`].
+    fn memory_bytes(&self) -> u64 {
+        let r = &self.record;
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        // Its id three times (the map's key, the record, retention's
+        // order), the strings of its record, the map's entry.
+        let summary = std::mem::size_of::<Done>()
+            + std::mem::size_of::<Retained>()
+            + 3 * self.id.len()
+            + r.digest.len()
+            + text(&r.status)
+            + text(&r.finished_at)
+            + text(&r.error_kind)
+            + r.outputs.as_ref().map_or(0, |o| {
+                o.dir.len()
+                    + o.files
+                        .iter()
+                        .map(|f| f.0.len() + f.1.len() + 40)
+                        .sum::<usize>()
+            })
+            + 64;
+        let held = self.held.as_ref().map_or(0, |h| {
+            h.result.as_ref().map_or(0, Encoded::bytes) + h.log.bytes()
+        });
+        summary as u64 + held
+    }
+
+    /// The same record without its bulk, and the bulk it still counts
+    /// (its record, and a small result it keeps).
     fn shed(&self) -> (Done, u64) {
-        let small = self
-            .result
-            .as_ref()
-            .filter(|r| r.output() <= SMALL_RESULT as u64);
-        self.log.shed(small.is_some());
-        let weight = RECORD_BYTES + small.map_or(0, Encoded::bytes);
+        let keep = self.has_result() && self.record.output <= SMALL_RESULT as u64;
+        let held = self.held.as_ref().map(|h| {
+            h.log.shed(keep);
+            Held {
+                result: h.result.clone().filter(|_| keep),
+                log: h.log.clone(),
+            }
+        });
+        let weight = RECORD_BYTES
+            + if keep {
+                self.record.output + self.doc_len
+            } else {
+                0
+            };
         let done = Done {
             id: self.id.clone(),
             record: Record {
                 shed: true,
-                result_kept: small.is_some(),
+                result_kept: keep,
                 ..self.record.clone()
             },
-            result: small.cloned(),
-            log: self.log.clone(),
-            digest: self.digest.clone(),
+            held,
+            own: self.own.clone(),
             outputs: self.outputs.clone(),
             damaged: self.damaged.clone(),
             status: self.status,
-            exit_code: self.exit_code,
-            finished_at: self.finished_at.clone(),
-            order: self.order,
             submitted_at: self.submitted_at,
+            doc_len: self.doc_len,
         };
         (done, weight)
     }
+}
+
+/// What the daemon reads of a stored result (status, exit code, finish
+/// time, error kind), standing in for the document it sends as stored.
+fn stand_in(id: &str, status: Status, record: &Record) -> ExecResult {
+    let mut r = ExecResult::rejected(
+        id,
+        "bubblewrap",
+        ErrorInfo::new(ErrorKind::Internal, String::new()),
+    );
+    r.status = status;
+    r.exit_code = record.exit_code;
+    r.finished_at = record.finished_at.clone().unwrap_or_default();
+    r.error = record.error_kind.as_deref().and_then(|k| {
+        ErrorKind::ALL
+            .iter()
+            .find(|e| e.as_str() == k)
+            .map(|kind| ErrorInfo::new(*kind, String::new()))
+    });
+    r
 }
 
 /// One line of `GET /v1/executions`.
@@ -301,7 +408,11 @@ pub struct Page {
 struct Retained {
     id: String,
     at: Instant,
+    /// Its bulk: its result and events, wherever they are (memory, or
+    /// the store), which `retain_bytes` bounds.
     bytes: u64,
+    /// Memory its [`Done`] holds ([`Done::memory_bytes`]).
+    memory: u64,
     /// Its bulk was dropped already.
     shed: bool,
 }
@@ -311,7 +422,10 @@ struct Inner {
     live: HashMap<String, Arc<Live>>,
     done: HashMap<String, Arc<Done>>,
     order: VecDeque<Retained>,
+    /// Bulk of the retained executions.
     done_bytes: u64,
+    /// Memory the retained executions hold.
+    done_memory: u64,
     admitted: u64,
 }
 
@@ -319,7 +433,7 @@ impl Inner {
     /// Whether the record `id` is pinned by its own stream, which has not
     /// yet sent its `exit`.
     fn pinned(&self, id: &str) -> bool {
-        self.done.get(id).is_some_and(|d| d.log.is_pinned())
+        self.done.get(id).is_some_and(|d| d.pinned())
     }
 
     fn evict(&mut self, keep: &Retention, store: Option<&Store>) {
@@ -337,6 +451,7 @@ impl Inner {
             }
             if let Some(old) = self.order.remove(i) {
                 self.done_bytes -= old.bytes;
+                self.done_memory -= old.memory;
                 self.done.remove(&old.id);
                 if let Some(store) = store {
                     store.send(Change::Remove { id: old.id }, false);
@@ -355,12 +470,15 @@ impl Inner {
             let Some(done) = self.done.get(&r.id) else {
                 continue;
             };
-            if done.log.is_pinned() {
+            if done.pinned() {
                 continue;
             }
             let (lean, weight) = done.shed();
+            let memory = lean.memory_bytes();
             self.done_bytes = self.done_bytes - r.bytes + weight;
+            self.done_memory = self.done_memory - r.memory + memory;
             r.bytes = weight;
+            r.memory = memory;
             r.shed = true;
             if let Some(store) = store {
                 let change = Change::Shed {
@@ -380,17 +498,6 @@ pub enum Lookup {
     Live(Arc<Live>),
     Done(Arc<Done>),
     Unknown,
-}
-
-impl Lookup {
-    /// The event log of a live or retained execution.
-    pub fn log(&self) -> Option<Arc<EventLog>> {
-        match self {
-            Lookup::Live(l) => Some(l.log.clone()),
-            Lookup::Done(d) => Some(d.log.clone()),
-            Lookup::Unknown => None,
-        }
-    }
 }
 
 /// The snake_case name of a result status, as the result document says it.
@@ -423,6 +530,34 @@ pub struct Registry {
     changed: Notify,
     /// Where every change is recorded (none in unit tests).
     store: Option<Arc<Store>>,
+    /// Documents and logs read back from the store (or just finished)
+    /// while someone still sends them: a second reader shares them.
+    shared: Mutex<Shared>,
+    /// Taken to read a large result or log from the store, so that
+    /// readers who come at once read it once.
+    loading: tokio::sync::Mutex<()>,
+}
+
+/// Weak handles on documents and logs that are being sent.
+#[derive(Debug, Default)]
+struct Shared {
+    docs: HashMap<String, Weak<Box<[u8]>>>,
+    logs: HashMap<String, Weak<EventLog>>,
+    /// Entries after the last sweep of dead ones.
+    swept: usize,
+}
+
+impl Shared {
+    /// Forgets the handles nobody holds any more, once the maps have
+    /// doubled since the last sweep (amortised constant work).
+    fn sweep(&mut self) {
+        let n = self.docs.len() + self.logs.len();
+        if n > 2 * self.swept + 64 {
+            self.docs.retain(|_, w| w.strong_count() > 0);
+            self.logs.retain(|_, w| w.strong_count() > 0);
+            self.swept = self.docs.len() + self.logs.len();
+        }
+    }
 }
 
 impl std::fmt::Debug for Inner {
@@ -445,6 +580,8 @@ impl Registry {
             inner: Mutex::new(Inner::default()),
             changed: Notify::new(),
             store: None,
+            shared: Mutex::default(),
+            loading: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -471,13 +608,19 @@ impl Registry {
                 store.send(change, false);
                 interrupted += 1;
             }
+            // Its bulk as counted when it finished: the document, the
+            // output (the log's; its index is not known here) and, once
+            // shed, only a small result.
+            let r = &done.record;
             let bytes = RECORD_BYTES
-                + done.result.as_ref().map_or(0, Encoded::bytes)
-                + if done.record.shed {
+                + if !r.result_kept {
                     0
+                } else if r.shed {
+                    r.output + done.doc_len
                 } else {
-                    done.log.bytes()
+                    2 * r.output + done.doc_len + 256
                 };
+            let memory = done.memory_bytes();
             let age = std::time::Duration::from_millis(store_age_ms(
                 done.record.finished_ms.unwrap_or(0),
             ));
@@ -485,9 +628,11 @@ impl Registry {
                 id: done.id.clone(),
                 at: Instant::now().checked_sub(age).unwrap_or_else(Instant::now),
                 bytes,
+                memory,
                 shed: done.record.shed,
             });
             inner.done_bytes += bytes;
+            inner.done_memory += memory;
             inner.done.insert(done.id.clone(), Arc::new(done));
         }
         // The oldest first, so that the age order holds.
@@ -507,6 +652,8 @@ impl Registry {
                 inner: Mutex::new(inner),
                 changed: Notify::new(),
                 store: Some(store),
+                shared: Mutex::default(),
+                loading: tokio::sync::Mutex::new(()),
             }),
             interrupted,
         ))
@@ -614,9 +761,9 @@ impl Registry {
                     execution_id: d.id.clone(),
                     status: status_name(d.status),
                     submitted_at: time(d.submitted_at),
-                    finished_at: Some(d.finished_at.clone()),
-                    exit_code: d.exit_code,
-                    order: d.order,
+                    finished_at: Some(d.finished_at()),
+                    exit_code: d.exit_code(),
+                    order: d.record.order,
                 }),
         );
         drop(inner);
@@ -633,6 +780,132 @@ impl Registry {
             executions: all,
             next_cursor,
         }
+    }
+
+    /// The result document of a retained execution: held in memory
+    /// (no store), shared with a reader that is sending it now, or read
+    /// from the store.
+    pub async fn result(&self, done: &Done) -> Result<Encoded, Unread> {
+        if let Some(reason) = &done.damaged {
+            return Err(Unread::Damaged(reason.clone()));
+        }
+        if let Some(held) = &done.held {
+            return held.result.clone().ok_or(Unread::Dropped);
+        }
+        let Some(store) = self.store.clone().filter(|_| done.record.result_kept) else {
+            return Err(Unread::Dropped);
+        };
+        if let Some(doc) = self.shared_doc(done) {
+            return Ok(doc);
+        }
+        let _turn = match done.record.blobs {
+            true => Some(self.loading.lock().await),
+            false => None,
+        };
+        if let Some(doc) = self.shared_doc(done) {
+            return Ok(doc);
+        }
+        let (id, record) = (done.id.clone(), done.record.clone());
+        let read = tokio::task::spawn_blocking(move || store.read_result(&id, &record))
+            .await
+            .unwrap_or_else(|e| Err(format!("its reader failed: {e}")));
+        match read {
+            Ok(Some(json)) => {
+                let result = Arc::new(stand_in(&done.id, done.status, &done.record));
+                let doc = Encoded::restored(result, json, done.record.output);
+                self.share_doc(&done.id, &doc);
+                Ok(doc)
+            }
+            Ok(None) => Err(Unread::Dropped),
+            Err(reason) if self.still_whole(&done.id) => {
+                tracing::error!(id = %done.id, error = %reason, "a stored result cannot be read; it answers store_corrupted");
+                Err(Unread::Damaged(reason))
+            }
+            Err(_) => Err(Unread::Dropped),
+        }
+    }
+
+    /// The event log of a retained execution, for a re-attached reader:
+    /// held in memory (no store), its own stream's, shared with another
+    /// reader, or read from the store with its result as the `exit`.
+    pub async fn events(&self, done: &Done) -> Result<Arc<EventLog>, Unread> {
+        if let Some(held) = &done.held {
+            return Ok(held.log.clone());
+        }
+        if let Some(log) = done.own.as_ref().and_then(Weak::upgrade) {
+            return Ok(log);
+        }
+        let result = self.result(done).await?;
+        if let Some(log) = self.shared_log(&done.id) {
+            return Ok(log);
+        }
+        let Some(store) = self.store.clone().filter(|_| !done.record.shed) else {
+            let log = EventLog::restore_shed(&done.id, done.record.last_seq, Some(result));
+            return Ok(Arc::new(log));
+        };
+        let _turn = match done.record.blobs {
+            true => Some(self.loading.lock().await),
+            false => None,
+        };
+        if let Some(log) = self.shared_log(&done.id) {
+            return Ok(log);
+        }
+        let (id, record) = (done.id.clone(), done.record.clone());
+        let read = tokio::task::spawn_blocking(move || store.read_events(&id, &record))
+            .await
+            .unwrap_or_else(|e| Err(format!("its reader failed: {e}")));
+        let restored = match read {
+            Ok(Some(frozen)) => EventLog::restore(&done.id, &frozen, result.clone()),
+            Ok(None) => None,
+            Err(reason) => {
+                tracing::warn!(id = %done.id, error = %reason, "stored events cannot be read; a re-attached reader gets the exit event only");
+                None
+            }
+        };
+        // Shed meanwhile, or events that do not read back: the `exit` alone.
+        let log = Arc::new(restored.unwrap_or_else(|| {
+            EventLog::restore_shed(&done.id, done.record.last_seq, Some(result))
+        }));
+        let mut shared = self.shared_lock();
+        shared.sweep();
+        shared.logs.insert(done.id.clone(), Arc::downgrade(&log));
+        Ok(log)
+    }
+
+    fn shared_lock(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The document of `done` while a reader still sends it.
+    fn shared_doc(&self, done: &Done) -> Option<Encoded> {
+        let weak = self.shared_lock().docs.get(&done.id)?.clone();
+        let result = Arc::new(stand_in(&done.id, done.status, &done.record));
+        Encoded::revive(&weak, result, done.record.output)
+    }
+
+    fn share_doc(&self, id: &str, doc: &Encoded) {
+        let mut shared = self.shared_lock();
+        shared.sweep();
+        shared.docs.insert(id.to_owned(), doc.weak());
+    }
+
+    fn shared_log(&self, id: &str) -> Option<Arc<EventLog>> {
+        self.shared_lock().logs.get(id).and_then(Weak::upgrade)
+    }
+
+    /// Whether `id` is still retained with its result (not dropped since).
+    fn still_whole(&self, id: &str) -> bool {
+        self.lock().done.get(id).is_some_and(|d| d.has_result())
+    }
+
+    /// Memory the retained executions hold, in bytes.
+    pub fn retained_memory(&self) -> u64 {
+        self.lock().done_memory
+    }
+
+    /// Bulk of the retained executions (`retain_bytes` bounds it).
+    pub fn retained_bytes(&self) -> u64 {
+        self.lock().done_bytes
     }
 
     /// `(running, queued)` executions.
@@ -705,14 +978,13 @@ fn status_named(name: &str) -> Option<Status> {
     Status::ALL.into_iter().find(|s| status_name(*s) == name)
 }
 
-/// A retained execution from what the store held; for one that had not
+/// A retained execution from what the store held (its record: the
+/// document and events stay in the store); for one that had not
 /// finished, also the change that records it as interrupted.
 fn restore(s: Stored, kept: &Kept) -> (Done, Option<Change>) {
     let Stored {
         id,
         record,
-        result,
-        events,
         damaged,
     } = s;
     let submitted_at =
@@ -734,80 +1006,39 @@ fn restore(s: Stored, kept: &Kept) -> (Done, Option<Change>) {
         let encoded = Encoded::new(Arc::new(r));
         let log = EventLog::new(&id);
         let last = log.exit(encoded.clone()).unwrap_or(1);
-        let log = Arc::new(log);
         let mut done_record = record.finished(
             status_name(Status::Failed),
             None,
             encoded.result.finished_at.clone(),
         );
         done_record.last_seq = last;
+        done_record.doc_len = encoded.json.len() as u64;
+        done_record.blobs = store::as_files(done_record.doc_len, 0);
         done_record.error_kind = Some(ErrorKind::Interrupted.as_str().to_owned());
         let change = Change::Finish {
             id: id.clone(),
             record: done_record.clone(),
             result: encoded.json.clone(),
-            events: log.clone(),
+            events: Arc::new(log),
         };
         let done = Done {
             id,
+            doc_len: done_record.doc_len,
             record: done_record,
-            result: Some(encoded),
-            log,
+            held: None,
+            own: None,
             outputs: None,
             damaged: None,
-            digest: record.digest,
             status: Status::Failed,
-            exit_code: None,
-            finished_at: String::new(),
-            order: record.order,
             submitted_at,
         };
-        let finished_at = done.result.as_ref().map(|r| r.result.finished_at.clone());
-        return (
-            Done {
-                finished_at: finished_at.unwrap_or_default(),
-                ..done
-            },
-            Some(change),
-        );
+        return (done, Some(change));
     }
     let status = record
         .status
         .as_deref()
         .and_then(status_named)
         .unwrap_or(Status::Failed);
-    let encoded = result.filter(|_| record.result_kept).map(|json| {
-        let mut stand_in = ExecResult::rejected(
-            &id,
-            "bubblewrap",
-            ErrorInfo::new(ErrorKind::Internal, String::new()),
-        );
-        stand_in.status = status;
-        stand_in.exit_code = record.exit_code;
-        stand_in.finished_at = record.finished_at.clone().unwrap_or_default();
-        stand_in.error = record.error_kind.as_deref().and_then(|k| {
-            ErrorKind::ALL
-                .iter()
-                .find(|e| e.as_str() == k)
-                .map(|kind| ErrorInfo::new(*kind, String::new()))
-        });
-        Encoded::restored(Arc::new(stand_in), json.into(), record.output)
-    });
-    let log = match (events.filter(|_| !record.shed), &encoded) {
-        (Some(frozen), Some(enc)) => EventLog::restore(&id, &frozen, enc.clone()),
-        _ => None,
-    };
-    let (log, record) = match log {
-        Some(log) => (log, record),
-        // Shed, or events that do not read back: the `exit` alone.
-        None => (
-            EventLog::restore_shed(&id, record.last_seq, encoded.clone()),
-            Record {
-                shed: true,
-                ..record
-            },
-        ),
-    };
     let outputs = record.outputs.as_ref().and_then(|k| {
         let mut taken = kept.taken.lock().unwrap_or_else(|e| e.into_inner());
         if !taken.insert(k.dir.clone()) {
@@ -815,18 +1046,19 @@ fn restore(s: Stored, kept: &Kept) -> (Done, Option<Change>) {
         }
         crate::exec::files::OutputStore::restore(&kept.root, &k.dir, &k.files, &kept.budget)
     });
+    let doc_len = match (record.doc_len, record.blob_lens) {
+        (0, Some((len, _))) => len,
+        (len, _) => len,
+    };
     let done = Done {
         id,
-        result: encoded,
-        log: Arc::new(log),
+        held: None,
+        own: None,
         outputs,
         damaged,
-        digest: record.digest.clone(),
         status,
-        exit_code: record.exit_code,
-        finished_at: record.finished_at.clone().unwrap_or_default(),
-        order: record.order,
         submitted_at,
+        doc_len,
         record,
     };
     (done, None)
@@ -914,7 +1146,7 @@ impl Slot {
         inner.evict(&registry.retention, registry.store.as_deref());
         let existing = match (inner.live.get(id), inner.done.get(id)) {
             (Some(l), _) => Some((l.digest == digest, Lookup::Live(l.clone()))),
-            (None, Some(d)) => Some((d.digest == digest, Lookup::Done(d.clone()))),
+            (None, Some(d)) => Some((d.record.digest == digest, Lookup::Done(d.clone()))),
             (None, None) => None,
         };
         match existing {
@@ -1011,19 +1243,19 @@ impl Ticket {
     /// thread): the id now names a retained result.
     pub fn finish(mut self, result: ExecResult) -> Encoded {
         let (encoded, ack) = self.record_finish(result);
-        if let Err(e) = ack.wait() {
+        let recorded = ack.wait().inspect_err(|e| {
             tracing::error!(id = %self.live.id, "the result is answered but could not be recorded: {e}");
-        }
-        self.retain(encoded)
+        });
+        self.retain(encoded, recorded.is_ok())
     }
 
     /// [`Ticket::finish`] inside the async runtime.
     pub async fn finish_async(mut self, result: ExecResult) -> Encoded {
         let (encoded, ack) = self.record_finish(result);
-        if let Err(e) = ack.wait_async().await {
+        let recorded = ack.wait_async().await.inspect_err(|e| {
             tracing::error!(id = %self.live.id, "the result is answered but could not be recorded: {e}");
-        }
-        self.retain(encoded)
+        });
+        self.retain(encoded, recorded.is_ok())
     }
 
     /// Encodes the result and sends it to the store with the events
@@ -1055,6 +1287,8 @@ impl Ticket {
             r.finished_at.clone(),
         );
         record.output = encoded.output();
+        record.doc_len = encoded.json.len() as u64;
+        record.blobs = store::as_files(record.doc_len, record.output);
         record.last_seq = self.live.log.last_seq() + 1;
         record.error_kind = r.error.as_ref().map(|e| e.kind.as_str().to_owned());
         record.outputs = r
@@ -1065,9 +1299,13 @@ impl Ticket {
         record
     }
 
-    fn retain(self, result: Encoded) -> Encoded {
+    /// Moves the execution into retention. With the store on and its
+    /// result `recorded` there, only its summary stays in memory; else
+    /// (no store, or a failed commit) its result and log are held.
+    fn retain(self, result: Encoded, recorded: bool) -> Encoded {
         let result = slim(&result);
         let registry = self.registry.clone();
+        let in_store = recorded && registry.store.is_some();
         let mut inner = registry.lock();
         inner.live.remove(&self.live.id);
         if registry.retention.count > 0 {
@@ -1075,29 +1313,37 @@ impl Ticket {
             // document counts at its encoded size (up to 6 bytes per
             // output byte: `\u0001`); the log's `exit` shares it.
             let bytes = result.bytes() + RECORD_BYTES + self.live.log.bytes();
-            let record = self.finished_record(&result);
+            let log = &self.live.log;
             let done = Done {
                 id: self.live.id.clone(),
-                record,
-                result: Some(result.clone()),
-                log: self.live.log.clone(),
-                digest: self.live.digest.clone(),
+                record: self.finished_record(&result),
+                held: (!in_store).then(|| Held {
+                    result: Some(result.clone()),
+                    log: log.clone(),
+                }),
+                own: (in_store && log.is_pinned()).then(|| Arc::downgrade(log)),
                 outputs: result.result.outputs.as_ref().and_then(|c| c.store.clone()),
                 damaged: None,
                 status: result.result.status,
-                exit_code: result.result.exit_code,
-                finished_at: result.result.finished_at.clone(),
-                order: self.live.order,
                 submitted_at: self.live.submitted_at,
+                doc_len: result.json.len() as u64,
             };
+            if in_store {
+                // Whoever is sent this document now shares it with a
+                // reader who comes meanwhile.
+                registry.share_doc(&done.id, &result);
+            }
+            let memory = done.memory_bytes();
             inner.done.insert(self.live.id.clone(), Arc::new(done));
             inner.order.push_back(Retained {
                 id: self.live.id.clone(),
                 at: Instant::now(),
                 bytes,
+                memory,
                 shed: false,
             });
             inner.done_bytes += bytes;
+            inner.done_memory += memory;
             inner.evict(&registry.retention, registry.store.as_deref());
         } else if let Some(store) = &registry.store {
             store.send(
@@ -1109,7 +1355,28 @@ impl Ticket {
         }
         drop(inner);
         registry.changed.notify_waiters();
+        trim_now_and_then();
         result
+    }
+}
+
+/// Finished executions between two trims of the allocator.
+const TRIM_EVERY: u64 = 256;
+
+/// Gives the allocator's free pages back to the kernel after every
+/// [`TRIM_EVERY`] finished executions: each leaves freed memory spread
+/// over the heaps (its result, its log, its buffers) that glibc would
+/// otherwise keep. The first time, also the code pages that the first
+/// executions mapped around what they ran (from a page cache that command
+/// line runs filled): what stays resident after is what executions use.
+fn trim_now_and_then() {
+    static FINISHED: AtomicU64 = AtomicU64::new(0);
+    let n = FINISHED.fetch_add(1, Ordering::Relaxed) + 1;
+    if n.is_multiple_of(TRIM_EVERY) {
+        crate::supervise::sys::trim_malloc();
+    }
+    if n == TRIM_EVERY {
+        crate::supervise::sys::release_program_pages();
     }
 }
 
@@ -1133,7 +1400,7 @@ fn slim(enc: &Encoded) -> Encoded {
     stand_in.duration_ms = r.duration_ms;
     stand_in.error.clone_from(&r.error);
     stand_in.outputs.clone_from(&r.outputs);
-    Encoded::restored(Arc::new(stand_in), enc.json.clone(), enc.output())
+    enc.with_result(Arc::new(stand_in))
 }
 
 impl Drop for Ticket {
@@ -1264,6 +1531,72 @@ mod tests {
         assert!(matches!(reg.lookup("x"), Lookup::Unknown));
         assert!(matches!(reg.lookup("y"), Lookup::Done(_)));
         assert!(matches!(reg.lookup("z"), Lookup::Done(_)));
+    }
+
+    /// With the store on, a retained execution costs memory for its
+    /// summary only, whatever the size of its document: the document is
+    /// read back from the store, byte for byte, and `retain_bytes` still
+    /// bounds what the store keeps (the older result's files go).
+    #[test]
+    fn with_the_store_a_retained_execution_holds_its_summary_not_its_document() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, stored) = Store::open(&Store::file(dir.path())).unwrap();
+        let kept = Kept {
+            root: dir.path().join("outputs"),
+            budget: crate::exec::files::KeptBudget::new(0),
+            taken: Default::default(),
+        };
+        let retention = Retention {
+            bytes: 600_000,
+            ..keep(10)
+        };
+        let (reg, _) = Registry::with_store(2, 2, retention, store, stored, &kept).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let big = |id: &str| {
+            let mut r = result(id);
+            r.stdout = "x".repeat(200_000);
+            r
+        };
+        let t = reg.slot().unwrap().admit("a", "d").unwrap().new_ticket();
+        let doc = t.finish(big("a")).json.to_vec();
+        let Lookup::Done(done) = reg.lookup("a") else {
+            panic!("a is retained")
+        };
+        assert!(done.held.is_none());
+        let summary = done.memory_bytes();
+        assert_eq!(reg.retained_memory(), summary);
+        assert!(summary < 2048, "a summary of {summary} bytes");
+        // The bulk is counted where it is: in the store.
+        assert!(reg.retained_bytes() > doc.len() as u64);
+        let back = rt.block_on(reg.result(&done)).unwrap();
+        assert_eq!(&back.json[..], &doc[..]);
+        assert_eq!(back.result.status, Status::Exited);
+        drop((back, done));
+
+        // A second large result takes the store over retain_bytes: the
+        // first one's bulk goes, from memory's count and from the disk.
+        let t = reg.slot().unwrap().admit("b", "d").unwrap().new_ticket();
+        drop(t.finish(big("b")));
+        let Lookup::Done(first) = reg.lookup("a") else {
+            panic!("a's record stays")
+        };
+        assert!(matches!(
+            rt.block_on(reg.result(&first)),
+            Err(Unread::Dropped)
+        ));
+        assert!(reg.retained_memory() < 4096);
+        reg.close_store();
+        let files = std::fs::read_dir(dir.path().join("blobs")).unwrap().count();
+        assert_eq!(files, 2, "the newest result and its events only");
+
+        // Without a store, the document is held (and counted).
+        let plain = Registry::new(1, 1, keep(10));
+        let t = plain.slot().unwrap().admit("a", "d").unwrap().new_ticket();
+        drop(t.finish(big("a")));
+        assert!(plain.retained_memory() > doc.len() as u64);
     }
 
     #[tokio::test]

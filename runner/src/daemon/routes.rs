@@ -59,7 +59,9 @@ use super::app::{
 };
 use super::events::{exit_line, Chunks, Encoded};
 use super::metrics::Refusal;
-use super::registry::{status_name, Admitted, Done, Lookup, RegistryError, StatusFilter, Ticket};
+use super::registry::{
+    status_name, Admitted, Done, Lookup, RegistryError, StatusFilter, Ticket, Unread,
+};
 use super::stream::{attach, own_stream, CancelOnDrop, DaemonSink, Progress};
 use super::wire::{self, HealthStatus, Phase};
 use crate::error::ErrorKind;
@@ -507,9 +509,10 @@ async fn existing(
 ) -> Result<Response, ApiError> {
     let live = match found {
         Lookup::Done(d) => {
-            let result = kept(&d)?;
+            let result = kept(app, &d).await?;
             return Ok(if stream {
-                ndjson_response(Body::new(attach(d.log.clone(), 0, app.config.heartbeat)))
+                let log = app.registry.events(&d).await.map_err(|e| unread(&d, e))?;
+                ndjson_response(Body::new(attach(log, 0, app.config.heartbeat)))
             } else {
                 result_response(&result)
             });
@@ -529,7 +532,7 @@ async fn existing(
     }
     live.log.closed().await;
     match app.registry.lookup(&live.id) {
-        Lookup::Done(d) => Ok(result_response(&kept(&d)?)),
+        Lookup::Done(d) => Ok(result_response(&kept(app, &d).await?)),
         _ => Err(ApiError::NotFound {
             what: "execution",
             id: live.id.clone(),
@@ -537,21 +540,27 @@ async fn existing(
     }
 }
 
-/// The result document of a retained execution, unless it was dropped.
-fn kept(done: &Done) -> Result<Encoded, ApiError> {
-    if let Some(reason) = &done.damaged {
-        return Err(ApiError::ResultDamaged {
+/// The result document of a retained execution (read from the store
+/// when it is not in memory), unless it was dropped.
+async fn kept(app: &App, done: &Done) -> Result<Encoded, ApiError> {
+    app.registry.result(done).await.map_err(|e| unread(done, e))
+}
+
+/// The answer to a result that cannot be read.
+fn unread(done: &Done, e: Unread) -> ApiError {
+    match e {
+        Unread::Damaged(reason) => ApiError::ResultDamaged {
             id: done.id.clone(),
-            reason: reason.clone(),
-        });
+            reason,
+        },
+        Unread::Dropped => ApiError::Dropped {
+            id: done.id.clone(),
+            status: status_name(done.status),
+            code: done
+                .exit_code()
+                .map_or_else(|| "none".to_owned(), |c| c.to_string()),
+        },
     }
-    done.result.clone().ok_or_else(|| ApiError::Dropped {
-        id: done.id.clone(),
-        status: status_name(done.status),
-        code: done
-            .exit_code
-            .map_or_else(|| "none".to_owned(), |c| c.to_string()),
-    })
 }
 
 fn refused(app: &App, e: &RegistryError) {
@@ -798,7 +807,7 @@ async fn get_execution(
     }
     match found {
         Lookup::Live(live) => Ok(accepted(&id, live.is_running())),
-        Lookup::Done(done) => Ok(document(&kept(&done)?)),
+        Lookup::Done(done) => Ok(document(&kept(&app, &done).await?)),
         Lookup::Unknown => Err(ApiError::NotFound {
             what: "execution",
             id,
@@ -822,15 +831,18 @@ async fn execution_events(
             ))
         })?,
     };
-    let found = app.registry.lookup(&id);
-    if let Lookup::Done(d) = &found {
-        kept(d)?;
-    }
-    let Some(log) = found.log() else {
-        return Err(ApiError::NotFound {
-            what: "execution",
-            id,
-        });
+    let log = match app.registry.lookup(&id) {
+        Lookup::Live(l) => l.log.clone(),
+        Lookup::Done(d) => {
+            kept(&app, &d).await?;
+            app.registry.events(&d).await.map_err(|e| unread(&d, e))?
+        }
+        Lookup::Unknown => {
+            return Err(ApiError::NotFound {
+                what: "execution",
+                id,
+            })
+        }
     };
     let last = log.last_seq();
     if after > last {

@@ -255,6 +255,8 @@ pub async fn run(listener: Listener, app: App) -> Result<(), ServerError> {
     };
     tracing::info!("listening on {}", listener.describe());
     super::notify::ready(&listener.describe());
+    // The code only the start ran need not stay resident.
+    crate::supervise::sys::release_program_pages();
 
     let signal = conns.serve_until(&listener, &places, stop.as_mut()).await;
     // Draining: the listener stays open, so results, events and health

@@ -6,8 +6,10 @@
 //! The store is `redb`: pure Rust, ACID transactions on copy-on-write
 //! B-trees whose commits are checksummed, so a commit cut short by a
 //! `kill -9` or a power cut is rolled back at the next open, never half
-//! read. It keeps nothing in memory the registry does not already hold
-//! (its page cache is capped at [`CACHE_BYTES`]).
+//! read. A finished execution's document and events are read back from
+//! it when asked for ([`Store::read_result`], [`Store::read_events`]):
+//! the registry keeps only a summary of each (its page cache is capped at
+//! [`CACHE_BYTES`]).
 //!
 //! A result document and event log of more than [`INLINE`] bytes are
 //! kept outside the database, as files of `state/blobs/` (written, then
@@ -54,8 +56,8 @@ const RESULTS: TableDefinition<&str, &[u8]> = TableDefinition::new("results");
 /// Execution id to its frozen event log (`EventLog::freeze`).
 const EVENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("events");
 
-/// The store's page cache: small, since every retained result is held by
-/// the registry in memory already and the store is read only at start.
+/// The store's page cache: small, since a result is read back about once
+/// (the kernel's page cache holds the file's recent pages anyway).
 pub const CACHE_BYTES: usize = 256 << 10;
 /// Larger results and event logs are files of `blobs/`.
 pub const INLINE: u64 = 64 * 1024;
@@ -117,6 +119,9 @@ pub struct Record {
     /// Output bytes of the result (retention's weight).
     #[serde(default)]
     pub output: u64,
+    /// Length of its result document (retention's weight).
+    #[serde(default)]
+    pub doc_len: u64,
     /// The `seq` of its last event (its `exit`).
     #[serde(default)]
     pub last_seq: u64,
@@ -207,13 +212,13 @@ struct Message {
     ack: Option<oneshot::Sender<Result<(), StoreError>>>,
 }
 
-/// What the store held at start, by admission order.
+/// What the store held at start, by admission order: the records only;
+/// a result document and its events are read when asked for
+/// ([`Store::read_result`], [`Store::read_events`]).
 #[derive(Debug)]
 pub struct Stored {
     pub id: String,
     pub record: Record,
-    pub result: Option<Vec<u8>>,
-    pub events: Option<Vec<u8>>,
     /// Why its result could not be read back (a `blobs/` file missing or
     /// of another length than recorded): it answers `store_corrupted`.
     pub damaged: Option<String>,
@@ -223,6 +228,8 @@ pub struct Stored {
 #[derive(Debug)]
 pub struct Store {
     path: PathBuf,
+    /// Shared with the writer thread: a read sees every commit made.
+    db: std::sync::Arc<Database>,
     blobs: PathBuf,
     tx: Mutex<Option<mpsc::Sender<Message>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -348,16 +355,19 @@ impl Store {
                 reason,
             })?;
         sweep_blobs(&blobs, &stored);
+        let db = std::sync::Arc::new(db);
         let (tx, rx) = mpsc::channel();
         let writer_path = path.to_owned();
         let writer_blobs = blobs.clone();
+        let writer_db = db.clone();
         let writer = std::thread::Builder::new()
             .name("skill-runner-store".into())
-            .spawn(move || write_loop(db, rx, writer_path, writer_blobs))
+            .spawn(move || write_loop(&writer_db, rx, writer_path, writer_blobs))
             .map_err(|e| open_err(format!("cannot start its writer thread: {e}")))?;
         Ok((
             Store {
                 path: path.to_owned(),
+                db,
                 blobs,
                 tx: Mutex::new(Some(tx)),
                 writer: Mutex::new(Some(writer)),
@@ -373,6 +383,52 @@ impl Store {
     /// The folder of the large results and event logs.
     pub fn blobs(&self) -> &Path {
         &self.blobs
+    }
+
+    /// The result document of the finished execution `id` (`record` is
+    /// its record): from the database, or from its `blobs/` file, checked
+    /// against its recorded length. `None` when the store no longer holds
+    /// it (retention dropped it since). Blocking: call it off the runtime.
+    pub fn read_result(&self, id: &str, record: &Record) -> Result<Option<Vec<u8>>, String> {
+        // The daemon's own record of it knows the document's length, not
+        // yet what the writer recorded.
+        let len = record
+            .blob_lens
+            .map(|l| l.0)
+            .or((record.doc_len > 0).then_some(record.doc_len));
+        self.read(RESULTS, id, record, "result", len)
+    }
+
+    /// The frozen event log of `id` (`EventLog::freeze`), as
+    /// [`Store::read_result`] reads its document.
+    pub fn read_events(&self, id: &str, record: &Record) -> Result<Option<Vec<u8>>, String> {
+        self.read(EVENTS, id, record, "events", record.blob_lens.map(|l| l.1))
+    }
+
+    fn read(
+        &self,
+        table: TableDefinition<&str, &[u8]>,
+        id: &str,
+        record: &Record,
+        what: &str,
+        len: Option<u64>,
+    ) -> Result<Option<Vec<u8>>, String> {
+        if record.blobs {
+            let path = blob(&self.blobs, record.order, what);
+            return match read_blob(&path, len) {
+                Ok(b) => Ok(Some(b)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(format!("{}: {e}", path.display())),
+            };
+        }
+        let txn = self.db.begin_read().map_err(|e| e.to_string())?;
+        let table = match txn.open_table(table) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(e.to_string()),
+        };
+        let value = table.get(id).map_err(|e| e.to_string())?;
+        Ok(value.map(|v| v.value().to_vec()))
     }
 
     /// Queues a change; with `durable`, the returned [`Ack`] resolves once
@@ -475,6 +531,14 @@ fn sync_dir(path: &Path) {
     }
 }
 
+/// Whether a finished execution's result and events are kept as files of
+/// `blobs/` rather than in the database: decided from its document's
+/// length and its output, so that the daemon's summary and the writer
+/// agree on where they are.
+pub fn as_files(doc_len: u64, output: u64) -> bool {
+    doc_len + output > INLINE
+}
+
 /// The file of an execution's result (`result`) or events in `blobs/`.
 fn blob(dir: &Path, order: u64, what: &str) -> PathBuf {
     dir.join(format!("{order:016x}.{what}"))
@@ -507,8 +571,6 @@ fn read_all(db: &Database, blobs: &Path) -> Result<Vec<Stored>, String> {
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
         Err(e) => return Err(e.to_string()),
     };
-    let results = txn.open_table(RESULTS).ok();
-    let events = txn.open_table(EVENTS).ok();
     let mut all = Vec::new();
     for entry in records.iter().map_err(|e| e.to_string())? {
         let (k, v) = entry.map_err(|e| e.to_string())?;
@@ -520,47 +582,19 @@ fn read_all(db: &Database, blobs: &Path) -> Result<Vec<Stored>, String> {
                 continue;
             }
         };
-        let get =
-            |t: &Option<redb::ReadOnlyTable<&str, &[u8]>>| -> Result<Option<Vec<u8>>, String> {
-                match t {
-                    None => Ok(None),
-                    Some(t) => Ok(t
-                        .get(id.as_str())
-                        .map_err(|e| e.to_string())?
-                        .map(|v| v.value().to_vec())),
-                }
-            };
+        // A result kept as a file is looked at (not read) now: one of
+        // another length than recorded answers store_corrupted.
         let mut damaged = None;
-        let (result, events) = if record.blobs {
-            let lens = record.blob_lens;
-            let mut file = |what: &str, len: Option<u64>| {
-                let path = blob(blobs, record.order, what);
-                match read_blob(&path, len) {
-                    Ok(b) => Some(b),
-                    Err(e) => {
-                        tracing::error!(id = %id.escape_debug(), path = %path.display(), error = %e, "a stored execution's file cannot be read; its result answers store_corrupted");
-                        damaged.get_or_insert_with(|| format!("{}: {e}", path.display()));
-                        None
-                    }
-                }
-            };
-            (
-                record
-                    .result_kept
-                    .then(|| file("result", lens.map(|l| l.0)))
-                    .flatten(),
-                (!record.shed)
-                    .then(|| file("events", lens.map(|l| l.1)))
-                    .flatten(),
-            )
-        } else {
-            (get(&results)?, get(&events)?)
-        };
+        if record.blobs && record.result_kept {
+            let path = blob(blobs, record.order, "result");
+            if let Err(e) = check_blob(&path, record.blob_lens.map(|l| l.0)) {
+                tracing::error!(id = %id.escape_debug(), path = %path.display(), error = %e, "a stored execution's file cannot be read; its result answers store_corrupted");
+                damaged = Some(format!("{}: {e}", path.display()));
+            }
+        }
         all.push(Stored {
             id,
             record,
-            result,
-            events,
             damaged,
         });
     }
@@ -574,6 +608,25 @@ fn read_all(db: &Database, blobs: &Path) -> Result<Vec<Stored>, String> {
 /// earlier version, which has no length, is read bounded by [`MAX_BLOB`].
 fn read_blob(path: &Path, len: Option<u64>) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
+    let (file, want) = check_blob(path, len)?;
+    let mut bytes = Vec::with_capacity(want as usize);
+    file.take(want + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 != want {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "it changed while read: {} bytes where the record says {want}",
+                bytes.len()
+            ),
+        ));
+    }
+    Ok(bytes)
+}
+
+/// Opens a file of `blobs/` for [`read_blob`]: a regular file (no link
+/// followed) of its recorded length `len`, at most [`MAX_BLOB`]; its
+/// length.
+fn check_blob(path: &Path, len: Option<u64>) -> std::io::Result<(std::fs::File, u64)> {
     use std::os::unix::fs::OpenOptionsExt;
     let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, what);
     let file = std::fs::OpenOptions::new()
@@ -594,18 +647,10 @@ fn read_blob(path: &Path, len: Option<u64>) -> std::io::Result<Vec<u8>> {
     if want > MAX_BLOB {
         return Err(bad(format!("it holds {want} bytes, over {MAX_BLOB}")));
     }
-    let mut bytes = Vec::with_capacity(want as usize);
-    file.take(want + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 != want {
-        return Err(bad(format!(
-            "it changed while read: {} bytes where the record says {want}",
-            bytes.len()
-        )));
-    }
-    Ok(bytes)
+    Ok((file, want))
 }
 
-fn write_loop(db: Database, rx: mpsc::Receiver<Message>, path: PathBuf, blobs: PathBuf) {
+fn write_loop(db: &Database, rx: mpsc::Receiver<Message>, path: PathBuf, blobs: PathBuf) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < BATCH {
@@ -615,7 +660,7 @@ fn write_loop(db: Database, rx: mpsc::Receiver<Message>, path: PathBuf, blobs: P
             }
         }
         let durable = batch.iter().any(|m| m.ack.is_some());
-        let outcome = apply(&db, &blobs, &batch, durable).map_err(|e| match e {
+        let outcome = apply(db, &blobs, &batch, durable).map_err(|e| match e {
             Failure::Full => StoreError::Full { path: path.clone() },
             Failure::Other(reason) => {
                 tracing::error!(path = %path.display(), "cannot write the execution store: {reason}");
@@ -721,7 +766,7 @@ fn apply(db: &Database, dir: &Path, batch: &[Message], durable: bool) -> Result<
                     events: log,
                 } => {
                     let mut record = record.clone();
-                    record.blobs = result.len() as u64 + log.bytes() > INLINE;
+                    record.blobs = as_files(result.len() as u64, record.output);
                     if record.blobs {
                         let r = write_blob(&blob(dir, record.order, "result"), &mut |w| {
                             w.write_all(result)
@@ -804,6 +849,7 @@ impl Record {
             finished_at: None,
             finished_ms: None,
             output: 0,
+            doc_len: 0,
             last_seq: 0,
             shed: false,
             result_kept: true,
@@ -879,8 +925,14 @@ mod tests {
         let (store, stored) = Store::open(&path).unwrap();
         assert_eq!(stored.len(), 2);
         let b = stored.iter().find(|s| s.id == "b").unwrap();
-        assert_eq!(b.result.as_deref(), Some(&vec![b'r'; size][..]));
-        assert_eq!(b.events, Some(log_of(&vec![b'o'; size]).freeze()));
+        // Read when asked for, not at the open.
+        type Reader = fn(&Store, &str, &Record) -> Result<Option<Vec<u8>>, String>;
+        let read = |what: Reader| what(&store, "b", &b.record).unwrap();
+        assert_eq!(read(Store::read_result), Some(vec![b'r'; size]));
+        assert_eq!(
+            read(Store::read_events),
+            Some(log_of(&vec![b'o'; size]).freeze())
+        );
         let files = std::fs::read_dir(dir.path().join("blobs")).unwrap().count();
         assert_eq!(files, if size as u64 > INLINE { 2 } else { 0 });
         assert_eq!(
@@ -900,9 +952,11 @@ mod tests {
         store.send(Change::Remove { id: "a".into() }, false);
         store.close();
         drop(store);
-        let (_store, stored) = Store::open(&path).unwrap();
+        let (store, stored) = Store::open(&path).unwrap();
         assert_eq!(stored.len(), 1);
-        assert!(stored[0].result.is_none() && stored[0].events.is_none());
+        let (id, rec) = (&stored[0].id, &stored[0].record);
+        assert!(store.read_result(id, rec).unwrap().is_none());
+        assert!(store.read_events(id, rec).unwrap().is_none());
         assert!(stored[0].record.shed);
         // Its files went with its bulk.
         assert_eq!(
@@ -952,11 +1006,11 @@ mod tests {
         cut.set_len(big as u64 - 1).unwrap();
         std::fs::remove_file(result(3)).unwrap();
         std::os::unix::fs::symlink(result(4), result(3)).unwrap();
-        let (_store, stored) = Store::open(&path).unwrap();
+        let (store, stored) = Store::open(&path).unwrap();
         let by = |id: &str| stored.iter().find(|s| s.id == id).unwrap();
         for id in ["grown", "cut", "linked"] {
             let s = by(id);
-            assert!(s.result.is_none(), "{id}");
+            assert!(store.read_result(id, &s.record).is_err(), "{id}");
             let why = s.damaged.as_deref().unwrap_or_else(|| panic!("{id}"));
             assert!(why.contains("result"), "{id}: {why}");
         }
@@ -966,7 +1020,11 @@ mod tests {
             .unwrap()
             .contains("the record says"));
         assert!(by("fine").damaged.is_none());
-        assert_eq!(by("fine").result.as_deref(), Some(&vec![b'r'; big][..]));
+        let fine = &by("fine").record;
+        assert_eq!(
+            store.read_result("fine", fine).unwrap(),
+            Some(vec![b'r'; big])
+        );
     }
 
     #[test]

@@ -14,8 +14,11 @@
 //!   then reap it with its resource usage. Splitting the two keeps the pid
 //!   reserved until the supervisor is done signalling it, so a kill can
 //!   never hit a recycled pid;
-//! - [`arg_max`] and [`limit_malloc_arenas`]: a system constant and an
-//!   allocator setting, which libc offers only as `unsafe` functions;
+//! - [`arg_max`], [`limit_malloc_arenas`], [`return_freed_memory`] and
+//!   [`trim_malloc`]: a system constant and allocator settings, which libc
+//!   offers only as `unsafe` functions;
+//! - [`release_program_pages`]: drops the resident pages of the program's
+//!   own code, to be read back as used (`madvise`);
 //! - [`has_access_acl`]: whether a file carries an ACL (`lgetxattr`).
 
 use std::ffi::{CString, OsString};
@@ -942,6 +945,96 @@ pub fn arg_max() -> Option<usize> {
     // SAFETY: sysconf reads a system constant; no memory is involved.
     let n = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
     usize::try_from(n).ok().filter(|&n| n > 0)
+}
+
+/// Drops this process's resident pages of its own program file (its
+/// code and read-only data) and has the kernel read them back one page at
+/// a time, as they are used: `MADV_RANDOM` (no read-ahead around a fault),
+/// then `MADV_PAGEOUT`. A page another process maps too is left as it is.
+/// Returns the bytes advised (0 where this is not Linux or the maps do
+/// not read).
+///
+/// Without this, every fault in the code maps the 64 KiB around it
+/// (fault-around) from a page cache the build or another run filled, so
+/// a daemon that runs a little of everything once, at its start, kept
+/// nearly all of its ~14 MiB of code resident.
+pub fn release_program_pages() -> u64 {
+    #[cfg(target_os = "linux")]
+    {
+        let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
+            return 0;
+        };
+        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+            return 0;
+        };
+        let exe = exe.to_string_lossy();
+        let mut advised = 0;
+        for line in maps.lines() {
+            let mut f = line.split_whitespace();
+            let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+                continue;
+            };
+            // offset, device, inode, then the path (which may hold spaces).
+            let path = f.skip(3).collect::<Vec<_>>().join(" ");
+            if path != exe || perms.contains('w') {
+                continue;
+            }
+            let Some((start, end)) = range.split_once('-') else {
+                continue;
+            };
+            let (Ok(start), Ok(end)) = (
+                usize::from_str_radix(start, 16),
+                usize::from_str_radix(end, 16),
+            ) else {
+                continue;
+            };
+            let len = end.saturating_sub(start);
+            // SAFETY: the range is one of this process's own mappings of
+            // its program, which is never unmapped, and neither advice
+            // changes what the memory holds: a dropped page of a file
+            // mapping is read back from the file at the next access, a
+            // written (copy-on-write) page is kept or swapped, never lost.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, len, libc::MADV_RANDOM);
+                if libc::madvise(start as *mut libc::c_void, len, libc::MADV_PAGEOUT) == 0 {
+                    advised += len as u64;
+                }
+            }
+        }
+        advised
+    }
+    #[cfg(not(target_os = "linux"))]
+    0
+}
+
+/// Has glibc's malloc give freed memory back to the kernel as it goes:
+/// allocations of `threshold` bytes or more are mapped on their own
+/// (`M_MMAP_THRESHOLD`, which also stops glibc raising it after every
+/// large free), and free memory past `threshold` at the top of a heap is
+/// returned (`M_TRIM_THRESHOLD`). Nothing elsewhere. Call it before the
+/// process starts a thread.
+pub fn return_freed_memory(threshold: i32) {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only sets allocator parameters, and no other
+    // thread exists yet to allocate concurrently.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, threshold);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, threshold);
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    let _ = threshold;
+}
+
+/// Returns the free memory of every malloc arena to the kernel (glibc's
+/// `malloc_trim(0)`, which also releases whole free pages inside a heap);
+/// nothing elsewhere.
+pub fn trim_malloc() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes each arena's lock itself; it only gives
+    // pages of free chunks back, never memory in use.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// Caps glibc's malloc at `arenas` arenas (`M_ARENA_MAX`); nothing
