@@ -261,14 +261,10 @@ fn a_blocking_call_is_durable_before_it_starts_when_the_caller_chose_its_id_and_
         );
         conn
     };
-    // The daemon chooses the first one's id: it is in no answer yet.
+    // The daemon chooses the first one's id: it is in no answer yet (and
+    // nobody lists it: a listing would announce it).
     let _quiet = call(&gated(&quiet_ws));
     wait_until("the unannounced job runs", || runs(&quiet_ws) == 1);
-    let listed = d.get("/v1/executions?status=running").json();
-    let quiet_id = listed["executions"][0]["execution_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
     // The caller chose the second one's id, and can retry with it: its
     // move to running is durable before its command starts (and with it
     // everything committed before, the first one's records too).
@@ -292,10 +288,73 @@ fn a_blocking_call_is_durable_before_it_starts_when_the_caller_chose_its_id_and_
     assert_eq!(r.json()["error"]["kind"], "interrupted", "{:#}", r.json());
     assert_eq!(runs(&named_ws), 1, "a command ran twice");
     // The unannounced one's record does not claim to know.
+    let listed = d.get("/v1/executions").json();
+    let quiet_id = listed["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["execution_id"].as_str().unwrap().to_owned())
+        .find(|id| id != "named-blocking")
+        .expect("the unannounced execution is in the store");
     let doc = d.get(&format!("/v1/executions/{quiet_id}")).json();
     assert_eq!(doc["error"]["kind"], "interrupted", "{doc:#}");
     let message = doc["error"]["message"].as_str().unwrap();
     assert!(message.contains("was not recorded"), "{message}");
     assert!(!message.contains("never started"), "{message}");
+    assert!(d.stop().success());
+}
+
+#[test]
+fn an_unannounced_execution_a_client_was_shown_is_not_forgotten_after_kill_9() {
+    if !require_sandbox() {
+        return;
+    }
+    let (w, root) = world_with_roots();
+    let args = ["--root", root.as_str()];
+    let mut d = Daemon::start(&w, &args);
+    let ws = workspace_in(&w, "shown");
+    let m = marker(26);
+    let job = json!({
+        "workspace": ws,
+        "argv": ["sh", "-c", format!("echo run >> ran; sleep {m}")],
+    });
+    // A blocking call whose id the daemon chose, and whose answer never
+    // comes.
+    let mut conn = d.connect();
+    let body = serde_json::to_vec(&job).unwrap();
+    send(
+        &mut conn,
+        "POST",
+        "/v1/executions",
+        &[("Content-Type", "application/json")],
+        &body,
+        None,
+    );
+    wait_until("the command runs", || runs(&ws) == 1);
+    // Another client lists it and is told it is running, as a 202 would.
+    let listed = d.get("/v1/executions?status=running").json();
+    let id = listed["executions"][0]["execution_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let shown = d.get(&format!("/v1/executions/{id}"));
+    assert_eq!(shown.status, 202, "{:#}", shown.json());
+    // No other durable commit happens before the crash.
+    d.signal_and_wait(libc::SIGKILL);
+    wait_until("the sandbox to die with the daemon", || {
+        processes_with(&m).is_empty()
+    });
+    let mut d = Daemon::start(&w, &args);
+    let after = d.get(&format!("/v1/executions/{id}"));
+    assert_eq!(
+        after.status,
+        200,
+        "an id answered 202 is unknown after the crash, and its command ran: {:#}",
+        after.json()
+    );
+    let doc = after.json();
+    assert_eq!(doc["error"]["kind"], "interrupted", "{doc:#}");
+    let message = doc["error"]["message"].as_str().unwrap();
+    assert!(message.contains("had started"), "{message}");
     assert!(d.stop().success());
 }

@@ -505,3 +505,40 @@ fn a_workspace_without_its_session_is_swept_and_others_kept() {
     wait_until("the orphan workspace was swept", || !orphan.exists());
     assert!(other.exists());
 }
+
+/// A blocking call whose id the daemon chose holds its session's
+/// workspace without giving its id out: the refusal another client gets
+/// names no execution (its id first leaves the daemon in its answer).
+#[test]
+fn a_refusal_does_not_give_out_the_id_of_an_unannounced_execution() {
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let (d, id) = managed(&w, &[]);
+    let blocking = json!({"session": id,
+        "argv": ["sh", "-c", "echo started >> order; while [ ! -e go ]; do sleep 0.05; done"]});
+    let mut conn = d.connect();
+    send(
+        &mut conn,
+        "POST",
+        "/v1/executions",
+        &[("Content-Type", "application/json")],
+        &serde_json::to_vec(&blocking).unwrap(),
+        None,
+    );
+    wait_until("the blocking job started", || {
+        folder(&w, &id).join("order").exists()
+    });
+    let msg = put(&d, &id, "late.txt", b"x").assert_error(409, "conflict");
+    assert!(msg.contains("a blocking execution"), "{msg}");
+    assert!(!msg.contains("exec-"), "the refusal gave out its id: {msg}");
+    let third = json!({"session": id, "argv": ["true"]});
+    let msg = d
+        .post("/v1/executions?session_wait=false", &third)
+        .assert_error(409, "conflict");
+    assert!(!msg.contains("exec-"), "the refusal gave out its id: {msg}");
+    std::fs::write(folder(&w, &id).join("go"), b"").unwrap();
+    let r = read_response(std::io::BufReader::new(conn));
+    assert_eq!(r.status, 200);
+}

@@ -110,8 +110,11 @@ pub struct Live {
     /// ([`Live::start_running`]) and waited for before the launch.
     starting: Mutex<Option<Ack>>,
     /// Its id is known to no one outside until its result is answered
-    /// ([`Slot::unannounced`]): its records wait for no `fsync`.
-    unannounced: bool,
+    /// ([`Slot::unannounced`]): its records wait for no `fsync`. Cleared
+    /// when an answer is about to show the id ([`Live::announce`]).
+    unannounced: AtomicBool,
+    /// Its move to running was sent to the store ([`Live::start_running`]).
+    sent_running: AtomicBool,
 }
 
 impl Live {
@@ -151,11 +154,42 @@ impl Live {
 
     /// Its record in the store, in `state`.
     fn record(&self, state: State) -> Record {
+        let unannounced = self.unannounced.load(Ordering::SeqCst);
         Record {
-            state,
-            unannounced: self.unannounced,
+            // An unannounced one is stored as running from its admission:
+            // what only reaches the disk with another's commit may be
+            // older than the truth, and a reader that does not know the
+            // flag (an older build) then errs towards "had started".
+            state: if unannounced { State::Running } else { state },
+            unannounced,
             ..Record::queued(&self.digest, self.order, self.submitted_at)
         }
+    }
+
+    /// Makes an unannounced execution an ordinary one because an answer
+    /// is about to show its id (the listing, `GET`, its events, a
+    /// `DELETE`): its record as it stands is sent durably, and the
+    /// answer waits for the returned commit, so that nothing a client was
+    /// shown is forgotten by a crash. `None` when there is nothing to
+    /// wait for.
+    pub fn announce(&self) -> Option<Ack> {
+        let store = self.store.as_ref()?;
+        // Under the lock its move to running is sent with: the store
+        // gets the two in the order they happen here.
+        let _order = self.starting.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.unannounced.swap(false, Ordering::SeqCst) {
+            return None;
+        }
+        let state = if self.sent_running.load(Ordering::SeqCst) {
+            State::Running
+        } else {
+            State::Queued
+        };
+        let change = Change::Put {
+            id: self.id.clone(),
+            record: self.record(state),
+        };
+        Some(store.send(change, true))
     }
 
     /// Sends the record of its move to running, durably, as soon as it has
@@ -166,13 +200,16 @@ impl Live {
         let Some(store) = &self.store else {
             return;
         };
+        let mut starting = self.starting.lock().unwrap_or_else(|e| e.into_inner());
+        self.sent_running.store(true, Ordering::SeqCst);
+        let quiet = self.unannounced.load(Ordering::SeqCst);
         let change = Change::Put {
             id: self.id.clone(),
             record: self.record(State::Running),
         };
-        let ack = store.send(change, !self.unannounced);
-        if !self.unannounced {
-            *self.starting.lock().unwrap_or_else(|e| e.into_inner()) = Some(ack);
+        let ack = store.send(change, !quiet);
+        if !quiet {
+            *starting = Some(ack);
         }
     }
 
@@ -189,9 +226,10 @@ impl Live {
         let Some(store) = &self.store else {
             return;
         };
-        if self.unannounced {
+        if self.unannounced.load(Ordering::SeqCst) {
             // Its commit was sent at its run slot and goes with the next
-            // durable one; nobody holds its id to wait for.
+            // durable one; nobody holds its id to wait for. (Announced
+            // since, it gets a durable commit of its own below.)
             return;
         }
         let sent = self
@@ -726,6 +764,16 @@ impl Registry {
     /// A page of executions, newest admitted first: those matching
     /// `filter`, admitted before `cursor` (a previous page's
     /// `next_cursor`), at most `limit`.
+    /// Announces the live executions among `ids` ([`Live::announce`]):
+    /// the commits to wait for before answering with them.
+    pub fn announce<'a>(&self, ids: impl Iterator<Item = &'a str>) -> Vec<Ack> {
+        let lives: Vec<Arc<Live>> = {
+            let inner = self.lock();
+            ids.filter_map(|id| inner.live.get(id).cloned()).collect()
+        };
+        lives.iter().filter_map(|l| l.announce()).collect()
+    }
+
     pub fn list(&self, filter: StatusFilter, limit: usize, cursor: Option<u64>) -> Page {
         let mut inner = self.lock();
         inner.evict(&self.retention, self.store.as_deref());
@@ -1168,7 +1216,8 @@ impl Slot {
             on_cancel: Notify::new(),
             store: registry.store.clone(),
             starting: Mutex::new(None),
-            unannounced: self.unannounced,
+            unannounced: AtomicBool::new(self.unannounced),
+            sent_running: AtomicBool::new(false),
         });
         inner.live.insert(id.to_owned(), live.clone());
         if let Some(store) = &registry.store {
@@ -1537,6 +1586,45 @@ mod tests {
     /// summary only, whatever the size of its document: the document is
     /// read back from the store, byte for byte, and `retain_bytes` still
     /// bounds what the store keeps (the older result's files go).
+    #[test]
+    fn an_unannounced_execution_is_recorded_as_running_until_shown() {
+        // What reaches the disk only with another's commit may be older
+        // than the truth: it must never say "queued" (never started).
+        let dir = tempfile::tempdir().unwrap();
+        let (store, stored) = Store::open(&Store::file(dir.path())).unwrap();
+        let kept = Kept {
+            root: dir.path().join("outputs"),
+            budget: crate::exec::files::KeptBudget::new(0),
+            taken: Default::default(),
+        };
+        let (reg, _) = Registry::with_store(2, 2, keep(10), store, stored, &kept).unwrap();
+        let quiet = reg
+            .slot()
+            .unwrap()
+            .unannounced(true)
+            .admit("q", "d")
+            .unwrap();
+        let Admitted::New(t) = quiet else {
+            panic!("q is new")
+        };
+        let live = t.live();
+        let record = live.record(State::Queued);
+        assert_eq!(record.state, State::Running);
+        assert!(record.unannounced);
+        // Shown: an ordinary record of what it is, sent durably.
+        assert!(live.announce().is_some());
+        let record = live.record(State::Queued);
+        assert_eq!(record.state, State::Queued);
+        assert!(!record.unannounced);
+        assert!(live.announce().is_none(), "announced twice");
+        // An ordinary execution is never unannounced.
+        let Admitted::New(t) = reg.slot().unwrap().admit("n", "d").unwrap() else {
+            panic!("n is new")
+        };
+        assert!(t.live().announce().is_none());
+        assert_eq!(t.live().record(State::Queued).state, State::Queued);
+    }
+
     #[test]
     fn with_the_store_a_retained_execution_holds_its_summary_not_its_document() {
         let dir = tempfile::tempdir().unwrap();

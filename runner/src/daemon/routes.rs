@@ -482,7 +482,7 @@ async fn post_execution(
     };
     // Its place in the session workspace's order, taken now: admission
     // order is run order (a refusal drops the ticket, and its entry).
-    let place = super::session_files::place(&app, &job, queue)?;
+    let place = super::session_files::place(&app, &job, queue, unannounced)?;
     let traceparent = headers.get("traceparent").map(|v| v.as_bytes());
     super::trace::begin(&job.execution_id, traceparent, received);
     let span = tracing::info_span!("execution", id = %job.execution_id);
@@ -685,7 +685,6 @@ async fn execute(
         // is: a client that has the result finds the workspace free.
         drop(place);
         super::app::log_rejection(&result);
-        super::trace::finish(&result);
         worker
             .metrics
             .execution(result.status, Duration::from_millis(result.duration_ms));
@@ -695,6 +694,9 @@ async fn execute(
         // Held-back output first, so the stored events are all of them.
         sink.flush();
         let result = ticket.finish(result);
+        // Its spans go out once the result is durable: a crash between
+        // leaves no trace of a result the daemon no longer knows.
+        super::trace::finish(&result.result);
         sink.finish(result.clone());
         result
     });
@@ -806,7 +808,10 @@ async fn get_execution(
         }
     }
     match found {
-        Lookup::Live(live) => Ok(accepted(&id, live.is_running())),
+        Lookup::Live(live) => {
+            shown(live.announce()).await;
+            Ok(accepted(&id, live.is_running()))
+        }
         Lookup::Done(done) => Ok(document(&kept(&app, &done).await?)),
         Lookup::Unknown => Err(ApiError::NotFound {
             what: "execution",
@@ -832,7 +837,10 @@ async fn execution_events(
         })?,
     };
     let log = match app.registry.lookup(&id) {
-        Lookup::Live(l) => l.log.clone(),
+        Lookup::Live(l) => {
+            shown(l.announce()).await;
+            l.log.clone()
+        }
         Lookup::Done(d) => {
             kept(&app, &d).await?;
             app.registry.events(&d).await.map_err(|e| unread(&d, e))?
@@ -908,7 +916,27 @@ async fn list_executions(
             ))
         })?),
     };
-    Ok(Json(app.registry.list(filter, limit, cursor)).into_response())
+    let page = app.registry.list(filter, limit, cursor);
+    let live = page
+        .executions
+        .iter()
+        .filter(|s| matches!(s.status.as_str(), "queued" | "running"))
+        .map(|s| s.execution_id.as_str());
+    for ack in app.registry.announce(live) {
+        shown(Some(ack)).await;
+    }
+    Ok(Json(page).into_response())
+}
+
+/// Waits until an execution about to be shown is durable
+/// ([`super::registry::Live::announce`]). A failed commit is logged and
+/// the answer goes out all the same: it only shows what runs.
+async fn shown(ack: Option<super::store::Ack>) {
+    if let Some(ack) = ack {
+        if let Err(e) = ack.wait_async().await {
+            tracing::error!("an execution shown by this answer could not be recorded: {e}");
+        }
+    }
 }
 
 /// `GET /v1/skill-packages`: every published binding.
@@ -1009,6 +1037,7 @@ async fn delete_execution(
 ) -> Result<Response, ApiError> {
     match app.registry.lookup(&id) {
         Lookup::Live(live) => {
+            shown(live.announce()).await;
             tracing::info!(id = %id, "cancelled by DELETE");
             live.cancel();
             Ok((

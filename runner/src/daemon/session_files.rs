@@ -375,15 +375,24 @@ pub fn session_wait(value: Option<&String>) -> Result<bool, ApiError> {
 /// The place of an admitted job in its session workspace's order, if it
 /// runs in one: the last place, or with `queue` false, the workspace at
 /// once or a refusal (409).
+///
+/// An unannounced execution ([`super::registry::Slot::unannounced`])
+/// holds its place without its id: a refusal naming it would hand its id
+/// to another client before its own answer does.
 pub fn place(
     app: &App,
     job: &crate::exec::job::Job,
     queue: bool,
+    unannounced: bool,
 ) -> Result<Option<super::workspace::Place>, ApiError> {
     let Some(session) = job.session.as_deref().filter(|_| job.managed_workspace) else {
         return Ok(None);
     };
-    let holder = Holder::Job(job.execution_id.clone());
+    let holder = if unannounced {
+        Holder::Unannounced
+    } else {
+        Holder::Job(job.execution_id.clone())
+    };
     Ok(Some(match queue {
         true => app.lanes.join(session, holder),
         false => app.lanes.try_join(session, holder)?,

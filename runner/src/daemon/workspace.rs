@@ -29,6 +29,8 @@ use tokio::sync::Notify;
 pub enum Holder {
     /// An execution, by id.
     Job(String),
+    /// A blocking execution whose id is not given out before its answer.
+    Unannounced,
     /// A file upload or deletion.
     Files,
     /// The session's deletion.
@@ -39,6 +41,7 @@ impl std::fmt::Display for Holder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Holder::Job(id) => write!(f, "execution {id:?}"),
+            Holder::Unannounced => f.write_str("a blocking execution of this session"),
             Holder::Files => f.write_str("a file upload or deletion"),
             Holder::Delete => f.write_str("its deletion"),
         }

@@ -448,9 +448,18 @@ impl Runner {
         let program = p.bwrap.as_ref().map(|b| b.path.clone()).unwrap_or_default();
         crate::supervise::Sink::launching(opts.sink, 0, p.staging);
         started.hand_over(job.stdin.clone());
+        // Cancelled at the launch (its running record could not be
+        // written): the command is never handed over; the shim reads the
+        // end of its pipe and the watch ends the sandbox as cancelled.
+        let cancelled = cancel
+            .as_deref()
+            .is_some_and(crate::supervise::Cancel::is_set);
         // A pipe holds 64 KiB: a longer command is written beside the
         // watch, which ends the writer by ending the sandbox (EPIPE).
-        let writer = if message.len() <= 64 * 1024 {
+        let writer = if cancelled {
+            drop(handover);
+            None
+        } else if message.len() <= 64 * 1024 {
             let _ = handover.write_all(&message);
             drop(handover);
             None

@@ -106,6 +106,12 @@ impl Cancel {
     pub fn cancel(&self) {
         let _ = nix::unistd::write(&self.write, b"x");
     }
+
+    /// Whether it was switched (a look, without waiting).
+    pub fn is_set(&self) -> bool {
+        let mut fds = [PollFd::new(self.read.as_fd(), PollFlags::POLLIN)];
+        poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0)
+    }
 }
 
 /// What to start.
