@@ -48,6 +48,10 @@ struct State {
     sessions: HashMap<String, Vec<Warm>>,
     /// Sessions being refilled now (one refill at a time each).
     refilling: std::collections::HashSet<String>,
+    /// The memory of the last sandbox made: what the next will hold.
+    last_memory: u64,
+    /// One sandbox alone measured more than the memory bound (said once).
+    warned: bool,
     /// Sandboxes counted against the total while being made.
     making: usize,
     /// Sessions ended lately, newest last: a refill of one is refused,
@@ -243,6 +247,7 @@ impl Pool {
                     || st.ended(session)
                     || have >= self.bounds.per_session
                     || st.total() >= self.bounds.total
+                    || st.memory() + st.last_memory > self.bounds.memory
                 {
                     return;
                 }
@@ -254,6 +259,17 @@ impl Pool {
             }
             let mut st = self.lock();
             st.making -= 1;
+            if let Ok(Some(warm)) = &made {
+                st.last_memory = warm.memory();
+                if warm.memory() > self.bounds.memory && !st.warned {
+                    st.warned = true;
+                    tracing::warn!(
+                        bytes = warm.memory(),
+                        bound = self.bounds.memory,
+                        "one prepared sandbox holds more than prepared_memory: none will be kept; raise the bound"
+                    );
+                }
+            }
             match made {
                 Ok(Some(warm)) if st.memory() + warm.memory() > self.bounds.memory => {
                     // Past the memory bound: it never joins the pool, and

@@ -90,16 +90,18 @@ impl Warm {
 
     /// Measures the host memory it holds: the PSS of its processes
     /// (bubblewrap, its pid 1, the waiting shim), read once the shim
-    /// waits (or after [`SETTLE`]); [`ESTIMATE`] where `/proc` does not
-    /// tell.
+    /// waits. Where `/proc` does not tell (no `children` lists, no
+    /// `smaps_rollup`), or the shim does not wait within [`SETTLE`], it
+    /// counts at least [`ESTIMATE`].
     pub fn measure(&mut self) -> u64 {
         let deadline = Instant::now() + SETTLE;
         self.memory = loop {
-            let tree = process_tree(self.pid());
+            let Some(tree) = process_tree(self.pid()) else {
+                break ESTIMATE;
+            };
             let settled = tree.len() >= 3 && tree.last().is_some_and(|&p| waiting(p));
             if settled || Instant::now() >= deadline {
-                let pss: Option<u64> = tree.iter().map(|&p| pss_bytes(p)).sum();
-                break pss.filter(|&b| b > 0).unwrap_or(ESTIMATE);
+                break counted(tree.iter().map(|&p| pss_bytes(p)).sum(), settled);
             }
             std::thread::sleep(std::time::Duration::from_millis(1));
         };
@@ -112,14 +114,28 @@ impl Warm {
     }
 }
 
+/// What a sandbox counts at: its PSS once its shim waits; at least
+/// [`ESTIMATE`] when a process's PSS is unknown or the tree is not whole.
+fn counted(pss: Option<u64>, settled: bool) -> u64 {
+    match pss {
+        Some(b) if settled && b > 0 => b,
+        Some(b) => b.max(ESTIMATE),
+        None => ESTIMATE,
+    }
+}
+
 /// How long [`Warm::memory`] waits for the shim to block on its pipe.
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(200);
 /// What a prepared sandbox is counted at when its PSS cannot be read
 /// (measured: 0.6–0.8 MiB; docs/benchmarks.md).
 pub const ESTIMATE: u64 = 2 << 20;
 
-/// `pid` and its descendants, parents first (children of every thread).
-fn process_tree(pid: libc::pid_t) -> Vec<libc::pid_t> {
+/// `pid` and its descendants, parents first (children of every thread);
+/// `None` where the kernel keeps no `children` lists.
+fn process_tree(pid: libc::pid_t) -> Option<Vec<libc::pid_t>> {
+    if !std::path::Path::new(&format!("/proc/{pid}/task/{pid}/children")).exists() {
+        return None;
+    }
     let mut out = vec![pid];
     let mut next = 0;
     while next < out.len() {
@@ -138,7 +154,7 @@ fn process_tree(pid: libc::pid_t) -> Vec<libc::pid_t> {
             }
         }
     }
-    out
+    Some(out)
 }
 
 /// Whether `pid` is the handed-over shim asleep (on its pipe).
@@ -488,5 +504,30 @@ impl Runner {
         let result = self.conclude(job, p, ran);
         drop(prepared);
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sandbox_counts_its_pss_only_when_whole_and_known() {
+        assert_eq!(counted(Some(700 << 10), true), 700 << 10);
+        // Not settled (the shim never waited, or no children lists): at
+        // least the estimate, never the partial sum alone.
+        assert_eq!(counted(Some(220 << 10), false), ESTIMATE);
+        assert_eq!(counted(Some(9 << 20), false), 9 << 20);
+        assert_eq!(counted(None, true), ESTIMATE);
+        assert_eq!(counted(Some(0), true), ESTIMATE);
+    }
+
+    #[test]
+    fn this_process_is_found_and_measured() {
+        let me = std::process::id() as libc::pid_t;
+        if let Some(tree) = process_tree(me) {
+            assert_eq!(tree[0], me);
+        }
+        assert!(pss_bytes(me).is_some_and(|b| b > 0));
     }
 }
