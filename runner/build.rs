@@ -85,8 +85,10 @@ fn main() {
 /// built-in profile. A profile that is not TOML fails the build; one that
 /// is not a valid profile fails the profile tests.
 fn builtin_profiles() {
+    /// The names of `src/sandbox/profile.rs`'s `BUILTIN`, in its order.
+    const BUILTIN: &[&str] = &["default"];
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    for name in ["default"] {
+    for name in BUILTIN {
         let dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
         let src = format!("{dir}/../profiles/{name}.toml");
         println!("cargo::rerun-if-changed={src}");
