@@ -1,3 +1,7 @@
+//! Converts the built-in sandbox profiles (`profiles/*.toml`) to JSON,
+//! which a process reads at start faster than it parses TOML (see
+//! `src/sandbox/profile.rs`, which checks both read the same).
+//!
 //! Builds the small exec shim (`exec-shim/shim.rs`) that the runner
 //! carries and hands to bubblewrap (see `src/sandbox/shim.rs`): a program
 //! without a C library or the Rust runtime, not position-independent, so
@@ -13,6 +17,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
+    builtin_profiles();
     println!("cargo::rerun-if-changed=exec-shim/shim.rs");
     println!("cargo::rerun-if-changed=build.rs");
     println!("cargo::rerun-if-env-changed=RUSTC_LINKER");
@@ -74,4 +79,24 @@ fn main() {
     );
     println!("cargo::rustc-cfg=small_exec_shim");
     println!("cargo::rustc-env=SKILL_RUNNER_EXEC_SHIM={}", exe.display());
+}
+
+/// `profiles/NAME.toml` as `$OUT_DIR/profile-NAME.json`, for each
+/// built-in profile. A profile that is not TOML fails the build; one that
+/// is not a valid profile fails the profile tests.
+fn builtin_profiles() {
+    /// The names of `src/sandbox/profile.rs`'s `BUILTIN`, in its order.
+    const BUILTIN: &[&str] = &["default"];
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    for name in BUILTIN {
+        let dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
+        let src = format!("{dir}/../profiles/{name}.toml");
+        println!("cargo::rerun-if-changed={src}");
+        let text =
+            std::fs::read_to_string(&src).unwrap_or_else(|e| panic!("cannot read {src}: {e}"));
+        let value: serde_json::Value =
+            toml::from_str(&text).unwrap_or_else(|e| panic!("{src} is not TOML: {e}"));
+        std::fs::write(out.join(format!("profile-{name}.json")), value.to_string())
+            .unwrap_or_else(|e| panic!("cannot write the JSON of {src}: {e}"));
+    }
 }

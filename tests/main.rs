@@ -38,6 +38,7 @@ mod mcp; // skill-runner mcp over stdio: session tools, run in the sandbox, Skil
 mod network; // network allowlists through the runner's proxy, and nothing around it
 mod oci; // packages and environments pushed to and pulled from a real OCI registry by digest; tampered registries (a swapped layer, lying sizes, a moved tag, a 10 GB or endless blob) never get a package into the store
 mod receipts; // every result is signed; verify refuses any single change; replay re-runs and compares; the key is out of every sandbox's reach
+mod run_cgroups; // runs of one data dir share cgroups: one slot after another, never one for two at once
 mod sandbox_failures; // a sandbox bubblewrap cannot finish is sandbox_failed, with the fix
 mod secnet; // every writable mount is bounded, the proxy folder is read-only, the pool and CPU time are per execution
 mod skill_host; // catalog and sessions from the command line, and a run in a session

@@ -28,35 +28,7 @@ pub struct Cli {
 pub enum Command {
     /// Run a job: stage its skills, start the sandbox, stream its output,
     /// exit with its code.
-    Run {
-        /// The job document (JSON, docs/formats.md). `-` reads it from
-        /// stdin; relative paths in it then resolve against the current
-        /// folder instead of the job file's folder.
-        #[arg(value_name = "JOB")]
-        job: PathBuf,
-        /// Print the result document instead of streaming output.
-        #[arg(long)]
-        json: bool,
-        /// Keep the execution's private folder afterwards (debugging).
-        #[arg(long)]
-        keep: bool,
-        /// Confine the job's host paths (workspace, extensions_dir, skill
-        /// paths) to this folder and its profile to the built-in ones, for
-        /// job files that are not as trusted as a command line; a path
-        /// outside or a profile file is refused.
-        #[arg(long, value_name = "DIR", env = "SKILL_RUNNER_CONFINE")]
-        confine: Option<PathBuf>,
-        /// Refuse the job (exit 125, sandbox_unavailable) when its memory or
-        /// pids limit would be held per process by an rlimit, not by a cgroup.
-        #[arg(long, env = "SKILL_RUNNER_STRICT_LIMITS")]
-        strict_limits: bool,
-        /// Write the job's collected `outputs` into this folder, at their
-        /// paths; it must not exist or be empty (nothing is overwritten).
-        #[arg(long, value_name = "DIR")]
-        output_dir: Option<PathBuf>,
-        #[command(flatten)]
-        receipts: ReceiptArgs,
-    },
+    Run(RunArgs),
     /// Print what a job would run, without running it.
     Explain {
         /// The job document (JSON), as for `run`; `-` reads it from stdin.
@@ -178,6 +150,39 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+}
+
+// `run`'s arguments (a plain comment: a doc comment here would become
+// the subcommand's `--help` text in place of the variant's).
+#[derive(Args)]
+pub struct RunArgs {
+    /// The job document (JSON, docs/formats.md). `-` reads it from
+    /// stdin; relative paths in it then resolve against the current
+    /// folder instead of the job file's folder.
+    #[arg(value_name = "JOB")]
+    pub job: PathBuf,
+    /// Print the result document instead of streaming output.
+    #[arg(long)]
+    pub json: bool,
+    /// Keep the execution's private folder afterwards (debugging).
+    #[arg(long)]
+    pub keep: bool,
+    /// Confine the job's host paths (workspace, extensions_dir, skill
+    /// paths) to this folder and its profile to the built-in ones, for
+    /// job files that are not as trusted as a command line; a path
+    /// outside or a profile file is refused.
+    #[arg(long, value_name = "DIR", env = "SKILL_RUNNER_CONFINE")]
+    pub confine: Option<PathBuf>,
+    /// Refuse the job (exit 125, sandbox_unavailable) when its memory or
+    /// pids limit would be held per process by an rlimit, not by a cgroup.
+    #[arg(long, env = "SKILL_RUNNER_STRICT_LIMITS")]
+    pub strict_limits: bool,
+    /// Write the job's collected `outputs` into this folder, at their
+    /// paths; it must not exist or be empty (nothing is overwritten).
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub receipts: ReceiptArgs,
 }
 
 /// How results are signed (docs/receipts.md).
@@ -501,9 +506,54 @@ pub struct RegistryArgs {
     pub registry_ca: Vec<PathBuf>,
 }
 
+/// Only `run`, with the same global flags: what `skill-runner run …` is
+/// parsed with first, so that starting a sandbox does not build the
+/// definition of every other subcommand (the daemon's many flags among
+/// them). Anything it does not accept as is (another subcommand, a
+/// mistake, `--help`, `--version`) is parsed again by [`Cli`], so what
+/// the user sees is [`Cli`]'s alone.
+#[derive(Parser)]
+#[command(name = "skill-runner", version)]
+struct RunCli {
+    #[arg(long, global = true, env = "SKILL_RUNNER_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: RunOnly,
+}
+
+#[derive(Subcommand)]
+enum RunOnly {
+    Run(RunArgs),
+}
+
+impl Cli {
+    /// The command line, as [`Parser::parse`] gives it (exiting on
+    /// `--help` or a mistake), `run` by the cheaper [`RunCli`].
+    pub fn parse_args() -> Cli {
+        Cli::parse_from_args(std::env::args_os())
+    }
+
+    fn parse_from_args(args: impl IntoIterator<Item = std::ffi::OsString>) -> Cli {
+        let args: Vec<std::ffi::OsString> = args.into_iter().collect();
+        if args.iter().skip(1).any(|a| a == "run") {
+            if let Ok(RunCli {
+                data_dir,
+                command: RunOnly::Run(run),
+            }) = RunCli::try_parse_from(&args)
+            {
+                return Cli {
+                    data_dir,
+                    command: Command::Run(run),
+                };
+            }
+        }
+        Cli::parse_from(args)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
 
     use super::Cli;
 
@@ -512,6 +562,74 @@ mod tests {
     #[test]
     fn definition_is_consistent() {
         Cli::command().debug_assert();
+        super::RunCli::command().debug_assert();
+    }
+
+    /// What `run` was parsed into, comparable.
+    fn run_of(cli: &Cli) -> Option<String> {
+        let super::Command::Run(r) = &cli.command else {
+            return None;
+        };
+        Some(format!(
+            "{:?} {:?} {} {} {:?} {} {:?} {} {:?}",
+            cli.data_dir,
+            r.job,
+            r.json,
+            r.keep,
+            r.confine,
+            r.strict_limits,
+            r.output_dir,
+            r.receipts.no_receipt,
+            r.receipts.receipt_key
+        ))
+    }
+
+    /// The cheap `run` parser gives what the whole command line gives, for
+    /// every flag of `run` and the global one in either place.
+    #[test]
+    fn run_parses_as_the_whole_command_line_does() {
+        let argvs: &[&[&str]] = &[
+            &["run", "job.json"],
+            &["run", "--json", "-"],
+            &["--data-dir", "/d", "run", "--keep", "j"],
+            &["run", "j", "--data-dir=/e", "--strict-limits"],
+            &["run", "--confine", "/c", "--output-dir", "/o", "j"],
+            &["run", "--no-receipt", "--receipt-key", "/k", "run"],
+        ];
+        for argv in argvs {
+            let full: Vec<&str> = std::iter::once("skill-runner")
+                .chain(argv.iter().copied())
+                .collect();
+            let whole = Cli::try_parse_from(&full).expect("the whole command line parses it");
+            let fast = Cli::parse_from_args(full.iter().map(Into::into));
+            assert!(run_of(&whole).is_some(), "{argv:?}");
+            assert_eq!(run_of(&fast), run_of(&whole), "{argv:?}");
+        }
+    }
+
+    /// The cheap parser's `run` is the whole command line's: the same
+    /// arguments with the same flags, values and variables.
+    #[test]
+    fn the_run_parser_defines_what_the_whole_command_line_does() {
+        let describe = |cmd: &clap::Command| -> Vec<String> {
+            cmd.get_arguments()
+                .map(|a| {
+                    format!(
+                        "{} {:?} {:?} {:?} {}",
+                        a.get_id(),
+                        a.get_long(),
+                        a.get_env(),
+                        a.get_value_names(),
+                        a.is_global_set()
+                    )
+                })
+                .collect()
+        };
+        let whole = Cli::command();
+        let fast = super::RunCli::command();
+        assert_eq!(describe(&fast), describe(&whole));
+        let run = |c: &clap::Command| describe(c.find_subcommand("run").expect("a run subcommand"));
+        assert_eq!(run(&fast), run(&whole));
     }
 }
 

@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::bail;
-use clap::Parser;
 
 use skill_runner::datadir::DataDir;
 use skill_runner::error::ErrorKind;
@@ -42,7 +41,7 @@ use cli::{CatalogCommand, Cli, Command, EnvCommand, SessionCommand, StoreCommand
 fn main() -> ExitCode {
     // Inside a sandbox, as bubblewrap's exec shim: becomes the command.
     skill_runner::sandbox::shim::run_if_shim();
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     // The daemon installs the subscriber with its own level and format.
     if !matches!(cli.command, Command::Serve(_)) {
         skill_runner::telemetry::init("warn", skill_runner::telemetry::Format::Human);
@@ -86,7 +85,7 @@ fn open_data_dir(cli_data_dir: Option<PathBuf>) -> anyhow::Result<DataDir> {
 fn real_main(cli: Cli) -> anyhow::Result<i32> {
     let data_dir = cli.data_dir;
     match cli.command {
-        Command::Run {
+        Command::Run(cli::RunArgs {
             job,
             json,
             keep,
@@ -94,7 +93,7 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
             strict_limits,
             output_dir,
             receipts,
-        } => run(
+        }) => run(
             &job,
             json,
             confine.as_deref(),

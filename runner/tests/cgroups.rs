@@ -28,6 +28,7 @@ fn parents(s: &Support) -> Vec<PathBuf> {
 
 #[test]
 fn abandoned_cgroups_of_other_data_dirs_are_swept_and_live_ones_kept() {
+    let _serial = crate::serial();
     let Some(s) = support() else { return };
     let parent = parents(&s)[0].clone();
     let shared = parent.parent().unwrap().to_owned();
@@ -92,6 +93,7 @@ fn limit_files(s: &Support, name: &str) -> (PathBuf, PathBuf) {
 
 #[test]
 fn a_pooled_cgroup_gets_each_execution_s_limits_and_is_emptied_when_given_back() {
+    let _serial = crate::serial();
     let Some(s) = support() else { return };
     let prefix = format!("test-pool-{}", std::process::id());
     let pool = cgroup::Pool::new(s.clone(), prefix.clone(), 4);

@@ -6,6 +6,7 @@
 //! promises:
 
 mod architecture; // the rooms form a one-way ladder; unsafe only in supervise::sys
+mod cgroup_slots; // cgroups shared by `run`s: leased once at a time, reused clean, swept after a crash
 mod cgroups; // sweeping what runners of deleted data dirs left in the real cgroup tree
 mod environment_vectors; // environment tree hashes match the independent vectors; refused trees are refused
 mod find_eval; // find's ranking is at least as good as plain BM25 on the evaluation set
@@ -14,6 +15,16 @@ mod packages; // bad packages are refused leaving nothing; staging keeps its inv
 mod roots; // published roots: verified once, shared read-only, never evicted in use
 mod skill_host; // the skill host: delivery modes, freezing, catalog, ranking, bounded reads
 mod vectors; // package hashes and set identities match the independent vectors
+
+/// Held by each test that starts processes beside cgroups it holds: a
+/// child forked by another test's thread holds a copy of every descriptor
+/// until it executes its program, and so, for that instant, the locks of
+/// `cgroup::Shared` slots too (a `run` forks only from the thread that
+/// holds its slot).
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Records that the running test cannot run on this host, and why; the
 /// caller returns right after. As `support::skip` of the integration

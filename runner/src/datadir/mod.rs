@@ -242,7 +242,8 @@ impl DataDir {
         self.path.join(JOB_ROOT)
     }
 
-    /// `cgroups/`: locked folders naming a runner's pooled cgroups.
+    /// `cgroups/`: locked folders naming a runner's pooled cgroups, and
+    /// the lock files of the cgroups `run`s share (`cgroup::Shared`).
     pub fn cgroups(&self) -> PathBuf {
         self.path.join("cgroups")
     }

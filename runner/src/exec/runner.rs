@@ -107,6 +107,9 @@ pub struct Runner {
     data: DataDir,
     /// Reused execution cgroups, and the locked folder that names them.
     cgroups: Option<(cgroup::Pool, PrivateDir)>,
+    /// Without a pool of its own (`run`): the cgroups shared by the
+    /// runners of this data dir, see [`cgroup::Shared`].
+    shared: Option<cgroup::Shared>,
     /// The bytes of kept outputs all executions hold at once.
     kept: Arc<files::KeptBudget>,
     /// The receipt key each result is signed with; `None`: receipts off.
@@ -169,6 +172,11 @@ impl Runner {
                 Some((cgroup::Pool::new(support.clone(), prefix, 64), dir))
             }
         };
+        let shared = match &host.cgroups {
+            Support::None { .. } => None,
+            _ if cgroups.is_some() => None,
+            support => Some(cgroup::Shared::new(support.clone(), data.cgroups())),
+        };
         let runner = Runner {
             kept: files::KeptBudget::new(config.files.kept_bytes),
             config,
@@ -179,6 +187,7 @@ impl Runner {
             executions,
             data,
             cgroups,
+            shared,
             signer: None,
         };
         let probed = started.elapsed();
@@ -239,6 +248,7 @@ impl Runner {
             };
             crate::fsx::is_locked(&lock)
         });
+        cgroup::sweep_shared(&self.host.cgroups, &owners);
         removed + crate::package::store::sweep_locked_dirs(&owners).unwrap_or(0)
     }
 
@@ -445,7 +455,7 @@ impl Runner {
         let prefix = format!("{}.", job.execution_id);
         let dir = if needs_dir {
             Some(PrivateDir::create_named(&self.executions, &prefix))
-        } else if self.cgroups.is_none() {
+        } else if self.cgroups.is_none() && self.shared.is_none() {
             Some(PrivateDir::reserve_named(&self.executions, &prefix))
         } else {
             None
@@ -511,6 +521,10 @@ impl Runner {
         let made = match (&self.host.cgroups, &self.cgroups) {
             (Support::None { reason }, _) => return Ok((None, Some(reason.clone()))),
             (_, Some((pool, _))) => pool.take(l.memory_bytes, l.pids),
+            (_, None) if self.shared.is_some() => {
+                let shared = self.shared.as_ref().expect("checked above");
+                shared.take(l.memory_bytes, l.pids)
+            }
             (support, None) => Cgroup::create(support, &name, l.memory_bytes, l.pids),
         };
         let cgroup = made.map_err(|source| ExecError::CreateCgroup { source })?;
@@ -639,9 +653,10 @@ pub(crate) struct Ran {
 impl Runner {
     /// Kills stragglers; removes the cgroup or keeps it for reuse.
     pub(crate) fn give_cgroup(&self, cgroup: Option<Cgroup>) {
-        match (cgroup, &self.cgroups) {
-            (Some(cg), Some((pool, _))) => pool.give(cg),
-            (cg, _) => drop(cg),
+        match (cgroup, &self.cgroups, &self.shared) {
+            (Some(cg), Some((pool, _)), _) => pool.give(cg),
+            (Some(cg), None, Some(shared)) => shared.give(cg),
+            (cg, _, _) => drop(cg),
         }
     }
 }

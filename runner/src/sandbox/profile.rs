@@ -19,6 +19,15 @@ use serde::Deserialize;
 /// Built-in profiles: (name, TOML text).
 pub const BUILTIN: &[(&str, &str)] = &[("default", include_str!("../../../profiles/default.toml"))];
 
+/// The same profiles, in [`BUILTIN`]'s order, as JSON converted from that
+/// TOML by `runner/build.rs`: what a process loads them from. (Parsing
+/// the TOML at every start cost `run` a tenth of a millisecond, most of it
+/// faulting in the TOML parser's code; the JSON reader is used anyway.)
+const BUILTIN_JSON: &[&str] = &[include_str!(concat!(
+    env!("OUT_DIR"),
+    "/profile-default.json"
+))];
+
 /// Network policy of a profile or job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -183,8 +192,9 @@ impl Profile {
         let parsed = PARSED.get_or_init(|| {
             BUILTIN
                 .iter()
-                .map(|(name, text)| {
-                    Profile::parse(text, &format!("built-in {name:?}")).map_err(|e| match e {
+                .zip(BUILTIN_JSON)
+                .map(|((name, _), json)| {
+                    Profile::parse_json(json, &format!("built-in {name:?}")).map_err(|e| match e {
                         ProfileError::Invalid { reason, .. } => reason,
                         other => other.to_string(),
                     })
@@ -208,6 +218,26 @@ impl Profile {
             let lines: Vec<&str> = e.message().lines().map(str::trim).collect();
             invalid(crate::text::single_line(&lines.join("; ")))
         })?;
+        p.validate(origin)
+    }
+
+    /// A built-in profile from its JSON form ([`BUILTIN_JSON`]), validated
+    /// as [`Profile::parse`] validates one.
+    fn parse_json(json: &str, origin: &str) -> Result<Profile, ProfileError> {
+        let p: Profile = serde_json::from_str(json).map_err(|e| ProfileError::Invalid {
+            origin: origin.to_owned(),
+            reason: e.to_string(),
+        })?;
+        p.validate(origin)
+    }
+
+    /// The checks every profile passes, however it was read.
+    fn validate(self, origin: &str) -> Result<Profile, ProfileError> {
+        let invalid = |reason: String| ProfileError::Invalid {
+            origin: origin.to_owned(),
+            reason,
+        };
+        let p = self;
         for rule in &p.linux.mounts {
             let (MountRule::RoBind { src, dest }
             | MountRule::RoBindTry { src, dest }
@@ -351,6 +381,20 @@ pub fn host_entry(path: &Path) -> HostEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn builtin_profiles_load_as_their_toml_reads() {
+        assert_eq!(BUILTIN.len(), BUILTIN_JSON.len());
+        for (&(name, text), json) in BUILTIN.iter().zip(BUILTIN_JSON) {
+            let from_toml = Profile::parse(text, "t").unwrap();
+            assert_eq!(Profile::parse_json(json, "t").unwrap(), from_toml, "{name}");
+            assert_eq!(
+                Profile::load(name, Path::new("/")).unwrap(),
+                from_toml,
+                "{name}"
+            );
+        }
+    }
 
     #[test]
     fn builtin_default_parses() {
