@@ -185,6 +185,9 @@ fn pooled_dirs(s: &Support, name: &str) -> Vec<PathBuf> {
 /// sandbox_unavailable for a plain command).
 #[test]
 fn a_pooled_cgroup_looks_in_use_to_other_data_dirs_sweeps() {
+    // Its cgroups are aged by hand: another test's sweep of other data
+    // dirs running meanwhile would rightly take them for abandoned.
+    let _serial = crate::serial();
     let Some(sweeper) = support() else { return };
     let s = Support::detect().scoped(&format!("test-pool-sweep-{}", std::process::id()));
     let prefix = format!("test-pool-live-{}", std::process::id());
