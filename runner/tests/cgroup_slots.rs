@@ -39,43 +39,19 @@ fn setup(test: &str) -> Option<(Support, tempfile::TempDir)> {
     Some((s, tempfile::tempdir().unwrap()))
 }
 
+/// Slot `n`'s cgroup name.
+fn slot(n: u32) -> String {
+    format!("{}{n}", cgroup::SHARED_PREFIX)
+}
+
 /// Slot `n`'s folder in every hierarchy.
 fn slot_dirs(s: &Support, n: u32) -> Vec<PathBuf> {
-    let name = format!("{}{n}", cgroup::SHARED_PREFIX);
-    match s {
-        Support::V2 { parent } => vec![parent.join(name)],
-        Support::V1 {
-            memory,
-            pids,
-            cpuacct,
-        } => memory
-            .iter()
-            .chain(pids.iter())
-            .chain(cpuacct.iter())
-            .map(|p| p.join(&name))
-            .collect(),
-        Support::None { .. } => vec![],
-    }
+    crate::cgroups::pooled_dirs(s, &slot(n))
 }
 
 /// Slot `n`'s (memory limit, pids limit) files.
 fn limit_files(s: &Support, n: u32) -> (PathBuf, PathBuf) {
-    let name = format!("{}{n}", cgroup::SHARED_PREFIX);
-    match s {
-        Support::V2 { parent } => (
-            parent.join(&name).join("memory.max"),
-            parent.join(&name).join("pids.max"),
-        ),
-        Support::V1 {
-            memory: Some(m),
-            pids: Some(p),
-            ..
-        } => (
-            m.join(&name).join("memory.limit_in_bytes"),
-            p.join(&name).join("pids.max"),
-        ),
-        other => panic!("no memory and pids controllers: {other:?}"),
-    }
+    crate::cgroups::limit_files(s, &slot(n))
 }
 
 fn read(p: &Path) -> String {

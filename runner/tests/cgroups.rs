@@ -73,7 +73,7 @@ fn abandoned_cgroups_of_other_data_dirs_are_swept_and_live_ones_kept() {
 }
 
 /// The limit files of a pooled cgroup `<prefix>+<n>`: (memory, pids).
-fn limit_files(s: &Support, name: &str) -> (PathBuf, PathBuf) {
+pub fn limit_files(s: &Support, name: &str) -> (PathBuf, PathBuf) {
     match s {
         Support::V2 { parent } => (
             parent.join(name).join("memory.max"),
@@ -173,7 +173,7 @@ fn a_pooled_cgroup_gets_each_execution_s_limits_and_is_emptied_when_given_back()
 }
 
 /// The folder of a pooled cgroup in every hierarchy it has.
-fn pooled_dirs(s: &Support, name: &str) -> Vec<PathBuf> {
+pub fn pooled_dirs(s: &Support, name: &str) -> Vec<PathBuf> {
     parents(s).iter().map(|p| p.join(name)).collect()
 }
 

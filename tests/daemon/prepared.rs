@@ -55,8 +55,13 @@ pub fn sample(d: &Daemon, name: &str) -> f64 {
 
 /// Waits until the session has a prepared sandbox waiting.
 pub fn ready(d: &Daemon) {
-    wait_until("a prepared sandbox", || {
-        sample(d, "skill_runner_prepared_sandboxes") >= 1.0
+    ready_n(d, 1);
+}
+
+/// Waits until at least `n` prepared sandboxes wait.
+pub fn ready_n(d: &Daemon, n: u32) {
+    wait_until(&format!("{n} prepared sandboxes"), || {
+        sample(d, "skill_runner_prepared_sandboxes") >= f64::from(n)
     });
 }
 
@@ -186,9 +191,7 @@ fn a_running_command_cannot_reach_the_sandbox_prepared_for_the_next() {
     let w = World::new();
     let (d, id) = prepared_session(&w, &["--prepared-sandboxes", "2"]);
     exec(&d, &id, &["true"], json!({}));
-    wait_until("two prepared sandboxes", || {
-        sample(&d, "skill_runner_prepared_sandboxes") >= 2.0
-    });
+    ready_n(&d, 2);
     // Every signal to every process it can name, every /proc entry, and
     // ptrace of every pid below 400000: none reaches the other sandbox.
     let attack = r#"
@@ -405,9 +408,7 @@ fn the_pool_holds_no_more_memory_than_prepared_memory() {
     let w = World::new();
     let (d, id) = prepared_session(&w, &["--prepared-sandboxes", "4"]);
     exec(&d, &id, &["true"], json!({}));
-    wait_until("four prepared sandboxes", || {
-        sample(&d, "skill_runner_prepared_sandboxes") >= 4.0
-    });
+    ready_n(&d, 4);
     let four = sample(&d, "skill_runner_prepared_sandboxes_bytes");
     assert!(four > 0.0, "no memory measured for four sandboxes");
     drop(d);

@@ -22,6 +22,12 @@ fn counted_job(id: &str, ws: &std::path::Path) -> Value {
     })
 }
 
+/// The sentence of an `interrupted` result (asserted to be one).
+fn interrupted(doc: &Value) -> &str {
+    assert_eq!(doc["error"]["kind"], "interrupted", "{doc:#}");
+    doc["error"]["message"].as_str().unwrap()
+}
+
 /// How many times the commands of `ws` ran.
 fn runs(ws: &std::path::Path) -> usize {
     std::fs::read_to_string(ws.join("ran"))
@@ -133,12 +139,10 @@ fn queued_and_running_executions_become_interrupted_and_never_run_again() {
     assert_eq!(was_running.status, 200, "{:#}", was_running.json());
     let doc = was_running.json();
     assert_eq!(doc["status"], "failed", "{doc:#}");
-    assert_eq!(doc["error"]["kind"], "interrupted", "{doc:#}");
-    let message = doc["error"]["message"].as_str().unwrap();
+    let message = interrupted(&doc);
     assert!(message.contains("had started"), "{message}");
     let was_queued = d.get("/v1/executions/was-queued").json();
-    assert_eq!(was_queued["error"]["kind"], "interrupted", "{was_queued:#}");
-    let message = was_queued["error"]["message"].as_str().unwrap();
+    let message = interrupted(&was_queued);
     assert!(message.contains("never started"), "{message}");
     // Its events end with the exit that says so.
     let events = String::from_utf8(d.get("/v1/executions/was-running/events").body).unwrap();
@@ -248,19 +252,7 @@ fn a_blocking_call_is_durable_before_it_starts_when_the_caller_chose_its_id_and_
         })
     };
     // Blocking calls whose answers never come: the daemon dies first.
-    let call = |job: &Value| {
-        let mut conn = d.connect();
-        let body = serde_json::to_vec(job).unwrap();
-        send(
-            &mut conn,
-            "POST",
-            "/v1/executions",
-            &[("Content-Type", "application/json")],
-            &body,
-            None,
-        );
-        conn
-    };
+    let call = |job: &Value| d.post_unanswered("/v1/executions", job);
     // The daemon chooses the first one's id: it is in no answer yet (and
     // nobody lists it: a listing would announce it).
     let _quiet = call(&gated(&quiet_ws));
@@ -279,8 +271,7 @@ fn a_blocking_call_is_durable_before_it_starts_when_the_caller_chose_its_id_and_
 
     let mut d = Daemon::start(&w, &args);
     let doc = d.get("/v1/executions/named-blocking").json();
-    assert_eq!(doc["error"]["kind"], "interrupted", "{doc:#}");
-    let message = doc["error"]["message"].as_str().unwrap();
+    let message = interrupted(&doc);
     assert!(message.contains("had started"), "{message}");
     // The retry gets that execution; the command does not run again.
     open_gate(&named_ws);
@@ -297,8 +288,7 @@ fn a_blocking_call_is_durable_before_it_starts_when_the_caller_chose_its_id_and_
         .find(|id| id != "named-blocking")
         .expect("the unannounced execution is in the store");
     let doc = d.get(&format!("/v1/executions/{quiet_id}")).json();
-    assert_eq!(doc["error"]["kind"], "interrupted", "{doc:#}");
-    let message = doc["error"]["message"].as_str().unwrap();
+    let message = interrupted(&doc);
     assert!(message.contains("was not recorded"), "{message}");
     assert!(!message.contains("never started"), "{message}");
     assert!(d.stop().success());
@@ -320,16 +310,7 @@ fn an_unannounced_execution_a_client_was_shown_is_not_forgotten_after_kill_9() {
     });
     // A blocking call whose id the daemon chose, and whose answer never
     // comes.
-    let mut conn = d.connect();
-    let body = serde_json::to_vec(&job).unwrap();
-    send(
-        &mut conn,
-        "POST",
-        "/v1/executions",
-        &[("Content-Type", "application/json")],
-        &body,
-        None,
-    );
+    let _conn = d.post_unanswered("/v1/executions", &job);
     wait_until("the command runs", || runs(&ws) == 1);
     // Another client lists it and is told it is running, as a 202 would.
     let listed = d.get("/v1/executions?status=running").json();
@@ -353,8 +334,7 @@ fn an_unannounced_execution_a_client_was_shown_is_not_forgotten_after_kill_9() {
         after.json()
     );
     let doc = after.json();
-    assert_eq!(doc["error"]["kind"], "interrupted", "{doc:#}");
-    let message = doc["error"]["message"].as_str().unwrap();
+    let message = interrupted(&doc);
     assert!(message.contains("had started"), "{message}");
     assert!(d.stop().success());
 }

@@ -518,15 +518,7 @@ fn a_refusal_does_not_give_out_the_id_of_an_unannounced_execution() {
     let (d, id) = managed(&w, &[]);
     let blocking = json!({"session": id,
         "argv": ["sh", "-c", "echo started >> order; while [ ! -e go ]; do sleep 0.05; done"]});
-    let mut conn = d.connect();
-    send(
-        &mut conn,
-        "POST",
-        "/v1/executions",
-        &[("Content-Type", "application/json")],
-        &serde_json::to_vec(&blocking).unwrap(),
-        None,
-    );
+    let conn = d.post_unanswered("/v1/executions", &blocking);
     wait_until("the blocking job started", || {
         folder(&w, &id).join("order").exists()
     });

@@ -156,6 +156,21 @@ impl Daemon {
         self.log.lock().unwrap().clone()
     }
 
+    /// Sends a JSON `POST` and returns its connection unread: a blocking
+    /// call whose answer the test never waits for (or reads later).
+    pub fn post_unanswered(&self, path: &str, body: &Value) -> Conn {
+        let mut conn = self.connect();
+        send(
+            &mut conn,
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            &serde_json::to_vec(body).unwrap(),
+            self.token.as_deref(),
+        );
+        conn
+    }
+
     pub fn connect(&self) -> Conn {
         let c = match self.tcp {
             Some(addr) => Conn::Tcp(TcpStream::connect(addr).unwrap()),

@@ -1475,6 +1475,19 @@ mod tests {
         }
     }
 
+    /// A registry with a store in `dir` (outputs kept below it).
+    fn stored(dir: &std::path::Path, retention: Retention) -> Arc<Registry> {
+        let (store, stored) = Store::open(&Store::file(dir)).unwrap();
+        let kept = Kept {
+            root: dir.join("outputs"),
+            budget: crate::exec::files::KeptBudget::new(0),
+            taken: Default::default(),
+        };
+        Registry::with_store(2, 2, retention, store, stored, &kept)
+            .unwrap()
+            .0
+    }
+
     fn result(id: &str) -> ExecResult {
         let mut r = ExecResult::rejected(
             id,
@@ -1591,13 +1604,7 @@ mod tests {
         // What reaches the disk only with another's commit may be older
         // than the truth: it must never say "queued" (never started).
         let dir = tempfile::tempdir().unwrap();
-        let (store, stored) = Store::open(&Store::file(dir.path())).unwrap();
-        let kept = Kept {
-            root: dir.path().join("outputs"),
-            budget: crate::exec::files::KeptBudget::new(0),
-            taken: Default::default(),
-        };
-        let (reg, _) = Registry::with_store(2, 2, keep(10), store, stored, &kept).unwrap();
+        let reg = stored(dir.path(), keep(10));
         let quiet = reg
             .slot()
             .unwrap()
@@ -1628,17 +1635,11 @@ mod tests {
     #[test]
     fn with_the_store_a_retained_execution_holds_its_summary_not_its_document() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, stored) = Store::open(&Store::file(dir.path())).unwrap();
-        let kept = Kept {
-            root: dir.path().join("outputs"),
-            budget: crate::exec::files::KeptBudget::new(0),
-            taken: Default::default(),
-        };
         let retention = Retention {
             bytes: 600_000,
             ..keep(10)
         };
-        let (reg, _) = Registry::with_store(2, 2, retention, store, stored, &kept).unwrap();
+        let reg = stored(dir.path(), retention);
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

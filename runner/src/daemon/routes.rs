@@ -917,12 +917,8 @@ async fn list_executions(
         })?),
     };
     let page = app.registry.list(filter, limit, cursor);
-    let live = page
-        .executions
-        .iter()
-        .filter(|s| matches!(s.status.as_str(), "queued" | "running"))
-        .map(|s| s.execution_id.as_str());
-    for ack in app.registry.announce(live) {
+    let listed = page.executions.iter().map(|s| s.execution_id.as_str());
+    for ack in app.registry.announce(listed) {
         shown(Some(ack)).await;
     }
     Ok(Json(page).into_response())

@@ -1031,26 +1031,8 @@ impl Pool {
     /// it holds no process, its memory charge is back near zero and the
     /// pool has room, removed otherwise.
     pub fn give(&self, cg: Cgroup) {
-        if !cg.kill_all_found_empty() && !cg.is_empty() {
+        if !cg.emptied_for_reuse() {
             return; // dropped: removed once its last process is gone
-        }
-        // A little left charged (kernel caches, ~1.4 MB after a /bin/true
-        // here) stays: it is reclaimable under the next limit and taken off
-        // the next peak, and emptying every cgroup cost more than reuse
-        // saved. More is reclaimed first, and if it stays the cgroup is not
-        // reused: files the execution left on a tmpfs outside the sandbox
-        // (a named workspace under /dev/shm, say) stay charged to it with
-        // no process left, and would count against the next tenant's
-        // memory limit.
-        if !cg.charge_near_zero() {
-            cg.reclaim();
-            if !cg.charge_near_zero() {
-                tracing::debug!(
-                    charged = cg.charged(),
-                    "a cgroup still charged after reclaim is not reused"
-                );
-                return; // dropped: removed (its charge moves to the parent)
-            }
         }
         // Its mtime is when it went idle: another data dir's sweep takes
         // only a cgroup idle for `ABANDONED_AFTER` for abandoned, and the
@@ -1139,14 +1121,8 @@ impl Shared {
     /// for the next `run` if nothing is left in it or charged to it
     /// (as [`Pool::give`] decides), removed otherwise.
     pub fn give(&self, cg: Cgroup) {
-        if !cg.kill_all_found_empty() && !cg.is_empty() {
+        if !cg.emptied_for_reuse() {
             return; // dropped: removed once its last process is gone
-        }
-        if !cg.charge_near_zero() {
-            cg.reclaim();
-            if !cg.charge_near_zero() {
-                return; // dropped: removed
-            }
         }
         cg.touch();
         cg.release();
@@ -1154,6 +1130,34 @@ impl Shared {
 }
 
 impl Cgroup {
+    /// Empties a cgroup given back after its execution and says whether
+    /// the next one may have it ([`Pool::give`], [`Shared::give`]).
+    ///
+    /// A little left charged (kernel caches, ~1.4 MB after a /bin/true
+    /// here) stays: it is reclaimable under the next limit and taken off
+    /// the next peak, and emptying every cgroup cost more than reuse
+    /// saved. More is reclaimed first, and if it stays the cgroup is not
+    /// reused: files the execution left on a tmpfs outside the sandbox
+    /// (a named workspace under /dev/shm, say) stay charged to it with no
+    /// process left, and would count against the next tenant's memory
+    /// limit (dropped, its charge moves to the parent).
+    fn emptied_for_reuse(&self) -> bool {
+        if !self.kill_all_found_empty() && !self.is_empty() {
+            return false;
+        }
+        if !self.charge_near_zero() {
+            self.reclaim();
+            if !self.charge_near_zero() {
+                tracing::debug!(
+                    charged = self.charged(),
+                    "a cgroup still charged after reclaim is not reused"
+                );
+                return false;
+            }
+        }
+        true
+    }
+
     /// Whether a [`Shared`] slot's cgroup can be handed out as it is, and
     /// if so makes it ready ([`Cgroup::reuse`]): it is there in every
     /// hierarchy, idle for less than [`REUSE_IDLE`] (an older one another
