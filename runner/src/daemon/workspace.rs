@@ -51,11 +51,27 @@ impl std::fmt::Display for Holder {
 /// Why a place was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum LaneError {
-    #[error("the workspace of session {session} is in use by {}; wait until it ends (GET /v1/executions/ID?wait=30s) and send this again", list(.holders))]
+    #[error("the workspace of session {session} is in use by {}; {}", list(.holders), until(.holders))]
     Busy {
         session: String,
         holders: Vec<Holder>,
     },
+}
+
+/// How to wait for the holders: an execution whose id is given out can
+/// be waited for by it; the others (a blocking call whose id its caller
+/// learns with the answer, a file transfer, a deletion) only by trying
+/// again.
+fn until(holders: &[Holder]) -> String {
+    match holders.iter().find_map(|h| match h {
+        Holder::Job(id) => Some(id),
+        _ => None,
+    }) {
+        Some(id) => {
+            format!("wait until it ends (GET /v1/executions/{id}?wait=30s) and send this again")
+        }
+        None => "send this again once it has ended".to_owned(),
+    }
 }
 
 fn list(holders: &[Holder]) -> String {
