@@ -63,3 +63,51 @@ fn a_download_past_max_downloads_is_refused_until_one_ends() {
     wait_until("a download is served again", || d.get(&path).status == 200);
     assert_eq!(d.get(&path).body, big);
 }
+
+/// A client that takes nothing of its download for `stall_timeout` is
+/// treated as gone: its place is given back, so it cannot hold
+/// `max_downloads` while its connection lives, and what it reads later
+/// is cut short, never passed off as the whole file.
+#[test]
+fn a_stalled_download_gives_its_place_back_and_is_cut_off() {
+    let w = World::new();
+    let d = Daemon::start(&w, &["--max-downloads", "1", "--stall-timeout", "1s"]);
+    let r = d.post(
+        "/v1/sessions",
+        &json!({"skills": [], "tools": ["bash"], "workspace": "managed"}),
+    );
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    let big: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+    let path = format!("/v1/sessions/{id}/files/big.bin");
+    let r = d.request(
+        "PUT",
+        &path,
+        &[("Content-Type", "application/octet-stream")],
+        &big,
+    );
+    assert_eq!(r.status, 200, "{:#}", r.json());
+
+    let mut slow = d.connect();
+    send(&mut slow, "GET", &path, &[], b"", None);
+    let mut slow = BufReader::new(slow);
+    let (status, headers) = read_head(&mut slow);
+    assert_eq!(status, 200);
+    d.get(&path).assert_error(429, "busy");
+
+    // It reads nothing: within a few stall timeouts the next is served.
+    wait_until("the stalled download's place is given back", || {
+        d.get(&path).status == 200
+    });
+    let mut got = Vec::new();
+    let read = if is_chunked(&headers) {
+        Chunked::new(slow).read_to_end(&mut got)
+    } else {
+        slow.read_to_end(&mut got)
+    };
+    assert!(
+        read.is_err() || got.len() < big.len(),
+        "a stalled download was served whole ({} bytes)",
+        got.len()
+    );
+}

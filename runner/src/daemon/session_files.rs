@@ -23,8 +23,9 @@
 //!   blocking thread, which executions need, and at most one chunk of
 //!   memory;
 //! - at most `max_downloads` downloads are streamed at once, across all
-//!   sessions: each holds a permit until its last byte is sent or its
-//!   client leaves, and one more is refused `429 busy` with
+//!   sessions: each holds a permit until its last byte is sent, its
+//!   client leaves, or its client takes nothing for `stall_timeout` (then
+//!   the download is cut off), and one more is refused `429 busy` with
 //!   `Retry-After` before its file is opened;
 //! - every path and every file met is handled by
 //!   [`crate::skillhost::session::workspace`]: no link is followed, only
@@ -32,7 +33,10 @@
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
@@ -255,11 +259,21 @@ async fn download(
     .await
     .map_err(thread_failed)??;
     let (file, size) = file;
+    let watch = Arc::new(Watch {
+        taken: AtomicU64::new(0),
+        permit: std::sync::Mutex::new(Some(permit)),
+        stalled: AtomicBool::new(false),
+        started: std::time::Instant::now(),
+    });
+    tokio::spawn(watch_stall(
+        Arc::downgrade(&watch),
+        app.config.stall_timeout,
+    ));
     let body = FileBody {
         file: tokio::fs::File::from_std(file),
         left: size,
         buf: vec![0u8; CHUNK],
-        _permit: permit,
+        watch,
     };
     let mut resp = Body::new(body).into_response();
     resp.headers_mut().insert(
@@ -276,8 +290,55 @@ struct FileBody {
     file: tokio::fs::File,
     left: u64,
     buf: Vec<u8>,
-    /// Its place among `max_downloads`, given back when the body goes.
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    /// Its place among `max_downloads` and when the client last took a
+    /// chunk ([`watch_stall`]).
+    watch: Arc<Watch>,
+}
+
+/// What a download shares with the task that watches it for a stall.
+struct Watch {
+    /// Milliseconds after `started` at which the client last took a chunk.
+    taken: AtomicU64,
+    /// Its place among `max_downloads`: given back when the body goes, or
+    /// by the watcher when the client stalls.
+    permit: std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+    /// The watcher gave its place away: the body ends with an error.
+    stalled: AtomicBool,
+    started: std::time::Instant,
+}
+
+impl Watch {
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+}
+
+/// A client that takes no chunk of its download for `stall` is treated
+/// as gone, as a stalled stream is: its place among `max_downloads` is
+/// given back at once (hyper polls a body only when the client reads, so
+/// the body alone would hold it while the connection lives), and the
+/// body ends with an error the next time it is asked for a chunk.
+async fn watch_stall(watch: std::sync::Weak<Watch>, stall: Duration) {
+    let stall_ms = stall.as_millis() as u64;
+    let mut wait = stall;
+    loop {
+        tokio::time::sleep(wait).await;
+        let Some(w) = watch.upgrade() else { return };
+        let idle = w.now_ms().saturating_sub(w.taken.load(Ordering::Relaxed));
+        if idle < stall_ms {
+            wait = Duration::from_millis(stall_ms - idle);
+            continue;
+        }
+        w.stalled.store(true, Ordering::Relaxed);
+        let freed = w.permit.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if freed.is_some() {
+            tracing::info!(
+                stall_ms,
+                "a session file download took nothing for stall_timeout: its place is given back"
+            );
+        }
+        return;
+    }
 }
 
 impl http_body::Body for FileBody {
@@ -290,6 +351,15 @@ impl http_body::Body for FileBody {
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         use tokio::io::AsyncRead;
         let this = self.get_mut();
+        if this.watch.stalled.load(Ordering::Relaxed) {
+            return Poll::Ready(Some(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client took nothing of this download for stall_timeout",
+            ))));
+        }
+        this.watch
+            .taken
+            .store(this.watch.now_ms(), Ordering::Relaxed);
         if this.left == 0 {
             return Poll::Ready(None);
         }
