@@ -67,7 +67,8 @@ const MAX_BLOB: u64 = 1 << 30;
 /// Changes one commit takes at most.
 const BATCH: usize = 512;
 /// How long a change nobody waits for waits for a durable commit to ride
-/// with before it is committed on its own ([`write_loop`]).
+/// with before it is committed on its own ([`write_loop`]), counted from
+/// the oldest such change.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// What went wrong with the store.
@@ -661,14 +662,21 @@ fn write_loop(db: &Database, rx: mpsc::Receiver<Message>, path: PathBuf, blobs: 
     // before, and the writer spends a third fewer transactions on a
     // blocking execution. They wait at most LINGER for one.
     let mut pending: Vec<Message> = Vec::new();
+    // When the oldest change in `pending` arrived.
+    let mut since = std::time::Instant::now();
     loop {
         let next = if pending.is_empty() {
             rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected)
         } else {
-            rx.recv_timeout(LINGER)
+            rx.recv_timeout(LINGER.saturating_sub(since.elapsed()))
         };
         match next {
-            Ok(m) => pending.push(m),
+            Ok(m) => {
+                if pending.is_empty() {
+                    since = std::time::Instant::now();
+                }
+                pending.push(m);
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 commit(db, &path, &blobs, &mut pending, false);
                 continue;
@@ -682,7 +690,7 @@ fn write_loop(db: &Database, rx: mpsc::Receiver<Message>, path: PathBuf, blobs: 
             }
         }
         let durable = pending.iter().any(|m| m.ack.is_some());
-        if durable || pending.len() >= BATCH {
+        if durable || pending.len() >= BATCH || since.elapsed() >= LINGER {
             commit(db, &path, &blobs, &mut pending, durable);
         }
     }
@@ -693,8 +701,13 @@ fn write_loop(db: &Database, rx: mpsc::Receiver<Message>, path: PathBuf, blobs: 
 }
 
 /// Commits `batch` (emptied) in one transaction and answers whoever waits.
+/// When that fails, each change is tried in a transaction of its own, in
+/// order: one that cannot be written (a large result on a full disk) must
+/// not take the others with it, least of all a change nobody waits for,
+/// whose loss no one would hear of (a later `Sync` would say all is on
+/// disk).
 fn commit(db: &Database, path: &Path, blobs: &Path, batch: &mut Vec<Message>, durable: bool) {
-    let outcome = apply(db, blobs, batch, durable).map_err(|e| match e {
+    let fail = |e: Failure| match e {
         Failure::Full => StoreError::Full {
             path: path.to_owned(),
         },
@@ -705,7 +718,19 @@ fn commit(db: &Database, path: &Path, blobs: &Path, batch: &mut Vec<Message>, du
                 reason,
             }
         }
-    });
+    };
+    let outcome = apply(db, blobs, batch, durable);
+    if outcome.is_err() && batch.len() > 1 {
+        for m in batch.drain(..) {
+            let one = std::slice::from_ref(&m);
+            let outcome = apply(db, blobs, one, m.ack.is_some()).map_err(fail);
+            if let Some(ack) = m.ack {
+                let _ = ack.send(outcome);
+            }
+        }
+        return;
+    }
+    let outcome = outcome.map_err(fail);
     for m in batch.drain(..) {
         if let Some(ack) = m.ack {
             let _ = ack.send(outcome.clone());
@@ -928,9 +953,9 @@ mod tests {
         got.is_some()
     }
 
-    /// A change nobody waits for is committed with the next durable one,
-    /// or on its own once LINGER passes without one, and is written out
-    /// when the store is dropped without a close.
+    /// A change nobody waits for, now held back for the next durable
+    /// commit, is still committed with it, on its own once LINGER passes
+    /// without one, and when the store is dropped without a close.
     #[test]
     fn a_change_nobody_waits_for_is_committed_within_the_linger() {
         let dir = tempfile::tempdir().unwrap();
@@ -958,6 +983,42 @@ mod tests {
         let mut ids: Vec<&str> = stored.iter().map(|s| s.id.as_str()).collect();
         ids.sort_unstable();
         assert_eq!(ids, ["a", "b", "c", "d"]);
+    }
+
+    /// A change that cannot be written fails alone: a change nobody
+    /// waits for, held back to ride with it, is written all the same, and
+    /// the `Sync` after it says the truth.
+    #[test]
+    fn a_change_that_cannot_be_written_does_not_take_the_held_back_ones_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Store::file(dir.path());
+        let (store, _) = Store::open(&path).unwrap();
+        let rec = Record::queued("d", 7, std::time::SystemTime::now());
+        store.send(
+            Change::Put {
+                id: "held".into(),
+                record: Record::queued("d", 1, std::time::SystemTime::now()),
+            },
+            false,
+        );
+        // Its result goes to a file, and that path is a folder.
+        std::fs::create_dir_all(blob(&dir.path().join("blobs"), 7, "result")).unwrap();
+        let big = 2 * INLINE as usize;
+        let failed = store
+            .send(
+                Change::Finish {
+                    id: "broken".into(),
+                    record: rec.finished("exited".into(), Some(0), "t".into()),
+                    result: axum::body::Bytes::from(vec![b'r'; big]),
+                    events: log_of(b"o"),
+                },
+                true,
+            )
+            .wait();
+        assert!(failed.is_err(), "the result was written over a folder");
+        store.send(Change::Sync, true).wait().unwrap();
+        assert!(committed(&store, "held"), "the held-back change was lost");
+        assert!(!committed(&store, "broken"));
     }
 
     #[test]
