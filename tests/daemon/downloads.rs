@@ -65,9 +65,10 @@ fn a_download_past_max_downloads_is_refused_until_one_ends() {
 }
 
 /// A client that takes nothing of its download for `stall_timeout` is
-/// treated as gone: its place is given back, so it cannot hold
-/// `max_downloads` while its connection lives, and what it reads later
-/// is cut short, never passed off as the whole file.
+/// treated as gone: its connection is closed and its place given back, so
+/// it cannot hold `max_downloads` (or the file and buffers) while it
+/// lingers, and what it reads later is cut short, never passed off as the
+/// whole file.
 #[test]
 fn a_stalled_download_gives_its_place_back_and_is_cut_off() {
     let w = World::new();
@@ -95,18 +96,35 @@ fn a_stalled_download_gives_its_place_back_and_is_cut_off() {
     assert_eq!(status, 200);
     d.get(&path).assert_error(429, "busy");
 
-    // It reads nothing: within a few stall timeouts the next is served.
+    // It reads nothing: within a few stall timeouts the next is served,
+    // and the daemon has closed the stalled connection (it counts only
+    // the connection that asks).
     wait_until("the stalled download's place is given back", || {
         d.get(&path).status == 200
     });
+    wait_until("the stalled download's connection is closed", || {
+        d.metric("skill_runner_connections_open") <= 1.0
+    });
+    // The daemon closed its connection: what is buffered is read, then
+    // the stream ends (a connection left open would time this read out,
+    // after the connection's PATIENCE).
     let mut got = Vec::new();
     let read = if is_chunked(&headers) {
         Chunked::new(slow).read_to_end(&mut got)
     } else {
         slow.read_to_end(&mut got)
     };
+    if let Err(e) = &read {
+        assert!(
+            !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "the stalled download's connection was left open: {e}"
+        );
+    }
     assert!(
-        read.is_err() || got.len() < big.len(),
+        got.len() < big.len(),
         "a stalled download was served whole ({} bytes)",
         got.len()
     );

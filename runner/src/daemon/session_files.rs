@@ -24,9 +24,9 @@
 //!   memory;
 //! - at most `max_downloads` downloads are streamed at once, across all
 //!   sessions: each holds a permit until its last byte is sent, its
-//!   client leaves, or its client takes nothing for `stall_timeout` (then
-//!   the download is cut off), and one more is refused `429 busy` with
-//!   `Retry-After` before its file is opened;
+//!   client leaves, or its client takes no 64 KiB chunk for
+//!   `stall_timeout` (then its connection is closed), and one more is
+//!   refused `429 busy` with `Retry-After` before its file is opened;
 //! - every path and every file met is handled by
 //!   [`crate::skillhost::session::workspace`]: no link is followed, only
 //!   regular files with one link are read.
@@ -50,7 +50,7 @@ use http_body_util::BodyExt;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::app::{check_length, params, refuse_unread, ApiError, App, UrlPath};
+use super::app::{check_length, params, refuse_unread, ApiError, App, Connection, UrlPath};
 use super::sessions::use_session;
 use super::workspace::{Holder, LaneError};
 use crate::skillhost::session::workspace::{check_path, Workspace, WorkspaceError};
@@ -245,6 +245,7 @@ async fn receive(
 async fn download(
     State(app): State<App>,
     UrlPath((id, path)): UrlPath<(String, String)>,
+    connection: Option<axum::Extension<Connection>>,
 ) -> Result<Response, ApiError> {
     let permit = app
         .downloads
@@ -265,15 +266,17 @@ async fn download(
         stalled: AtomicBool::new(false),
         started: std::time::Instant::now(),
     });
-    tokio::spawn(watch_stall(
+    let watcher = tokio::spawn(watch_stall(
         Arc::downgrade(&watch),
         app.config.stall_timeout,
+        connection.map(|axum::Extension(c)| c),
     ));
     let body = FileBody {
         file: tokio::fs::File::from_std(file),
         left: size,
         buf: vec![0u8; CHUNK],
         watch,
+        watcher: watcher.abort_handle(),
     };
     let mut resp = Body::new(body).into_response();
     resp.headers_mut().insert(
@@ -293,6 +296,14 @@ struct FileBody {
     /// Its place among `max_downloads` and when the client last took a
     /// chunk ([`watch_stall`]).
     watch: Arc<Watch>,
+    /// The task watching it, stopped when the body goes.
+    watcher: tokio::task::AbortHandle,
+}
+
+impl Drop for FileBody {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
 }
 
 /// What a download shares with the task that watches it for a stall.
@@ -313,13 +324,20 @@ impl Watch {
     }
 }
 
-/// A client that takes no chunk of its download for `stall` is treated
-/// as gone, as a stalled stream is: its place among `max_downloads` is
-/// given back at once (hyper polls a body only when the client reads, so
-/// the body alone would hold it while the connection lives), and the
-/// body ends with an error the next time it is asked for a chunk.
-async fn watch_stall(watch: std::sync::Weak<Watch>, stall: Duration) {
-    let stall_ms = stall.as_millis() as u64;
+/// A client that takes no chunk (`CHUNK`, 64 KiB) of its download for
+/// `stall` is treated as gone, as a stalled stream is: its connection is
+/// closed, which drops the body with its file and buffers, and its place
+/// among `max_downloads` is given back. (hyper polls a body only when the
+/// client reads, so the body alone would hold all of them while the
+/// connection lives.) Without a connection to close (a request served
+/// outside the daemon's accept loop) the place is given back and the body
+/// ends with an error the next time it is asked for a chunk.
+async fn watch_stall(
+    watch: std::sync::Weak<Watch>,
+    stall: Duration,
+    connection: Option<Connection>,
+) {
+    let stall_ms = (stall.as_millis() as u64).max(1);
     let mut wait = stall;
     loop {
         tokio::time::sleep(wait).await;
@@ -331,11 +349,15 @@ async fn watch_stall(watch: std::sync::Weak<Watch>, stall: Duration) {
         }
         w.stalled.store(true, Ordering::Relaxed);
         let freed = w.permit.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(w);
         if freed.is_some() {
             tracing::info!(
                 stall_ms,
-                "a session file download took nothing for stall_timeout: its place is given back"
+                "a session file download took nothing for stall_timeout: its connection is closed and its place given back"
             );
+        }
+        if let Some(c) = connection {
+            c.close();
         }
         return;
     }
