@@ -58,19 +58,16 @@ pub enum LaneError {
     },
 }
 
-/// How to wait for the holders: an execution whose id is given out can
-/// be waited for by it; the others (a blocking call whose id its caller
-/// learns with the answer, a file transfer, a deletion) only by trying
-/// again.
+/// How to wait for the first holder (the one using the workspace now):
+/// an execution whose id is given out can be waited for by it; the
+/// others (a blocking call whose id its caller learns with the answer, a
+/// file transfer, a deletion) only by trying again.
 fn until(holders: &[Holder]) -> String {
-    match holders.iter().find_map(|h| match h {
-        Holder::Job(id) => Some(id),
-        _ => None,
-    }) {
-        Some(id) => {
+    match holders.first() {
+        Some(Holder::Job(id)) => {
             format!("wait until it ends (GET /v1/executions/{id}?wait=30s) and send this again")
         }
-        None => "send this again once it has ended".to_owned(),
+        _ => "send this again once it has ended".to_owned(),
     }
 }
 
