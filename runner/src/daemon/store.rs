@@ -701,26 +701,35 @@ fn write_loop(db: &Database, rx: mpsc::Receiver<Message>, path: PathBuf, blobs: 
 }
 
 /// Commits `batch` (emptied) in one transaction and answers whoever waits.
-/// When that fails, each change is tried in a transaction of its own, in
-/// order: one that cannot be written (a large result on a full disk) must
-/// not take the others with it, least of all a change nobody waits for,
-/// whose loss no one would hear of (a later `Sync` would say all is on
-/// disk).
+/// When a result's file cannot be written (a large result on a full
+/// disk), each change is tried in a transaction of its own, in order: it
+/// must not take the others with it, least of all a change nobody waits
+/// for, whose loss no one would hear of (a later `Sync` would say all is
+/// on disk).
 fn commit(db: &Database, path: &Path, blobs: &Path, batch: &mut Vec<Message>, durable: bool) {
-    let fail = |e: Failure| match e {
-        Failure::Full => StoreError::Full {
-            path: path.to_owned(),
-        },
-        Failure::Other(reason) => {
-            tracing::error!(path = %path.display(), "cannot write the execution store: {reason}");
-            StoreError::Write {
+    let fail = |mut e: Failure| {
+        while let Failure::Blob(inner) = e {
+            e = *inner;
+        }
+        match e {
+            // (`Blob` was unwrapped above.)
+            Failure::Full | Failure::Blob(_) => StoreError::Full {
                 path: path.to_owned(),
-                reason,
+            },
+            Failure::Other(reason) => {
+                tracing::error!(path = %path.display(), "cannot write the execution store: {reason}");
+                StoreError::Write {
+                    path: path.to_owned(),
+                    reason,
+                }
             }
         }
     };
     let outcome = apply(db, blobs, batch, durable);
-    if outcome.is_err() && batch.len() > 1 {
+    // Only a file that could not be written leaves the database able to
+    // take the other changes (after a failed write of its own file, redb
+    // refuses every transaction until it is opened again).
+    if matches!(outcome, Err(Failure::Blob(_))) && batch.len() > 1 {
         for m in batch.drain(..) {
             let one = std::slice::from_ref(&m);
             let outcome = apply(db, blobs, one, m.ack.is_some()).map_err(fail);
@@ -741,6 +750,9 @@ fn commit(db: &Database, path: &Path, blobs: &Path, batch: &mut Vec<Message>, du
 enum Failure {
     Full,
     Other(String),
+    /// A result's or event log's file could not be written: that change
+    /// alone fails, the database is untouched (see [`commit`]).
+    Blob(Box<Failure>),
 }
 
 impl From<std::io::Error> for Failure {
@@ -795,6 +807,26 @@ fn write_blob(
 }
 
 fn apply(db: &Database, dir: &Path, batch: &[Message], durable: bool) -> Result<(), Failure> {
+    let mut written = Vec::new();
+    let applied = apply_batch(db, dir, batch, durable, &mut written);
+    if applied.is_err() {
+        // No record names them: they would hold space until the next
+        // start's sweep.
+        for path in written {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    applied
+}
+
+/// [`apply`], naming in `written` the files it writes.
+fn apply_batch(
+    db: &Database,
+    dir: &Path,
+    batch: &[Message],
+    durable: bool,
+    written: &mut Vec<PathBuf>,
+) -> Result<(), Failure> {
     // Files to remove once the commit that stops naming them is made.
     let mut gone: Vec<PathBuf> = Vec::new();
     let mut wrote_blobs = false;
@@ -828,12 +860,14 @@ fn apply(db: &Database, dir: &Path, batch: &[Message], durable: bool) -> Result<
                     let mut record = record.clone();
                     record.blobs = as_files(result.len() as u64, record.output);
                     if record.blobs {
-                        let r = write_blob(&blob(dir, record.order, "result"), &mut |w| {
-                            w.write_all(result)
-                        })?;
-                        let e = write_blob(&blob(dir, record.order, "events"), &mut |w| {
-                            log.freeze_to(w)
-                        })?;
+                        let (r, e) = (
+                            blob(dir, record.order, "result"),
+                            blob(dir, record.order, "events"),
+                        );
+                        written.extend([r.clone(), e.clone()]);
+                        let own = |f: Failure| Failure::Blob(Box::new(f));
+                        let r = write_blob(&r, &mut |w| w.write_all(result)).map_err(own)?;
+                        let e = write_blob(&e, &mut |w| log.freeze_to(w)).map_err(own)?;
                         record.blob_lens = Some((r, e));
                         wrote_blobs = true;
                         results.remove(id.as_str())?;
@@ -977,10 +1011,28 @@ mod tests {
             );
             std::thread::sleep(LINGER / 5);
         }
+        // A steady trickle of such changes does not hold the first back
+        // past the linger: it is timed from the oldest one waiting.
+        store.send(put("t0"), false);
+        let first = std::time::Instant::now();
+        let mut n = 1;
+        while !committed(&store, "t0") {
+            assert!(
+                first.elapsed() < 20 * LINGER,
+                "held back by the changes after it"
+            );
+            std::thread::sleep(LINGER / 4);
+            store.send(put(&format!("t{n}")), false);
+            n += 1;
+        }
         store.send(put("d"), false);
         drop(store);
         let (_, stored) = Store::open(&path).unwrap();
-        let mut ids: Vec<&str> = stored.iter().map(|s| s.id.as_str()).collect();
+        let mut ids: Vec<&str> = stored
+            .iter()
+            .map(|s| s.id.as_str())
+            .filter(|id| !id.starts_with('t'))
+            .collect();
         ids.sort_unstable();
         assert_eq!(ids, ["a", "b", "c", "d"]);
     }
