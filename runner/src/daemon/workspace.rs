@@ -203,6 +203,20 @@ impl Drop for Place {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_hint_is_about_the_holder_using_the_workspace_now() {
+        let job = || Holder::Job("x".into());
+        assert!(until(&[job(), Holder::Files]).contains("GET /v1/executions/x?wait=30s"));
+        for holders in [
+            vec![Holder::Files, job()],
+            vec![Holder::Unannounced, job()],
+            vec![],
+        ] {
+            let hint = until(&holders);
+            assert!(!hint.contains("GET"), "{holders:?}: {hint}");
+        }
+    }
+
     #[tokio::test]
     async fn places_take_turns_in_order_of_admission() {
         let lanes = Lanes::new();
