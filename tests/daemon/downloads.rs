@@ -22,30 +22,8 @@ fn a_download_past_max_downloads_is_refused_until_one_ends() {
     let (bundle, binding) = bundle_of("tiny", &dir);
     let r = d.post("/v1/skill-packages", &bundle);
     assert_eq!(r.status, 200, "{:#}", r.json());
-    let r = d.post(
-        "/v1/sessions",
-        &json!({"skills": [binding], "tools": ["bash"], "workspace": "managed"}),
-    );
-    assert_eq!(r.status, 200, "{:#}", r.json());
-    let id = r.json()["id"].as_str().unwrap().to_owned();
-    // Larger than any socket buffer: its stream stays open while the
-    // client does not read.
-    let big: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
-    let path = format!("/v1/sessions/{id}/files/big.bin");
-    let r = d.request(
-        "PUT",
-        &path,
-        &[("Content-Type", "application/octet-stream")],
-        &big,
-    );
-    assert_eq!(r.status, 200, "{:#}", r.json());
-
-    // The first download: its head is read, its body is not (yet).
-    let mut slow = d.connect();
-    send(&mut slow, "GET", &path, &[], b"", None);
-    let mut slow = BufReader::new(slow);
-    let (status, headers) = read_head(&mut slow);
-    assert_eq!(status, 200);
+    let (path, big) = big_file(&d, &[binding]);
+    let (mut slow, headers) = slow_download(&d, &path);
 
     let r = d.get(&path);
     let msg = r.assert_error(429, "busy");
@@ -73,27 +51,8 @@ fn a_download_past_max_downloads_is_refused_until_one_ends() {
 fn a_stalled_download_gives_its_place_back_and_is_cut_off() {
     let w = World::new();
     let d = Daemon::start(&w, &["--max-downloads", "1", "--stall-timeout", "1s"]);
-    let r = d.post(
-        "/v1/sessions",
-        &json!({"skills": [], "tools": ["bash"], "workspace": "managed"}),
-    );
-    assert_eq!(r.status, 200, "{:#}", r.json());
-    let id = r.json()["id"].as_str().unwrap().to_owned();
-    let big: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
-    let path = format!("/v1/sessions/{id}/files/big.bin");
-    let r = d.request(
-        "PUT",
-        &path,
-        &[("Content-Type", "application/octet-stream")],
-        &big,
-    );
-    assert_eq!(r.status, 200, "{:#}", r.json());
-
-    let mut slow = d.connect();
-    send(&mut slow, "GET", &path, &[], b"", None);
-    let mut slow = BufReader::new(slow);
-    let (status, headers) = read_head(&mut slow);
-    assert_eq!(status, 200);
+    let (path, big) = big_file(&d, &[]);
+    let (mut slow, headers) = slow_download(&d, &path);
     d.get(&path).assert_error(429, "busy");
 
     // It reads nothing: within a few stall timeouts the next is served,
@@ -128,4 +87,36 @@ fn a_stalled_download_gives_its_place_back_and_is_cut_off() {
         "a stalled download was served whole ({} bytes)",
         got.len()
     );
+}
+
+/// A managed session with `skills` and a file of 8 MiB in its workspace
+/// (larger than any socket buffer: a download of it stays open while its
+/// client does not read); the file's route and its bytes.
+fn big_file(d: &Daemon, skills: &[serde_json::Value]) -> (String, Vec<u8>) {
+    let r = d.post(
+        "/v1/sessions",
+        &json!({"skills": skills, "tools": ["bash"], "workspace": "managed"}),
+    );
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    let big: Vec<u8> = (0..8u32 << 20).map(|i| (i % 251) as u8).collect();
+    let path = format!("/v1/sessions/{id}/files/big.bin");
+    let r = d.request(
+        "PUT",
+        &path,
+        &[("Content-Type", "application/octet-stream")],
+        &big,
+    );
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    (path, big)
+}
+
+/// A download of `path` whose head is read and whose body is not (yet).
+fn slow_download(d: &Daemon, path: &str) -> (BufReader<Conn>, Vec<(String, String)>) {
+    let mut slow = d.connect();
+    send(&mut slow, "GET", path, &[], b"", None);
+    let mut slow = BufReader::new(slow);
+    let (status, headers) = read_head(&mut slow);
+    assert_eq!(status, 200);
+    (slow, headers)
 }

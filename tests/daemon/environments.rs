@@ -288,9 +288,7 @@ fn a_session_freezes_its_environment_and_refuses_a_job_naming_another() {
         return;
     }
     let w = World::new();
-    let d = Daemon::start(&w, &[]);
-    let pdf = upload_module(&d, "pdf-env", "pdf_env", "pdf libraries");
-    let gif = upload_module(&d, "gif-env", "gif_env", "gif libraries");
+    let (d, pdf, gif) = with_two_environments(&w);
     let declaring = publish_skill(&d, &w, "reader", Some(&pdf));
     let plain = publish_skill(&d, &w, "plain", None);
     let import = |module: &str| {
@@ -381,9 +379,7 @@ fn each_selection_gets_its_own_declared_environment_in_one_daemon() {
         return;
     }
     let w = World::new();
-    let d = Daemon::start(&w, &[]);
-    let pdf = upload_module(&d, "pdf-env", "pdf_env", "pdf libraries");
-    let gif = upload_module(&d, "gif-env", "gif_env", "gif libraries");
+    let (d, pdf, gif) = with_two_environments(&w);
     let reader = publish_skill(&d, &w, "reader", Some(&pdf));
     let maker = publish_skill(&d, &w, "maker", Some(&gif));
     let plain = publish_skill(&d, &w, "plain", None);
@@ -414,4 +410,13 @@ fn each_selection_gets_its_own_declared_environment_in_one_daemon() {
             "{msg}"
         );
     }
+}
+
+/// A daemon holding two environments of one module each: `pdf_env` and
+/// `gif_env`.
+fn with_two_environments(w: &World) -> (Daemon, Value, Value) {
+    let d = Daemon::start(w, &[]);
+    let pdf = upload_module(&d, "pdf-env", "pdf_env", "pdf libraries");
+    let gif = upload_module(&d, "gif-env", "gif_env", "gif libraries");
+    (d, pdf, gif)
 }
