@@ -18,6 +18,7 @@
 //! | [`datadir`] | the runner's data dir: its folders, their owners and modes, opened without following planted links | `fsx`, `text`, `error` |
 //! | [`fsx`] | file-system primitives: no-follow opens, copies, locks | `text`, `error` |
 //! | [`text`] | small pure formatting helpers | nothing |
+//! | [`memo`] | a cache of the last few values computed from equal keys | nothing |
 //! | [`telemetry`] | the one `tracing` set-up of the CLI and the daemon | nothing |
 //! | [`error`] | the error kinds of every error document | nothing |
 //!
@@ -39,6 +40,7 @@ pub mod datadir;
 pub mod error;
 pub mod exec;
 pub mod fsx;
+pub mod memo;
 pub mod package;
 pub mod receipt;
 pub mod sandbox;

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 /// The rooms, lowest first; rooms of equal rank must not use each other.
 const ROOMS: &[(&str, u32)] = &[
     ("text", 0),
+    ("memo", 0),
     ("error", 0),
     ("telemetry", 0),
     ("fsx", 1),

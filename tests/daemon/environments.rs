@@ -288,9 +288,7 @@ fn a_session_freezes_its_environment_and_refuses_a_job_naming_another() {
         return;
     }
     let w = World::new();
-    let d = Daemon::start(&w, &[]);
-    let pdf = upload_module(&d, "pdf-env", "pdf_env", "pdf libraries");
-    let gif = upload_module(&d, "gif-env", "gif_env", "gif libraries");
+    let (d, pdf, gif) = with_two_environments(&w);
     let declaring = publish_skill(&d, &w, "reader", Some(&pdf));
     let plain = publish_skill(&d, &w, "plain", None);
     let import = |module: &str| {
@@ -368,4 +366,57 @@ fn a_session_freezes_its_environment_and_refuses_a_job_naming_another() {
         &json!({"skills": [plain], "tools": ["bash"]}),
     );
     assert!(r.json().get("environment").is_none(), "{:#}", r.json());
+}
+
+/// One daemon keeps each selection's declared environment apart (it reads
+/// a declaration once per set identity): jobs of a skill declaring one,
+/// of another declaring another and of one declaring none, in turns, each
+/// get their own; two that differ are refused every time they are asked,
+/// not only the first.
+#[test]
+fn each_selection_gets_its_own_declared_environment_in_one_daemon() {
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let (d, pdf, gif) = with_two_environments(&w);
+    let reader = publish_skill(&d, &w, "reader", Some(&pdf));
+    let maker = publish_skill(&d, &w, "maker", Some(&gif));
+    let plain = publish_skill(&d, &w, "plain", None);
+    let names = json!([
+        "python3",
+        "-c",
+        "import importlib.util as u; print([m for m in ('pdf_env', 'gif_env') if u.find_spec(m)])"
+    ]);
+    for _ in 0..2 {
+        for (skill, want) in [
+            (&reader, "['pdf_env']\n"),
+            (&maker, "['gif_env']\n"),
+            (&plain, "[]\n"),
+        ] {
+            let r = d.post("/v1/executions", &json!({"skills": [skill], "argv": names}));
+            assert_eq!(r.json()["stdout"], want, "{:#}", r.json());
+        }
+        let msg = d
+            .post(
+                "/v1/executions",
+                &json!({"skills": [reader, maker], "argv": names}),
+            )
+            .assert_error(400, "bad_job");
+        assert!(
+            msg.contains("pdf-env")
+                && msg.contains("gif-env")
+                && msg.contains("the same environment"),
+            "{msg}"
+        );
+    }
+}
+
+/// A daemon holding two environments of one module each: `pdf_env` and
+/// `gif_env`.
+fn with_two_environments(w: &World) -> (Daemon, Value, Value) {
+    let d = Daemon::start(w, &[]);
+    let pdf = upload_module(&d, "pdf-env", "pdf_env", "pdf libraries");
+    let gif = upload_module(&d, "gif-env", "gif_env", "gif libraries");
+    (d, pdf, gif)
 }

@@ -466,7 +466,9 @@ fn mcp_sessions_are_bounded_in_all_and_per_session_and_freed_when_closed() {
         ],
         b"",
     );
-    assert!(r.status < 300, "{}", String::from_utf8_lossy(&r.body));
+    // 204, as MCP's clients expect of a session ended (not the
+    // transport's 202).
+    assert_eq!(r.status, 204, "{}", String::from_utf8_lossy(&r.body));
     let _b2 = opened(&initialize(&d, &b));
     refused(&initialize(&d, &b), "mcp_sessions 3");
 

@@ -149,14 +149,6 @@ fn job(binding: &Value, id: &str, source: &str) -> Value {
     })
 }
 
-/// The value of an unlabelled `/metrics` line, or one with `labels`.
-fn metric(d: &Daemon, name: &str) -> f64 {
-    let body = String::from_utf8(d.get("/metrics").body).unwrap();
-    body.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{body}"))
-}
-
 #[test]
 fn eight_jobs_needing_one_missing_package_make_one_pull_and_an_outage_refuses_only_what_is_missing()
 {
@@ -211,11 +203,11 @@ fn eight_jobs_needing_one_missing_package_make_one_pull_and_an_outage_refuses_on
         std::fs::read_to_string(&reg.log).unwrap_or_default()
     );
     assert_eq!(
-        metric(&d, "skill_runner_pulls_total{outcome=\"landed\"}"),
+        d.metric("skill_runner_pulls_total{outcome=\"landed\"}"),
         1.0
     );
-    assert_eq!(metric(&d, "skill_runner_pulled_blobs_total"), 3.0);
-    assert!(metric(&d, "skill_runner_pulled_bytes_total") > 0.0);
+    assert_eq!(d.metric("skill_runner_pulled_blobs_total"), 3.0);
+    assert!(d.metric("skill_runner_pulled_bytes_total") > 0.0);
 
     // Held now: more jobs make no request.
     let r = d.post("/v1/executions", &job(&binding, "fleet", &source));
@@ -237,7 +229,7 @@ fn eight_jobs_needing_one_missing_package_make_one_pull_and_an_outage_refuses_on
     assert_eq!(r.status, 200);
     assert_eq!(r.json()["stdout"], "pulled and ran\n");
     assert_eq!(
-        metric(&d, "skill_runner_pulls_total{outcome=\"failed\"}"),
+        d.metric("skill_runner_pulls_total{outcome=\"failed\"}"),
         1.0
     );
 }

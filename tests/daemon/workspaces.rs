@@ -348,6 +348,7 @@ fn jobs_of_one_session_take_turns_in_order_of_admission() {
     let r = d.post("/v1/executions?session_wait=false", &third);
     let msg = r.assert_error(409, "conflict");
     assert!(msg.contains("execution \"first\""), "{msg}");
+    assert!(msg.contains("GET /v1/executions/first?wait=30s"), "{msg}");
     d.get("/v1/executions/third").assert_error(404, "not_found");
     let msg = put(&d, &id, "late.txt", b"x").assert_error(409, "conflict");
     assert!(msg.contains("in use by"), "{msg}");
@@ -525,6 +526,8 @@ fn a_refusal_does_not_give_out_the_id_of_an_unannounced_execution() {
     let msg = put(&d, &id, "late.txt", b"x").assert_error(409, "conflict");
     assert!(msg.contains("a blocking execution"), "{msg}");
     assert!(!msg.contains("exec-"), "the refusal gave out its id: {msg}");
+    // Nothing to wait for by id: no GET of an id it may not name.
+    assert!(!msg.contains("GET /v1/executions/"), "{msg}");
     let third = json!({"session": id, "argv": ["true"]});
     let msg = d
         .post("/v1/executions?session_wait=false", &third)

@@ -198,6 +198,15 @@ impl Daemon {
         self.request("GET", path, &[], b"")
     }
 
+    /// The value of an unlabelled `/metrics` line, or one with its labels
+    /// written in `name` (`family{label="x"}`).
+    pub fn metric(&self, name: &str) -> f64 {
+        let body = String::from_utf8(self.get("/metrics").body).unwrap();
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /metrics:\n{body}"))
+    }
+
     pub fn delete(&self, path: &str) -> Resp {
         self.request("DELETE", path, &[], b"")
     }

@@ -303,6 +303,26 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The connection a request came on, as a request extension: a handler
+/// whose response outlives a stalled client (a download) closes it.
+#[derive(Debug, Clone, Default)]
+pub struct Connection(Arc<std::sync::OnceLock<tokio::task::AbortHandle>>);
+
+impl Connection {
+    /// Names the connection's task, once it is spawned.
+    pub fn bind(&self, task: tokio::task::AbortHandle) {
+        let _ = self.0.set(task);
+    }
+
+    /// Closes the connection: its task ends, dropping the response being
+    /// sent and the socket.
+    pub fn close(&self) {
+        if let Some(task) = self.0.get() {
+            task.abort();
+        }
+    }
+}
+
 /// The parameters in a route's path: axum's `Path`, except that a path
 /// that does not decode (`%FF` is not UTF-8) answers the error document
 /// like every other refusal, not axum's plain-text rejection.

@@ -356,7 +356,8 @@ settings! {
     }
     stall_timeout: Option<Duration> {
         /// A streaming client that reads nothing for this long is treated as
-        /// gone and its execution cancelled [default: 30s].
+        /// gone: its execution cancelled, its file download cut off
+        /// [default: 30s].
         flag: "stall-timeout" <"DURATION"> [value_parser = humantime::parse_duration],
         env: "SKILL_RUNNER_STALL_TIMEOUT",
         file: "stall_timeout",

@@ -326,11 +326,18 @@ async fn handle(
         })?),
         false => None,
     };
+    let ends = req.method() == axum::http::Method::DELETE;
     let resp = RESERVED
         .scope(std::cell::RefCell::new(place), service.call(req))
         .await
         .map_err(|e| ApiError::Internal(format!("the MCP transport failed: {e}")))?;
     let status = resp.status();
+    // The transport answers an ended session 202; MCP's clients expect
+    // 200 or 204 there (the Python SDK warns "Session termination
+    // failed: 202"), and nothing is left to accept: 204.
+    if ends && status == StatusCode::ACCEPTED {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
     if !status.is_client_error() && !status.is_server_error() {
         return Ok(resp.map(Body::new));
     }

@@ -50,10 +50,13 @@
 //! - except an unannounced execution ([`Slot::unannounced`]): a blocking,
 //!   unstreamed call whose id the daemon chose. Nobody outside the daemon
 //!   learns that id before its result is answered, so nobody can hold it
-//!   to a promise: its admission and its move to running are committed
-//!   with the next durable commit (its result's at the latest) instead of
-//!   each waiting for a `fsync` of their own, and after a crash its record
-//!   says that whether its command had started is not known.
+//!   to a promise: it is recorded once, as running, at its admission, and
+//!   that record is committed with the next durable commit (its result's
+//!   at the latest) instead of waiting for a `fsync` of its own; after a
+//!   crash it says that whether its command had started is not known;
+//! - a change nobody waits for (an admission, retention's sheds and
+//!   evictions) is committed with the next durable one, or on its own
+//!   after 50 ms without one ([`store`]'s writer).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -202,15 +205,16 @@ impl Live {
         };
         let mut starting = self.starting.lock().unwrap_or_else(|e| e.into_inner());
         self.sent_running.store(true, Ordering::SeqCst);
-        let quiet = self.unannounced.load(Ordering::SeqCst);
+        if self.unannounced.load(Ordering::SeqCst) {
+            // Recorded as running since its admission ([`Live::record`]):
+            // there is nothing new to send.
+            return;
+        }
         let change = Change::Put {
             id: self.id.clone(),
             record: self.record(State::Running),
         };
-        let ack = store.send(change, !quiet);
-        if !quiet {
-            *starting = Some(ack);
-        }
+        *starting = Some(store.send(change, true));
     }
 
     /// Records, durably, that its command is about to start: called on
@@ -227,9 +231,9 @@ impl Live {
             return;
         };
         if self.unannounced.load(Ordering::SeqCst) {
-            // Its commit was sent at its run slot and goes with the next
-            // durable one; nobody holds its id to wait for. (Announced
-            // since, it gets a durable commit of its own below.)
+            // Its record says running since its admission and goes with
+            // the next durable commit; nobody holds its id to wait for.
+            // (Announced since, it gets a durable commit of its own below.)
             return;
         }
         let sent = self

@@ -483,8 +483,11 @@ impl Connections {
             _ => None,
         };
         let in_flight = busy.clone();
+        let connection = super::app::Connection::default();
+        let this_connection = connection.clone();
         let router = self.router.clone().layer(axum::middleware::from_fn(
-            move |req: axum::extract::Request, next: axum::middleware::Next| {
+            move |mut req: axum::extract::Request, next: axum::middleware::Next| {
+                req.extensions_mut().insert(this_connection.clone());
                 if let Some((token, proven)) = &token {
                     let auth = req.headers().get(hyper::header::AUTHORIZATION);
                     if token.verify(auth.map(|v| v.as_bytes())) {
@@ -520,6 +523,7 @@ impl Connections {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
         });
+        connection.bind(task.abort_handle());
         if !task.is_finished() {
             open.insert(
                 id,

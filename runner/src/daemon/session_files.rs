@@ -23,16 +23,20 @@
 //!   blocking thread, which executions need, and at most one chunk of
 //!   memory;
 //! - at most `max_downloads` downloads are streamed at once, across all
-//!   sessions: each holds a permit until its last byte is sent or its
-//!   client leaves, and one more is refused `429 busy` with
-//!   `Retry-After` before its file is opened;
+//!   sessions: each holds a permit until its last byte is sent, its
+//!   client leaves, or its client takes no 64 KiB chunk for
+//!   `stall_timeout` (then its connection is closed), and one more is
+//!   refused `429 busy` with `Retry-After` before its file is opened;
 //! - every path and every file met is handled by
 //!   [`crate::skillhost::session::workspace`]: no link is followed, only
 //!   regular files with one link are read.
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::QueryRejection;
@@ -46,7 +50,7 @@ use http_body_util::BodyExt;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::app::{check_length, params, refuse_unread, ApiError, App, UrlPath};
+use super::app::{check_length, params, refuse_unread, ApiError, App, Connection, UrlPath};
 use super::sessions::use_session;
 use super::workspace::{Holder, LaneError};
 use crate::skillhost::session::workspace::{check_path, Workspace, WorkspaceError};
@@ -241,6 +245,7 @@ async fn receive(
 async fn download(
     State(app): State<App>,
     UrlPath((id, path)): UrlPath<(String, String)>,
+    connection: Option<axum::Extension<Connection>>,
 ) -> Result<Response, ApiError> {
     let permit = app
         .downloads
@@ -255,11 +260,23 @@ async fn download(
     .await
     .map_err(thread_failed)??;
     let (file, size) = file;
+    let watch = Arc::new(Watch {
+        taken: AtomicU64::new(0),
+        permit: std::sync::Mutex::new(Some(permit)),
+        stalled: AtomicBool::new(false),
+        started: std::time::Instant::now(),
+    });
+    let watcher = tokio::spawn(watch_stall(
+        Arc::downgrade(&watch),
+        app.config.stall_timeout,
+        connection.map(|axum::Extension(c)| c),
+    ));
     let body = FileBody {
         file: tokio::fs::File::from_std(file),
         left: size,
         buf: vec![0u8; CHUNK],
-        _permit: permit,
+        watch,
+        watcher: watcher.abort_handle(),
     };
     let mut resp = Body::new(body).into_response();
     resp.headers_mut().insert(
@@ -276,8 +293,74 @@ struct FileBody {
     file: tokio::fs::File,
     left: u64,
     buf: Vec<u8>,
-    /// Its place among `max_downloads`, given back when the body goes.
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    /// Its place among `max_downloads` and when the client last took a
+    /// chunk ([`watch_stall`]).
+    watch: Arc<Watch>,
+    /// The task watching it, stopped when the body goes.
+    watcher: tokio::task::AbortHandle,
+}
+
+impl Drop for FileBody {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}
+
+/// What a download shares with the task that watches it for a stall.
+struct Watch {
+    /// Milliseconds after `started` at which the client last took a chunk.
+    taken: AtomicU64,
+    /// Its place among `max_downloads`: given back when the body goes, or
+    /// by the watcher when the client stalls.
+    permit: std::sync::Mutex<Option<tokio::sync::OwnedSemaphorePermit>>,
+    /// The watcher gave its place away: the body ends with an error.
+    stalled: AtomicBool,
+    started: std::time::Instant,
+}
+
+impl Watch {
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+}
+
+/// A client that takes no chunk (`CHUNK`, 64 KiB) of its download for
+/// `stall` is treated as gone, as a stalled stream is: its connection is
+/// closed, which drops the body with its file and buffers, and its place
+/// among `max_downloads` is given back. (hyper polls a body only when the
+/// client reads, so the body alone would hold all of them while the
+/// connection lives.) Without a connection to close (a request served
+/// outside the daemon's accept loop) the place is given back and the body
+/// ends with an error the next time it is asked for a chunk.
+async fn watch_stall(
+    watch: std::sync::Weak<Watch>,
+    stall: Duration,
+    connection: Option<Connection>,
+) {
+    let stall_ms = (stall.as_millis() as u64).max(1);
+    let mut wait = stall;
+    loop {
+        tokio::time::sleep(wait).await;
+        let Some(w) = watch.upgrade() else { return };
+        let idle = w.now_ms().saturating_sub(w.taken.load(Ordering::Relaxed));
+        if idle < stall_ms {
+            wait = Duration::from_millis(stall_ms - idle);
+            continue;
+        }
+        w.stalled.store(true, Ordering::Relaxed);
+        let freed = w.permit.lock().unwrap_or_else(|e| e.into_inner()).take();
+        drop(w);
+        if freed.is_some() {
+            tracing::info!(
+                stall_ms,
+                "a session file download took nothing for stall_timeout: its connection is closed and its place given back"
+            );
+        }
+        if let Some(c) = connection {
+            c.close();
+        }
+        return;
+    }
 }
 
 impl http_body::Body for FileBody {
@@ -290,6 +373,15 @@ impl http_body::Body for FileBody {
     ) -> Poll<Option<Result<Frame<Bytes>, std::io::Error>>> {
         use tokio::io::AsyncRead;
         let this = self.get_mut();
+        if this.watch.stalled.load(Ordering::Relaxed) {
+            return Poll::Ready(Some(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client took nothing of this download for stall_timeout",
+            ))));
+        }
+        this.watch
+            .taken
+            .store(this.watch.now_ms(), Ordering::Relaxed);
         if this.left == 0 {
             return Poll::Ready(None);
         }

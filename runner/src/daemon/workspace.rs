@@ -51,11 +51,24 @@ impl std::fmt::Display for Holder {
 /// Why a place was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum LaneError {
-    #[error("the workspace of session {session} is in use by {}; wait until it ends (GET /v1/executions/ID?wait=30s) and send this again", list(.holders))]
+    #[error("the workspace of session {session} is in use by {}; {}", list(.holders), until(.holders))]
     Busy {
         session: String,
         holders: Vec<Holder>,
     },
+}
+
+/// How to wait for the first holder (the one using the workspace now):
+/// an execution whose id is given out can be waited for by it; the
+/// others (a blocking call whose id its caller learns with the answer, a
+/// file transfer, a deletion) only by trying again.
+fn until(holders: &[Holder]) -> String {
+    match holders.first() {
+        Some(Holder::Job(id)) => {
+            format!("wait until it ends (GET /v1/executions/{id}?wait=30s) and send this again")
+        }
+        _ => "send this again once it has ended".to_owned(),
+    }
 }
 
 fn list(holders: &[Holder]) -> String {
@@ -189,6 +202,20 @@ impl Drop for Place {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hint_is_about_the_holder_using_the_workspace_now() {
+        let job = || Holder::Job("x".into());
+        assert!(until(&[job(), Holder::Files]).contains("GET /v1/executions/x?wait=30s"));
+        for holders in [
+            vec![Holder::Files, job()],
+            vec![Holder::Unannounced, job()],
+            vec![],
+        ] {
+            let hint = until(&holders);
+            assert!(!hint.contains("GET"), "{holders:?}: {hint}");
+        }
+    }
 
     #[tokio::test]
     async fn places_take_turns_in_order_of_admission() {

@@ -173,9 +173,25 @@ pub fn job_digest(job: &Job) -> JobDigest {
     }
 }
 
-/// The canonical digest of a resolved profile (every setting, as parsed).
+/// The canonical digest of a resolved profile (every setting, as parsed),
+/// made once for each of the last few profiles used: every receipt names
+/// it twice (the job's digest and the profile's).
 pub fn profile_sha256(profile: &crate::sandbox::profile::Profile) -> String {
-    canonical::sha256_hex(&serde_json::to_value(profile).unwrap_or(Value::Null))
+    static DIGESTS: crate::memo::Recent<crate::sandbox::profile::Profile, String> =
+        crate::memo::Recent::new(8);
+    let made = DIGESTS.get_or_try(
+        |p| p == profile,
+        || profile.clone(),
+        || {
+            Ok::<_, std::convert::Infallible>(canonical::sha256_hex(
+                &serde_json::to_value(profile).unwrap_or(Value::Null),
+            ))
+        },
+    );
+    match made {
+        Ok(digest) => digest,
+        Err(never) => match never {},
+    }
 }
 
 /// The profile and the seccomp programs this job's sandbox loads.
@@ -185,7 +201,7 @@ fn profile_digest(job: &Job, host: &Host) -> ProfileDigest {
     {
         let root_mapped = host.identity.as_ref().is_ok_and(|i| i.root_mapped);
         let compiled =
-            crate::sandbox::seccomp::compile_for(&job.profile, job.network.mode(), root_mapped);
+            crate::sandbox::seccomp::compiled(&job.profile, job.network.mode(), root_mapped);
         if let Ok(f) = compiled {
             // The one program loaded (the guard is part of it).
             seccomp.insert("rules".into(), canonical::bytes_sha256_hex(&f.rules));

@@ -227,12 +227,12 @@ pub fn bwrap(job: &Job, s: Sandbox<'_>) -> Result<Plan, ExecError> {
 #[cfg(target_os = "linux")]
 fn seccomp(job: &Job, identity: &Identity) -> Result<Vec<(i32, Content)>, ExecError> {
     use crate::sandbox::fds::FD_SECCOMP_RULES;
-    let filters = crate::sandbox::seccomp::compile_for(
-        &job.profile,
-        job.network.mode(),
-        identity.root_mapped,
-    )?;
-    Ok(vec![(FD_SECCOMP_RULES, Content::Bytes(filters.rules))])
+    let filters =
+        crate::sandbox::seccomp::compiled(&job.profile, job.network.mode(), identity.root_mapped)?;
+    Ok(vec![(
+        FD_SECCOMP_RULES,
+        Content::Bytes(filters.rules.clone()),
+    )])
 }
 
 /// Elsewhere a bubblewrap plan is only shown, never launched, and has no

@@ -114,7 +114,15 @@ pub struct Runner {
     kept: Arc<files::KeptBudget>,
     /// The receipt key each result is signed with; `None`: receipts off.
     signer: Option<Arc<crate::receipt::Signer>>,
+    /// The environment each of the last few selections declares, by set
+    /// identity: the identity pins every byte of the `SKILL.md`s it is read
+    /// from, so it is read and parsed once, not for every execution.
+    declared: crate::memo::Recent<String, Declared>,
 }
+
+/// The environment a selection's skills declare, with the first skill
+/// declaring it ([`declared_environment`]).
+type Declared = Option<(String, crate::package::environment::EnvRef)>;
 
 /// How output is delivered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,6 +197,7 @@ impl Runner {
             cgroups,
             shared,
             signer: None,
+            declared: crate::memo::Recent::new(64),
         };
         let probed = started.elapsed();
         runner.sweep();
@@ -381,7 +390,11 @@ impl Runner {
         job: &Job,
         snapshot: &crate::package::stage::Snapshot,
     ) -> Result<Option<crate::package::environment::resolve::Ready>, ExecError> {
-        let declared = declared_environment(snapshot)?;
+        let declared = self.declared.get_or_try(
+            |identity| *identity == snapshot.identity,
+            || snapshot.identity.clone(),
+            || declared_environment(snapshot),
+        )?;
         let env = match (&job.environment, declared) {
             (None, None) => return Ok(None),
             (Some(named), Some((skill, declared))) if *named != declared => {
@@ -664,9 +677,7 @@ impl Runner {
 /// The one environment the selected skills declare in their `SKILL.md`
 /// (read from the snapshot root, the verified bytes the command sees),
 /// with the first skill declaring it; two different ones refuse the job.
-fn declared_environment(
-    snapshot: &crate::package::stage::Snapshot,
-) -> Result<Option<(String, crate::package::environment::EnvRef)>, ExecError> {
+fn declared_environment(snapshot: &crate::package::stage::Snapshot) -> Result<Declared, ExecError> {
     use crate::package::environment::declare;
     let mut found: Option<(String, crate::package::environment::EnvRef)> = None;
     for skill in &snapshot.manifest.skills {

@@ -190,6 +190,25 @@ pub fn compile(profile: &Profile, network: Network) -> Result<Filters, SeccompEr
     compile_for(profile, network, false)
 }
 
+/// The programs of the profiles in use: a daemon compiles the same one
+/// for each execution, twice (its sandbox's and its receipt's digest).
+static COMPILED: crate::memo::Recent<(Profile, Network, bool), std::sync::Arc<Filters>> =
+    crate::memo::Recent::new(8);
+
+/// [`compile_for`], made once for each profile, network and identity
+/// among the last few used.
+pub fn compiled(
+    profile: &Profile,
+    network: Network,
+    root_mapped: bool,
+) -> Result<std::sync::Arc<Filters>, SeccompError> {
+    COMPILED.get_or_try(
+        |(p, n, r)| *n == network && *r == root_mapped && p == profile,
+        || (profile.clone(), network, root_mapped),
+        || compile_for(profile, network, root_mapped).map(std::sync::Arc::new),
+    )
+}
+
 /// Compiles the filters of `profile`; `root_mapped` adds the refusals of
 /// `root_mapped_denials` (see [`crate::sandbox::identity`]).
 pub fn compile_for(

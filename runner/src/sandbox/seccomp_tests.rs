@@ -572,3 +572,40 @@ fn every_deny_name_resolves() {
         assert!(syscall_number(n).is_some(), "{n}");
     }
 }
+
+/// The cache answers each profile, network and identity with that one's
+/// own program, asked in any order, for two profiles that differ in a
+/// single denied call.
+#[test]
+fn the_cached_program_is_the_one_compiled_for_the_same_inputs() {
+    let default = Profile::load("default", std::path::Path::new("/")).unwrap();
+    // One denied call fewer.
+    let mut fewer = default.clone();
+    fewer.seccomp.deny.pop();
+    let combos = [
+        (Network::None, false),
+        (Network::None, true),
+        (Network::Proxy, false),
+    ];
+    for _ in 0..2 {
+        for p in [&default, &fewer] {
+            for (network, root_mapped) in combos {
+                let cached = compiled(p, network, root_mapped).unwrap();
+                assert_eq!(
+                    *cached,
+                    compile_for(p, network, root_mapped).unwrap(),
+                    "{} {network:?} root_mapped={root_mapped}",
+                    p.seccomp.deny.len()
+                );
+            }
+        }
+    }
+    assert_ne!(
+        compiled(&default, Network::None, false).unwrap().rules,
+        compiled(&fewer, Network::None, false).unwrap().rules
+    );
+    assert_ne!(
+        compiled(&default, Network::None, false).unwrap().rules,
+        compiled(&default, Network::None, true).unwrap().rules
+    );
+}
