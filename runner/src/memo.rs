@@ -53,6 +53,19 @@ impl<K, V: Clone> Recent<K, V> {
         Ok(value)
     }
 
+    /// [`Recent::get_or_try`] of a value that is always made.
+    pub fn get_or_insert(
+        &self,
+        is: impl Fn(&K) -> bool,
+        key: impl FnOnce() -> K,
+        make: impl FnOnce() -> V,
+    ) -> V {
+        match self.get_or_try(is, key, || Ok::<_, std::convert::Infallible>(make())) {
+            Ok(value) => value,
+            Err(never) => match never {},
+        }
+    }
+
     /// How many entries are kept.
     pub fn len(&self) -> usize {
         self.lock().len()

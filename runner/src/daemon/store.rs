@@ -707,24 +707,7 @@ fn write_loop(db: &Database, rx: mpsc::Receiver<Message>, path: PathBuf, blobs: 
 /// for, whose loss no one would hear of (a later `Sync` would say all is
 /// on disk).
 fn commit(db: &Database, path: &Path, blobs: &Path, batch: &mut Vec<Message>, durable: bool) {
-    let fail = |mut e: Failure| {
-        while let Failure::Blob(inner) = e {
-            e = *inner;
-        }
-        match e {
-            // (`Blob` was unwrapped above.)
-            Failure::Full | Failure::Blob(_) => StoreError::Full {
-                path: path.to_owned(),
-            },
-            Failure::Other(reason) => {
-                tracing::error!(path = %path.display(), "cannot write the execution store: {reason}");
-                StoreError::Write {
-                    path: path.to_owned(),
-                    reason,
-                }
-            }
-        }
-    };
+    let fail = |e: Failure| e.into_error(path);
     let outcome = apply(db, blobs, batch, durable);
     // Only a file that could not be written leaves the database able to
     // take the other changes (after a failed write of its own file, redb
@@ -753,6 +736,26 @@ enum Failure {
     /// A result's or event log's file could not be written: that change
     /// alone fails, the database is untouched (see [`commit`]).
     Blob(Box<Failure>),
+}
+
+impl Failure {
+    /// What the waiters of the failed commit hear; a write that is not a
+    /// full disk is logged at ERROR.
+    fn into_error(self, path: &Path) -> StoreError {
+        match self {
+            Failure::Blob(inner) => inner.into_error(path),
+            Failure::Full => StoreError::Full {
+                path: path.to_owned(),
+            },
+            Failure::Other(reason) => {
+                tracing::error!(path = %path.display(), "cannot write the execution store: {reason}");
+                StoreError::Write {
+                    path: path.to_owned(),
+                    reason,
+                }
+            }
+        }
+    }
 }
 
 impl From<std::io::Error> for Failure {

@@ -179,19 +179,11 @@ pub fn job_digest(job: &Job) -> JobDigest {
 pub fn profile_sha256(profile: &crate::sandbox::profile::Profile) -> String {
     static DIGESTS: crate::memo::Recent<crate::sandbox::profile::Profile, String> =
         crate::memo::Recent::new(8);
-    let made = DIGESTS.get_or_try(
+    DIGESTS.get_or_insert(
         |p| p == profile,
         || profile.clone(),
-        || {
-            Ok::<_, std::convert::Infallible>(canonical::sha256_hex(
-                &serde_json::to_value(profile).unwrap_or(Value::Null),
-            ))
-        },
-    );
-    match made {
-        Ok(digest) => digest,
-        Err(never) => match never {},
-    }
+        || canonical::sha256_hex(&serde_json::to_value(profile).unwrap_or(Value::Null)),
+    )
 }
 
 /// The profile and the seccomp programs this job's sandbox loads.
