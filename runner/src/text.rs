@@ -1,8 +1,6 @@
 //! Small pure formatting helpers every room uses: one-line messages and
 //! timestamps. Nothing here touches the system.
 
-use std::fmt::Write as _;
-
 /// `text` on one line: control characters (newlines included) are written
 /// as escapes (`\n`), so a message that quotes its input (a JSON key, a
 /// TOML line, a file name) stays one sentence in logs, results and error
@@ -26,10 +24,11 @@ pub fn rfc3339(t: std::time::SystemTime) -> String {
 
 /// Lowercase hex of a digest.
 pub fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        // Writing to a String cannot fail.
-        let _ = write!(out, "{b:02x}");
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
     }
     out
 }
@@ -70,6 +69,12 @@ pub(crate) fn skip_test(reason: impl std::fmt::Display) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_is_lowercase_two_digits_a_byte() {
+        assert_eq!(to_hex(&[0x00, 0x0f, 0xa0, 0xff, 0x5c]), "000fa0ff5c");
+        assert_eq!(to_hex(&[]), "");
+    }
 
     #[test]
     fn single_line_escapes_control_characters_only() {

@@ -162,12 +162,18 @@ pub fn job_document(job: &Job) -> Map<String, Value> {
 /// The job's digest, and each part's.
 pub fn job_digest(job: &Job) -> JobDigest {
     let doc = job_document(job);
-    let parts = doc
+    // Each part written once: the whole document's bytes are made of them.
+    let rendered: Vec<(&str, Vec<u8>)> = doc
         .iter()
-        .map(|(k, v)| (k.clone(), canonical::sha256_hex(v)))
+        .map(|(k, v)| (k.as_str(), canonical::to_vec(v)))
         .collect();
+    let parts = rendered
+        .iter()
+        .map(|(k, bytes)| ((*k).to_owned(), canonical::bytes_sha256_hex(bytes)))
+        .collect();
+    let whole: Vec<(&str, &[u8])> = rendered.iter().map(|(k, b)| (*k, b.as_slice())).collect();
     JobDigest {
-        sha256: canonical::sha256_hex(&Value::Object(doc)),
+        sha256: canonical::bytes_sha256_hex(&canonical::object_of(&whole)),
         parts,
         execution_id_from: if job.generated_id { "runner" } else { "caller" },
     }
@@ -257,4 +263,33 @@ pub fn seal(result: &mut ExecResult, facts: &Facts, signer: &Signer) {
         }
     }
     result.receipt = Some(envelope);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::job::RawJob;
+
+    /// The digest assembled from its parts' bytes is the digest of the
+    /// whole document written at once (docs/receipts.md, "The job digest").
+    #[test]
+    fn the_job_digest_is_the_whole_documents_and_each_parts() {
+        let raw: RawJob = serde_json::from_value(json!({
+            "argv": ["/bin/sh", "-c", "echo \"quoted\"\ttab"],
+            "env": {"Z": "last", "A": "first\u{1}"},
+            "stdin": "input",
+        }))
+        .unwrap();
+        let job = Job::validate(raw, None).unwrap();
+        let doc = job_document(&job);
+        let digest = job_digest(&job);
+        assert_eq!(
+            digest.sha256,
+            canonical::sha256_hex(&Value::Object(doc.clone()))
+        );
+        assert_eq!(digest.parts.len(), doc.len());
+        for (k, v) in &doc {
+            assert_eq!(digest.parts[k], canonical::sha256_hex(v), "part {k}");
+        }
+    }
 }

@@ -9,6 +9,8 @@
 //! round-trip form, which JCS agrees with for the values below 1e21 that
 //! have one; the documents digested here hold integers only.
 
+use std::io::Write;
+
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -34,13 +36,20 @@ fn write(value: &Value, out: &mut Vec<u8>) {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(true) => out.extend_from_slice(b"true"),
         Value::Bool(false) => out.extend_from_slice(b"false"),
+        // Written in place (a `Vec` takes every write).
         Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
-            (Some(u), _, _) => out.extend_from_slice(u.to_string().as_bytes()),
-            (None, Some(i), _) => out.extend_from_slice(i.to_string().as_bytes()),
-            (None, None, Some(f)) if f == f.trunc() && f.abs() < 9.007_199_254_740_992e15 => {
-                out.extend_from_slice((f as i64).to_string().as_bytes())
+            (Some(u), _, _) => {
+                let _ = write!(out, "{u}");
             }
-            (None, None, Some(f)) => out.extend_from_slice(format!("{f}").as_bytes()),
+            (None, Some(i), _) => {
+                let _ = write!(out, "{i}");
+            }
+            (None, None, Some(f)) if f == f.trunc() && f.abs() < 9.007_199_254_740_992e15 => {
+                let _ = write!(out, "{}", f as i64);
+            }
+            (None, None, Some(f)) => {
+                let _ = write!(out, "{f}");
+            }
             (None, None, None) => out.extend_from_slice(b"null"),
         },
         Value::String(s) => string(s, out),
@@ -55,8 +64,7 @@ fn write(value: &Value, out: &mut Vec<u8>) {
             out.push(b']');
         }
         Value::Object(map) => {
-            let mut members: Vec<(&String, &Value)> = map.iter().collect();
-            members.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+            let members = sorted(map.iter().map(|(k, v)| (k.as_str(), v)).collect());
             out.push(b'{');
             for (i, (k, v)) in members.into_iter().enumerate() {
                 if i > 0 {
@@ -71,28 +79,78 @@ fn write(value: &Value, out: &mut Vec<u8>) {
     }
 }
 
+/// The canonical bytes of the object whose members are `parts`, each
+/// member's value given as its canonical bytes: the same bytes as
+/// [`to_vec`] of that object, without writing its members again.
+pub fn object_of(parts: &[(&str, &[u8])]) -> Vec<u8> {
+    let members = sorted(parts.iter().map(|&(k, v)| (k, v)).collect());
+    let mut out = Vec::with_capacity(
+        2 + parts
+            .iter()
+            .map(|(k, v)| k.len() + v.len() + 4)
+            .sum::<usize>(),
+    );
+    out.push(b'{');
+    for (i, (k, v)) in members.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        string(k, &mut out);
+        out.push(b':');
+        out.extend_from_slice(v);
+    }
+    out.push(b'}');
+    out
+}
+
+/// Members in the order RFC 8785 writes them: by their names' UTF-16
+/// code units. That is the names' byte order (a `serde_json` map's own)
+/// unless a name holds a character above U+FFFF, whose surrogates sort
+/// below U+E000-U+FFFF: only then are they compared as UTF-16.
+fn sorted<T>(mut members: Vec<(&str, T)>) -> Vec<(&str, T)> {
+    let astral = |k: &str| k.bytes().any(|b| b >= 0xF0);
+    if members.iter().any(|(k, _)| astral(k)) {
+        members.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
+    } else if !members.is_sorted_by(|a, b| a.0 <= b.0) {
+        members.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    }
+    members
+}
+
 fn string(s: &str, out: &mut Vec<u8>) {
     out.push(b'"');
-    for c in s.chars() {
-        match c {
-            '"' => out.extend_from_slice(b"\\\""),
-            '\\' => out.extend_from_slice(b"\\\\"),
-            '\u{8}' => out.extend_from_slice(b"\\b"),
-            '\u{c}' => out.extend_from_slice(b"\\f"),
-            '\n' => out.extend_from_slice(b"\\n"),
-            '\r' => out.extend_from_slice(b"\\r"),
-            '\t' => out.extend_from_slice(b"\\t"),
-            c if (c as u32) < 0x20 => {
-                out.extend_from_slice(format!("\\u{:04x}", c as u32).as_bytes())
-            }
-            c => {
-                let mut buf = [0u8; 4];
-                out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes())
-            }
-        }
+    // Runs of bytes that need no escape are copied whole; no byte of a
+    // multi-byte UTF-8 sequence is below 0x80, so none is ever escaped.
+    let bytes = s.as_bytes();
+    let mut copied = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0..0x20 => &[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[usize::from(b >> 4)],
+                HEX[usize::from(b & 0xf)],
+            ],
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[copied..i]);
+        out.extend_from_slice(escape);
+        copied = i + 1;
     }
+    out.extend_from_slice(&bytes[copied..]);
     out.push(b'"');
 }
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
 
 #[cfg(test)]
 mod tests {
@@ -132,5 +190,28 @@ mod tests {
             String::from_utf8(to_vec(&n)).unwrap(),
             r#"{"f":2,"g":0.5,"m":18446744073709551615,"n":-3}"#
         );
+    }
+
+    #[test]
+    fn an_object_of_canonical_parts_is_the_object_written_whole() {
+        let v = json!({
+            "\u{e000}": [1, "\u{1}x"],
+            "\u{10000}": {"b": null, "a": -2},
+            "zz": "tab\there",
+            "a": true,
+        });
+        let Value::Object(map) = &v else {
+            unreachable!()
+        };
+        let rendered: Vec<(String, Vec<u8>)> =
+            map.iter().map(|(k, v)| (k.clone(), to_vec(v))).collect();
+        // Given in another order than either sort: the result is the same.
+        let mut parts: Vec<(&str, &[u8])> = rendered
+            .iter()
+            .map(|(k, b)| (k.as_str(), b.as_slice()))
+            .collect();
+        parts.reverse();
+        assert_eq!(object_of(&parts), to_vec(&v));
+        assert_eq!(object_of(&[]), b"{}");
     }
 }

@@ -35,8 +35,7 @@ pub use statement::Facts;
 /// `receipt`), signed by `signer`.
 pub fn seal(result: &Map<String, Value>, facts: &Facts, signer: &Signer) -> Envelope {
     let invocation = crate::fsx::random_hex();
-    let statement = statement::statement(result, facts, &invocation);
-    let payload = canonical::to_vec(&statement);
+    let payload = statement::payload(result, facts, &invocation);
     let sig = signer.sign(&dsse::pae(dsse::PAYLOAD_TYPE, &payload));
     Envelope {
         payload_type: dsse::PAYLOAD_TYPE.to_owned(),

@@ -113,10 +113,16 @@ pub fn streams_of(result: &Map<String, Value>) -> Value {
     Value::Object(out)
 }
 
-/// The result's members the predicate copies, and the digests of those
-/// too large to copy.
-pub fn covered_of(result: &Map<String, Value>) -> (Map<String, Value>, Map<String, Value>) {
-    let mut copied = Map::new();
+/// The canonical bytes of the statement about `result` (its members,
+/// `receipt` aside): what the envelope carries and the signature covers.
+/// `invocation` is fresh per signature: two executions never share one,
+/// whatever execution id their jobs named.
+///
+/// Written from the parts up, so each result member is written once: its
+/// canonical bytes decide whether it is copied (at most [`COPY_LIMIT`])
+/// and are then the copy itself.
+pub fn payload(result: &Map<String, Value>, facts: &Facts, invocation: &str) -> Vec<u8> {
+    let mut copied: Vec<(&str, Vec<u8>)> = Vec::new();
     let mut digests = Map::new();
     for (k, v) in result {
         if NOT_COPIED.contains(&k.as_str()) {
@@ -127,41 +133,138 @@ pub fn covered_of(result: &Map<String, Value>) -> (Map<String, Value>, Map<Strin
             let sha = canonical::bytes_sha256_hex(&bytes);
             digests.insert(k.clone(), json!({ "sha256": sha }));
         } else {
-            copied.insert(k.clone(), v.clone());
+            copied.push((k.as_str(), bytes));
         }
     }
-    (copied, digests)
-}
-
-/// The statement about `result` (its members, `receipt` aside).
-/// `invocation` is fresh per signature: two executions never share one,
-/// whatever execution id their jobs named.
-pub fn statement(result: &Map<String, Value>, facts: &Facts, invocation: &str) -> Value {
-    let subjects = subjects_of(result).unwrap_or_default();
-    let (copied, digests) = covered_of(result);
     let host_identity = result
         .get("identity")
         .and_then(|i| i.get("mode"))
         .cloned()
         .unwrap_or(Value::Null);
-    json!({
-        "_type": STATEMENT_TYPE,
-        "subject": subjects,
-        "predicateType": PREDICATE_TYPE,
-        "predicate": {
-            "execution_id": result.get("execution_id").cloned().unwrap_or(Value::Null),
-            "invocation_id": invocation,
-            "job": facts.job,
-            "profile": facts.profile,
-            "runner": {
-                "version": facts.runner.version,
-                "bubblewrap": facts.runner.bubblewrap,
-                "kernel_release": facts.runner.kernel_release,
-                "host_identity_mode": host_identity,
-            },
-            "streams": streams_of(result),
-            "result": copied,
-            "result_digests": digests,
+    let predicate = json!({
+        "execution_id": result.get("execution_id").cloned().unwrap_or(Value::Null),
+        "invocation_id": invocation,
+        "job": facts.job,
+        "profile": facts.profile,
+        "runner": {
+            "version": facts.runner.version,
+            "bubblewrap": facts.runner.bubblewrap,
+            "kernel_release": facts.runner.kernel_release,
+            "host_identity_mode": host_identity,
         },
-    })
+        "streams": streams_of(result),
+        "result_digests": digests,
+    });
+    let predicate = with_member(&predicate, "result", object(&copied));
+    let statement = json!({
+        "_type": STATEMENT_TYPE,
+        "subject": subjects_of(result).unwrap_or_default(),
+        "predicateType": PREDICATE_TYPE,
+    });
+    with_member(&statement, "predicate", predicate)
+}
+
+/// The canonical bytes of `members` as one object.
+fn object(members: &[(&str, Vec<u8>)]) -> Vec<u8> {
+    let parts: Vec<(&str, &[u8])> = members.iter().map(|(k, b)| (*k, b.as_slice())).collect();
+    canonical::object_of(&parts)
+}
+
+/// The canonical bytes of the object `doc` with one more member, `name`,
+/// given as its canonical bytes.
+fn with_member(doc: &Value, name: &'static str, bytes: Vec<u8>) -> Vec<u8> {
+    let mut members: Vec<(&str, Vec<u8>)> = match doc {
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| (k.as_str(), canonical::to_vec(v)))
+            .collect(),
+        _ => Vec::new(),
+    };
+    members.push((name, bytes));
+    object(&members)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The statement as docs/receipts.md describes it, built whole and
+    /// then written: the oracle [`payload`] must agree with byte for byte.
+    fn whole(result: &Map<String, Value>, facts: &Facts, invocation: &str) -> Vec<u8> {
+        let mut copied = Map::new();
+        let mut digests = Map::new();
+        for (k, v) in result {
+            if NOT_COPIED.contains(&k.as_str()) {
+                continue;
+            }
+            let bytes = canonical::to_vec(v);
+            if bytes.len() > COPY_LIMIT {
+                digests.insert(
+                    k.clone(),
+                    json!({"sha256": canonical::bytes_sha256_hex(&bytes)}),
+                );
+            } else {
+                copied.insert(k.clone(), v.clone());
+            }
+        }
+        canonical::to_vec(&json!({
+            "_type": STATEMENT_TYPE,
+            "subject": subjects_of(result).unwrap_or_default(),
+            "predicateType": PREDICATE_TYPE,
+            "predicate": {
+                "execution_id": result.get("execution_id").cloned().unwrap_or(Value::Null),
+                "invocation_id": invocation,
+                "job": facts.job,
+                "profile": facts.profile,
+                "runner": {
+                    "version": facts.runner.version,
+                    "bubblewrap": facts.runner.bubblewrap,
+                    "kernel_release": facts.runner.kernel_release,
+                    "host_identity_mode": result.get("identity").and_then(|i| i.get("mode")).cloned(),
+                },
+                "streams": streams_of(result),
+                "result": copied,
+                "result_digests": digests,
+            },
+        }))
+    }
+
+    #[test]
+    fn the_payload_is_the_whole_statement_written_at_once() {
+        let facts = Facts {
+            job: Some(JobDigest {
+                sha256: "ab".repeat(32),
+                parts: BTreeMap::from([("argv".to_owned(), "cd".repeat(32))]),
+                execution_id_from: "caller",
+            }),
+            profile: None,
+            runner: RunnerFacts {
+                version: "1.2.3".into(),
+                bubblewrap: Some("0.8.0".into()),
+                kernel_release: None,
+            },
+        };
+        let result = json!({
+            "execution_id": "e-1",
+            "status": "exited",
+            "exit_code": 0,
+            "stdout": "hi\n",
+            "stderr": "",
+            "stdout_truncated": false,
+            "identity": {"mode": "mapped"},
+            "outputs": [{"path": "a/b.txt", "sha256": "ef".repeat(32)}],
+            "network": {"log": "x".repeat(COPY_LIMIT + 1)},
+            "note": "tab\t\u{1}\u{10000}",
+            "receipt": {"ignored": true},
+        });
+        let Value::Object(result) = result else {
+            unreachable!()
+        };
+        let bytes = payload(&result, &facts, "inv-1");
+        assert_eq!(bytes, whole(&result, &facts, "inv-1"));
+        let doc: Value = serde_json::from_slice(&bytes).unwrap();
+        assert!(doc["predicate"]["result_digests"]["network"]["sha256"].is_string());
+        assert!(doc["predicate"]["result"].get("network").is_none());
+        assert_eq!(doc["predicate"]["result"]["note"], result["note"]);
+    }
 }
