@@ -1,6 +1,7 @@
 //! Executions: many at once stay correct and isolated, a reused cgroup
-//! starts every execution afresh, a detached run outlives its client and is
-//! long-polled, and executions are listed newest first, filtered and paged.
+//! starts every execution afresh (and one removed while idle is replaced),
+//! a detached run outlives its client and is long-polled, and executions
+//! are listed newest first, filtered and paged.
 
 use std::io::BufReader;
 use std::sync::Arc;
@@ -137,6 +138,89 @@ fn reused_cgroups_start_every_execution_afresh() {
         json!({"memory_bytes": 64 << 20, "timeout_ms": 20000}),
     );
     assert_eq!(low["status"], "limit_exceeded", "{low:#}");
+}
+
+/// The folders of the pooled cgroup `name` in every mounted hierarchy.
+fn pooled_cgroup(name: &str) -> Vec<std::path::PathBuf> {
+    fn walk(dir: &std::path::Path, name: &str, depth: usize, out: &mut Vec<std::path::PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if e.file_name() == name {
+                out.push(path);
+            } else if depth > 0 {
+                walk(&path, name, depth - 1, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(std::path::Path::new("/sys/fs/cgroup"), name, 8, &mut out);
+    out
+}
+
+/// An idle cgroup of the pool can be removed from outside (another data
+/// dir's daemon sweeps empty cgroups it takes for abandoned): the next
+/// execution gets a new one and runs, instead of joining folders that are
+/// gone and failing with `sandbox_unavailable`.
+#[test]
+fn a_pooled_cgroup_removed_while_idle_is_replaced() {
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let d = Daemon::start(&w, &["--max-running", "1"]);
+    let run = || {
+        let r = d.post(
+            "/v1/executions",
+            &json!({"argv": ["/bin/true"], "limits": {"pids": 64}}),
+        );
+        assert_eq!(r.status, 200, "{:#}", r.json());
+        r.json()
+    };
+    let first = run();
+    assert_eq!(first["status"], "exited", "{first:#}");
+    if !first["limits"]["pids"]["enforced_by"]
+        .as_str()
+        .unwrap_or("")
+        .starts_with("cgroup")
+    {
+        skip("no cgroup enforces the pids limit here");
+        return;
+    }
+    // The pool names its cgroups `<owner>+<n>` after its folder in
+    // `<data>/cgroups/`.
+    let owner = std::fs::read_dir(w.data_dir().join("cgroups"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| !n.starts_with("run-"))
+        .expect("the daemon's cgroup owner folder");
+    let folders = pooled_cgroup(&format!("{owner}+0"));
+    assert!(!folders.is_empty(), "no pooled cgroup {owner}+0 found");
+    for f in &folders {
+        std::fs::remove_dir(f).unwrap_or_else(|e| panic!("rmdir {}: {e}", f.display()));
+    }
+    for _ in 0..2 {
+        let next = run();
+        assert_eq!(next["status"], "exited", "{next:#}");
+        assert!(
+            next["limits"]["pids"]["enforced_by"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("cgroup"),
+            "{next:#}"
+        );
+    }
+    assert!(
+        !pooled_cgroup(&format!("{owner}+1")).is_empty(),
+        "no new cgroup was made in place of the removed one"
+    );
 }
 
 #[test]

@@ -617,10 +617,10 @@ impl Cgroup {
         // An idle cgroup can be removed under the pool (another data dir's
         // daemon sweeps empty leaves it takes for abandoned, see
         // `sweep_others`); with unchanged limits nothing below would write
-        // to it and notice. A stat per folder: the pool then makes a new one.
-        for dir in self.dirs() {
-            fs::metadata(dir)?;
-        }
+        // to it and notice. Its mtime is set first, which says it is in
+        // use and fails for a folder that is gone: the pool then makes a
+        // new one.
+        self.touch()?;
         // Unchanged limits are not written again: nothing but the runner
         // writes them (a sandbox has no cgroup file system), and each write
         // is a cgroupfs open, write and close.
@@ -729,14 +729,21 @@ impl Cgroup {
 
     /// Sets its folders' mtime to now: [`sweep_others`] reads it as the
     /// time it was last in use. (cgroupfs keeps the times set on its
-    /// folders.) A failure only leaves the creation time there.
-    fn touch(&self) {
-        let now = std::time::SystemTime::now();
+    /// folders.) One `utimensat` per folder, by path; an error when a
+    /// folder is not there (removed under the pool).
+    fn touch(&self) -> io::Result<()> {
+        use nix::sys::stat::{utimensat, UtimensatFlags};
+        use nix::sys::time::TimeSpec;
         for dir in self.dirs() {
-            if let Ok(f) = fs::File::open(dir) {
-                let _ = f.set_modified(now);
-            }
+            utimensat(
+                nix::fcntl::AT_FDCWD,
+                dir.as_path(),
+                &TimeSpec::UTIME_OMIT,
+                &TimeSpec::UTIME_NOW,
+                UtimensatFlags::NoFollowSymlink,
+            )?;
         }
+        Ok(())
     }
 
     fn dirs(&self) -> impl Iterator<Item = &PathBuf> {
@@ -1010,8 +1017,7 @@ impl Pool {
             if since.elapsed() >= REUSE_IDLE {
                 continue;
             }
-            // The folder's mtime says it is in use (`sweep_others`).
-            cg.touch();
+            // Its mtime, set by `reuse`, says it is in use (`sweep_others`).
             if cg.reuse(memory_bytes, pids).is_ok() {
                 return Ok(cg);
             }
@@ -1036,8 +1042,9 @@ impl Pool {
         }
         // Its mtime is when it went idle: another data dir's sweep takes
         // only a cgroup idle for `ABANDONED_AFTER` for abandoned, and the
-        // pool never reuses one idle for `REUSE_IDLE`, half that.
-        cg.touch();
+        // pool never reuses one idle for `REUSE_IDLE`, half that. (A
+        // failure leaves an older time: it is reused sooner or swept.)
+        let _ = cg.touch();
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < self.keep {
             idle.push((std::time::Instant::now(), cg));
@@ -1124,7 +1131,7 @@ impl Shared {
         if !cg.emptied_for_reuse() {
             return; // dropped: removed once its last process is gone
         }
-        cg.touch();
+        let _ = cg.touch();
         cg.release();
     }
 }
@@ -1174,7 +1181,6 @@ impl Cgroup {
         if !recent || !self.is_empty() {
             return false;
         }
-        self.touch();
         self.reuse(memory_bytes, pids).is_ok() && (self.peak_is_own || self.memory.is_none())
     }
 }
