@@ -159,7 +159,7 @@ fn pooled_cgroup(name: &str) -> Vec<std::path::PathBuf> {
         }
     }
     let mut out = Vec::new();
-    walk(std::path::Path::new("/sys/fs/cgroup"), name, 8, &mut out);
+    walk(std::path::Path::new("/sys/fs/cgroup"), name, 32, &mut out);
     out
 }
 
@@ -184,11 +184,11 @@ fn a_pooled_cgroup_removed_while_idle_is_replaced() {
     };
     let first = run();
     assert_eq!(first["status"], "exited", "{first:#}");
-    if !first["limits"]["pids"]["enforced_by"]
+    let by = first["limits"]["pids"]["enforced_by"]
         .as_str()
-        .unwrap_or("")
-        .starts_with("cgroup")
-    {
+        .unwrap_or("");
+    assert_cgroup_mechanism(by, &format!("{first:#}"));
+    if !by.starts_with("cgroup") {
         skip("no cgroup enforces the pids limit here");
         return;
     }

@@ -5,9 +5,12 @@
 //! `\b`, `\f`, `\n`, `\r`, `\t`, other control characters as `\u00xx` in
 //! lowercase hex, everything else as UTF-8), integers in decimal. A
 //! document written with other key orders, whitespace or escapes has the
-//! same canonical bytes. Fractions are written as Rust's shortest
-//! round-trip form, which JCS agrees with for the values below 1e21 that
-//! have one; the documents digested here hold integers only.
+//! same canonical bytes. Integers are written exactly, also above 2^53
+//! (where JCS, which reads numbers as doubles, would round them), and
+//! fractions as Rust's shortest round-trip form, which JCS agrees with
+//! for magnitudes from 1e-6 to below 1e21 (below 1e-6 JCS writes an
+//! exponent, Rust does not); the documents digested here hold integers
+//! only.
 
 use std::io::Write;
 
@@ -81,9 +84,15 @@ fn write(value: &Value, out: &mut Vec<u8>) {
 
 /// The canonical bytes of the object whose members are `parts`, each
 /// member's value given as its canonical bytes: the same bytes as
-/// [`to_vec`] of that object, without writing its members again.
+/// [`to_vec`] of that object, without writing its members again. The
+/// names must be distinct and each value canonical already (as
+/// [`to_vec`] writes it), as they are in a map's members.
 pub fn object_of(parts: &[(&str, &[u8])]) -> Vec<u8> {
     let members = sorted(parts.iter().map(|&(k, v)| (k, v)).collect());
+    debug_assert!(
+        members.windows(2).all(|w| w[0].0 != w[1].0),
+        "an object's member names are distinct"
+    );
     let mut out = Vec::with_capacity(
         2 + parts
             .iter()

@@ -1042,9 +1042,12 @@ impl Pool {
         }
         // Its mtime is when it went idle: another data dir's sweep takes
         // only a cgroup idle for `ABANDONED_AFTER` for abandoned, and the
-        // pool never reuses one idle for `REUSE_IDLE`, half that. (A
-        // failure leaves an older time: it is reused sooner or swept.)
-        let _ = cg.touch();
+        // pool never reuses one idle for `REUSE_IDLE`, half that. One whose
+        // time cannot be set (a folder gone) would fail its reuse anyway:
+        // dropped.
+        if cg.touch().is_err() {
+            return;
+        }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < self.keep {
             idle.push((std::time::Instant::now(), cg));
