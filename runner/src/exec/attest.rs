@@ -163,17 +163,13 @@ pub fn job_document(job: &Job) -> Map<String, Value> {
 pub fn job_digest(job: &Job) -> JobDigest {
     let doc = job_document(job);
     // Each part written once: the whole document's bytes are made of them.
-    let rendered: Vec<(&str, Vec<u8>)> = doc
-        .iter()
-        .map(|(k, v)| (k.as_str(), canonical::to_vec(v)))
-        .collect();
+    let rendered = canonical::members(&doc);
     let parts = rendered
         .iter()
         .map(|(k, bytes)| ((*k).to_owned(), canonical::bytes_sha256_hex(bytes)))
         .collect();
-    let whole: Vec<(&str, &[u8])> = rendered.iter().map(|(k, b)| (*k, b.as_slice())).collect();
     JobDigest {
-        sha256: canonical::bytes_sha256_hex(&canonical::object_of(&whole)),
+        sha256: canonical::bytes_sha256_hex(&canonical::object_of(&rendered)),
         parts,
         execution_id_from: if job.generated_id { "runner" } else { "caller" },
     }

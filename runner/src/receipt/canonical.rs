@@ -14,7 +14,7 @@
 
 use std::io::Write;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 /// The canonical bytes of `value`.
@@ -82,13 +82,19 @@ fn write(value: &Value, out: &mut Vec<u8>) {
     }
 }
 
+/// Each member of `map` with its value's canonical bytes, as
+/// [`object_of`] takes them.
+pub fn members(map: &Map<String, Value>) -> Vec<(&str, Vec<u8>)> {
+    map.iter().map(|(k, v)| (k.as_str(), to_vec(v))).collect()
+}
+
 /// The canonical bytes of the object whose members are `parts`, each
 /// member's value given as its canonical bytes: the same bytes as
 /// [`to_vec`] of that object, without writing its members again. The
 /// names must be distinct and each value canonical already (as
 /// [`to_vec`] writes it), as they are in a map's members.
-pub fn object_of(parts: &[(&str, &[u8])]) -> Vec<u8> {
-    let members = sorted(parts.iter().map(|&(k, v)| (k, v)).collect());
+pub fn object_of<B: AsRef<[u8]>>(parts: &[(&str, B)]) -> Vec<u8> {
+    let members = sorted(parts.iter().map(|(k, v)| (*k, v.as_ref())).collect());
     debug_assert!(
         members.windows(2).all(|w| w[0].0 != w[1].0),
         "an object's member names are distinct"
@@ -96,7 +102,7 @@ pub fn object_of(parts: &[(&str, &[u8])]) -> Vec<u8> {
     let mut out = Vec::with_capacity(
         2 + parts
             .iter()
-            .map(|(k, v)| k.len() + v.len() + 4)
+            .map(|(k, v)| k.len() + v.as_ref().len() + 4)
             .sum::<usize>(),
     );
     out.push(b'{');
@@ -221,6 +227,6 @@ mod tests {
             .collect();
         parts.reverse();
         assert_eq!(object_of(&parts), to_vec(&v));
-        assert_eq!(object_of(&[]), b"{}");
+        assert_eq!(object_of::<&[u8]>(&[]), b"{}");
     }
 }

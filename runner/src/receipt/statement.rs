@@ -155,7 +155,7 @@ pub fn payload(result: &Map<String, Value>, facts: &Facts, invocation: &str) -> 
         "streams": streams_of(result),
         "result_digests": digests,
     });
-    let predicate = with_member(&predicate, "result", object(&copied));
+    let predicate = with_member(&predicate, "result", canonical::object_of(&copied));
     let statement = json!({
         "_type": STATEMENT_TYPE,
         "subject": subjects_of(result).unwrap_or_default(),
@@ -164,24 +164,15 @@ pub fn payload(result: &Map<String, Value>, facts: &Facts, invocation: &str) -> 
     with_member(&statement, "predicate", predicate)
 }
 
-/// The canonical bytes of `members` as one object.
-fn object(members: &[(&str, Vec<u8>)]) -> Vec<u8> {
-    let parts: Vec<(&str, &[u8])> = members.iter().map(|(k, b)| (*k, b.as_slice())).collect();
-    canonical::object_of(&parts)
-}
-
 /// The canonical bytes of the object `doc` with one more member, `name`,
 /// given as its canonical bytes.
 fn with_member(doc: &Value, name: &'static str, bytes: Vec<u8>) -> Vec<u8> {
-    let mut members: Vec<(&str, Vec<u8>)> = match doc {
-        Value::Object(map) => map
-            .iter()
-            .map(|(k, v)| (k.as_str(), canonical::to_vec(v)))
-            .collect(),
+    let mut members = match doc {
+        Value::Object(map) => canonical::members(map),
         _ => Vec::new(),
     };
     members.push((name, bytes));
-    object(&members)
+    canonical::object_of(&members)
 }
 
 #[cfg(test)]
