@@ -231,7 +231,11 @@ impl SkillDoc {
 
 /// Parses `SKILL.md`: `---` line, YAML mapping, `---` line, body.
 pub fn parse_skill_md(bytes: &[u8]) -> Result<SkillDoc, PackageError> {
-    let fail = |reason: String| PackageError::FrontMatter { reason };
+    // One line whatever the reason quotes (YAML's messages quote keys,
+    // which may hold line breaks).
+    let fail = |reason: String| PackageError::FrontMatter {
+        reason: crate::text::single_line(&reason),
+    };
     let text = std::str::from_utf8(bytes).map_err(|_| fail("SKILL.md is not UTF-8".into()))?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let rest = text

@@ -275,3 +275,14 @@ fn aliases_in_front_matter_are_refused_before_they_are_parsed() {
         assert_eq!(yaml_scan(yaml).alias_line, line, "{yaml}");
     }
 }
+
+/// YAML's own messages quote keys, and a key may hold line breaks: the
+/// refusal is still one line (found by the `skill_md` fuzz target).
+#[test]
+fn a_yaml_error_quoting_a_key_with_line_breaks_is_one_line() {
+    // A duplicate below a key that is a plain scalar over two lines:
+    // the message names the path to it.
+    let e = refusal(&skill_md("k: {? a\n\n  b: {x: 1, x: 2}}"));
+    assert!(e.contains("not valid YAML"), "{e}");
+    assert!(!e.contains(['\n', '\r']), "{e:?}");
+}
