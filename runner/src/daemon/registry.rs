@@ -449,6 +449,8 @@ pub struct Page {
 
 struct Retained {
     id: String,
+    /// Its admission order, which the store keeps it by.
+    order: u64,
     at: Instant,
     /// Its bulk: its result and events, wherever they are (memory, or
     /// the store), which `retain_bytes` bounds.
@@ -496,7 +498,11 @@ impl Inner {
                 self.done_memory -= old.memory;
                 self.done.remove(&old.id);
                 if let Some(store) = store {
-                    store.send(Change::Remove { id: old.id }, false);
+                    let change = Change::Remove {
+                        id: old.id,
+                        order: old.order,
+                    };
+                    store.send(change, false);
                 }
             }
         }
@@ -668,6 +674,7 @@ impl Registry {
             ));
             inner.order.push_back(Retained {
                 id: done.id.clone(),
+                order: done.record.order,
                 at: Instant::now().checked_sub(age).unwrap_or_else(Instant::now),
                 bytes,
                 memory,
@@ -857,8 +864,8 @@ impl Registry {
         if let Some(doc) = self.shared_doc(done) {
             return Ok(doc);
         }
-        let (id, record) = (done.id.clone(), done.record.clone());
-        let read = tokio::task::spawn_blocking(move || store.read_result(&id, &record))
+        let record = done.record.clone();
+        let read = tokio::task::spawn_blocking(move || store.read_result(&record))
             .await
             .unwrap_or_else(|e| Err(format!("its reader failed: {e}")));
         match read {
@@ -902,8 +909,8 @@ impl Registry {
         if let Some(log) = self.shared_log(&done.id) {
             return Ok(log);
         }
-        let (id, record) = (done.id.clone(), done.record.clone());
-        let read = tokio::task::spawn_blocking(move || store.read_events(&id, &record))
+        let record = done.record.clone();
+        let read = tokio::task::spawn_blocking(move || store.read_events(&record))
             .await
             .unwrap_or_else(|e| Err(format!("its reader failed: {e}")));
         let restored = match read {
@@ -1010,6 +1017,7 @@ impl Registry {
                 store.send(
                     Change::Remove {
                         id: live.id.clone(),
+                        order: live.order,
                     },
                     false,
                 );
@@ -1390,6 +1398,7 @@ impl Ticket {
             inner.done.insert(self.live.id.clone(), Arc::new(done));
             inner.order.push_back(Retained {
                 id: self.live.id.clone(),
+                order: self.live.order,
                 at: Instant::now(),
                 bytes,
                 memory,
@@ -1402,6 +1411,7 @@ impl Ticket {
             store.send(
                 Change::Remove {
                     id: self.live.id.clone(),
+                    order: self.live.order,
                 },
                 false,
             );

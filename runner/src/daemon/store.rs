@@ -49,12 +49,25 @@ use redb::{Database, Durability, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-/// Execution id to [`Record`] (JSON).
-const RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("executions");
-/// Execution id to its result document, the bytes `GET` answers.
-const RESULTS: TableDefinition<&str, &[u8]> = TableDefinition::new("results");
-/// Execution id to its frozen event log (`EventLog::freeze`).
-const EVENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("events");
+// Every table is keyed by the execution's admission order
+// ([`Record::order`], unique and rising across restarts), not by its id:
+// admissions and results go to the right edge of each B-tree and
+// retention's removals come off the left, where random ids put each
+// execution in a leaf of its own in every table (docs/durability.md,
+// "Keyed by admission order", has the page counts).
+
+/// Admission order to the execution's id and its [`Record`] (JSON).
+const RECORDS: TableDefinition<u64, (&str, &[u8])> = TableDefinition::new("records");
+/// Admission order to the result document, the bytes `GET` answers.
+const RESULTS: TableDefinition<u64, &[u8]> = TableDefinition::new("results-by-order");
+/// Admission order to the frozen event log (`EventLog::freeze`).
+const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events-by-order");
+
+/// The tables of the store's first layout, keyed by execution id: moved
+/// to the ones above, once, when such a store is opened ([`migrate`]).
+const ID_RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("executions");
+const ID_RESULTS: TableDefinition<&str, &[u8]> = TableDefinition::new("results");
+const ID_EVENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("events");
 
 /// The store's page cache: small, since a result is read back about once
 /// (the kernel's page cache holds the file's recent pages anyway).
@@ -205,8 +218,8 @@ pub enum Change {
     },
     /// Retention dropped its bulk: its events, and its result unless kept.
     Shed { id: String, record: Record },
-    /// Retention dropped the record.
-    Remove { id: String },
+    /// Retention dropped the record (`order` is its [`Record::order`]).
+    Remove { id: String, order: u64 },
     /// Nothing: acknowledged once everything sent before it is durable.
     Sync,
 }
@@ -334,8 +347,12 @@ impl Store {
             }
             Err(e) => return Err(open_err(e.to_string())),
         };
+        quietly(|| migrate(&db))
+            .unwrap_or_else(|what| Err(format!("it is damaged ({what})")))
+            .map_err(open_err)?;
         // Freed pages are reused by later commits; compacting at start
-        // also gives back what a burst of large results left.
+        // also gives back what a burst of large results left (and the
+        // first layout's tables, once moved).
         if let Ok(Err(e)) = quietly(|| db.compact()) {
             tracing::warn!(path = %path.display(), error = %e, "could not compact the execution store");
         }
@@ -393,26 +410,28 @@ impl Store {
     /// its record): from the database, or from its `blobs/` file, checked
     /// against its recorded length. `None` when the store no longer holds
     /// it (retention dropped it since). Blocking: call it off the runtime.
-    pub fn read_result(&self, id: &str, record: &Record) -> Result<Option<Vec<u8>>, String> {
+    pub fn read_result(&self, record: &Record) -> Result<Option<Vec<u8>>, String> {
         // The daemon's own record of it knows the document's length, not
         // yet what the writer recorded.
         let len = record
             .blob_lens
             .map(|l| l.0)
             .or((record.doc_len > 0).then_some(record.doc_len));
-        self.read(RESULTS, id, record, "result", len)
+        self.read(RESULTS, record, "result", len)
     }
 
     /// The frozen event log of `id` (`EventLog::freeze`), as
     /// [`Store::read_result`] reads its document.
-    pub fn read_events(&self, id: &str, record: &Record) -> Result<Option<Vec<u8>>, String> {
-        self.read(EVENTS, id, record, "events", record.blob_lens.map(|l| l.1))
+    pub fn read_events(&self, record: &Record) -> Result<Option<Vec<u8>>, String> {
+        self.read(EVENTS, record, "events", record.blob_lens.map(|l| l.1))
     }
 
+    /// The value of `record`'s execution in `table` (kept by its
+    /// admission order, which identifies it as its id does: the listing
+    /// at start matched the two).
     fn read(
         &self,
-        table: TableDefinition<&str, &[u8]>,
-        id: &str,
+        table: TableDefinition<u64, &[u8]>,
         record: &Record,
         what: &str,
         len: Option<u64>,
@@ -431,7 +450,7 @@ impl Store {
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
             Err(e) => return Err(e.to_string()),
         };
-        let value = table.get(id).map_err(|e| e.to_string())?;
+        let value = table.get(record.order).map_err(|e| e.to_string())?;
         Ok(value.map(|v| v.value().to_vec()))
     }
 
@@ -575,17 +594,24 @@ fn read_all(db: &Database, blobs: &Path) -> Result<Vec<Stored>, String> {
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
         Err(e) => return Err(e.to_string()),
     };
-    let mut all = Vec::new();
+    let mut all: Vec<Stored> = Vec::new();
+    // Where each id is in `all`: an id is admitted once at a time (its
+    // record is removed before it can be admitted again), so a second
+    // record of an id is damage; the newer one is kept.
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for entry in records.iter().map_err(|e| e.to_string())? {
         let (k, v) = entry.map_err(|e| e.to_string())?;
-        let id = k.value().to_owned();
-        let record: Record = match serde_json::from_slice(v.value()) {
+        let (id, json) = v.value();
+        let id = id.to_owned();
+        let mut record: Record = match serde_json::from_slice(json) {
             Ok(r) => r,
             Err(e) => {
                 tracing::error!(id = %id.escape_debug(), error = %e, "skipped an unreadable execution record in the store");
                 continue;
             }
         };
+        // The key is the record's order (they are written together).
+        record.order = k.value();
         // A result kept as a file is looked at (not read) now: one of
         // another length than recorded answers store_corrupted.
         let mut damaged = None;
@@ -596,14 +622,84 @@ fn read_all(db: &Database, blobs: &Path) -> Result<Vec<Stored>, String> {
                 damaged = Some(format!("{}: {e}", path.display()));
             }
         }
-        all.push(Stored {
+        let stored = Stored {
             id,
             record,
             damaged,
-        });
+        };
+        match seen.get(&stored.id) {
+            Some(&at) => {
+                tracing::error!(id = %stored.id.escape_debug(), "the store holds two records of one execution; the older is ignored");
+                all[at] = stored;
+            }
+            None => {
+                seen.insert(stored.id.clone(), all.len());
+                all.push(stored);
+            }
+        }
     }
+    // By key, so by admission order, but for a record put in the place
+    // of an older one of its id (sorting what is sorted is one pass).
     all.sort_by_key(|s| s.record.order);
     Ok(all)
+}
+
+/// Moves a store of the first layout (tables keyed by execution id) to
+/// the tables keyed by admission order, in one durable transaction: a
+/// crash during it leaves the first layout as it was, moved again at the
+/// next open. A record that cannot be read is left out with an ERROR, as
+/// [`read_all`] would skip it.
+fn migrate(db: &Database) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    {
+        let txn = db.begin_read().map_err(|x| e(&x))?;
+        match txn.open_table(ID_RECORDS) {
+            Ok(_) => {}
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
+            Err(x) => return Err(e(&x)),
+        }
+    }
+    let mut txn = db.begin_write().map_err(|x| e(&x))?;
+    txn.set_durability(Durability::Immediate);
+    let mut moved = 0usize;
+    {
+        let old_records = txn.open_table(ID_RECORDS).map_err(|x| e(&x))?;
+        let old_results = txn.open_table(ID_RESULTS).map_err(|x| e(&x))?;
+        let old_events = txn.open_table(ID_EVENTS).map_err(|x| e(&x))?;
+        let mut records = txn.open_table(RECORDS).map_err(|x| e(&x))?;
+        let mut results = txn.open_table(RESULTS).map_err(|x| e(&x))?;
+        let mut events = txn.open_table(EVENTS).map_err(|x| e(&x))?;
+        for entry in old_records.iter().map_err(|x| e(&x))? {
+            let (k, v) = entry.map_err(|x| e(&x))?;
+            let id = k.value();
+            let Ok(record) = serde_json::from_slice::<Record>(v.value()) else {
+                tracing::error!(id = %id.escape_debug(), "skipped an unreadable execution record while moving the store to its new layout");
+                continue;
+            };
+            let order = record.order;
+            if records.get(order).map_err(|x| e(&x))?.is_some() {
+                tracing::error!(id = %id.escape_debug(), order, "skipped an execution record whose admission order another record holds");
+                continue;
+            }
+            records.insert(order, (id, v.value())).map_err(|x| e(&x))?;
+            if let Some(r) = old_results.get(id).map_err(|x| e(&x))? {
+                results.insert(order, r.value()).map_err(|x| e(&x))?;
+            }
+            if let Some(ev) = old_events.get(id).map_err(|x| e(&x))? {
+                events.insert(order, ev.value()).map_err(|x| e(&x))?;
+            }
+            moved += 1;
+        }
+    }
+    for old in [ID_RECORDS, ID_RESULTS, ID_EVENTS] {
+        txn.delete_table(old).map_err(|x| e(&x))?;
+    }
+    txn.commit().map_err(|x| e(&x))?;
+    tracing::info!(
+        executions = moved,
+        "moved the execution store to tables keyed by admission order"
+    );
+    Ok(())
 }
 
 /// Reads a file of `blobs/`, never more than its recorded length `len`:
@@ -843,16 +939,22 @@ fn apply_batch(
         let mut records = txn.open_table(RECORDS)?;
         let mut results = txn.open_table(RESULTS)?;
         let mut events = txn.open_table(EVENTS)?;
-        let stored =
-            |records: &redb::Table<&str, &[u8]>, id: &str| -> Result<Option<Record>, Failure> {
-                Ok(records
-                    .get(id)?
-                    .and_then(|v| serde_json::from_slice::<Record>(v.value()).ok()))
-            };
+        // The record stored under `order`, if it is `id`'s.
+        let stored = |records: &redb::Table<u64, (&str, &[u8])>,
+                      id: &str,
+                      order: u64|
+         -> Result<Option<Record>, Failure> {
+            Ok(records.get(order)?.and_then(|v| {
+                let (stored_id, json) = v.value();
+                (stored_id == id)
+                    .then(|| serde_json::from_slice::<Record>(json).ok())
+                    .flatten()
+            }))
+        };
         for m in batch {
             match &m.change {
                 Change::Put { id, record } => {
-                    records.insert(id.as_str(), encode(record).as_slice())?;
+                    records.insert(record.order, (id.as_str(), encode(record).as_slice()))?;
                 }
                 Change::Finish {
                     id,
@@ -873,26 +975,27 @@ fn apply_batch(
                         let e = write_blob(&e, &mut |w| log.freeze_to(w)).map_err(own)?;
                         record.blob_lens = Some((r, e));
                         wrote_blobs = true;
-                        results.remove(id.as_str())?;
-                        events.remove(id.as_str())?;
+                        results.remove(record.order)?;
+                        events.remove(record.order)?;
                     } else {
-                        results.insert(id.as_str(), &result[..])?;
-                        events.insert(id.as_str(), log.freeze().as_slice())?;
+                        results.insert(record.order, &result[..])?;
+                        events.insert(record.order, log.freeze().as_slice())?;
                     }
-                    records.insert(id.as_str(), encode(&record).as_slice())?;
+                    records.insert(record.order, (id.as_str(), encode(&record).as_slice()))?;
                 }
                 Change::Shed { id, record } => {
                     // Only a record that is still there.
-                    if let Some(old) = stored(&records, id)? {
+                    if let Some(old) = stored(&records, id, record.order)? {
                         let record = Record {
                             blobs: old.blobs,
                             blob_lens: old.blob_lens,
                             ..record.clone()
                         };
-                        records.insert(id.as_str(), encode(&record).as_slice())?;
-                        events.remove(id.as_str())?;
+                        let order = record.order;
+                        records.insert(order, (id.as_str(), encode(&record).as_slice()))?;
+                        events.remove(order)?;
                         if !record.result_kept {
-                            results.remove(id.as_str())?;
+                            results.remove(order)?;
                         }
                         if old.blobs {
                             gone.push(blob(dir, old.order, "events"));
@@ -902,16 +1005,16 @@ fn apply_batch(
                         }
                     }
                 }
-                Change::Remove { id } => {
-                    if let Some(old) = stored(&records, id)? {
+                Change::Remove { id, order } => {
+                    if let Some(old) = stored(&records, id, *order)? {
                         if old.blobs {
                             gone.push(blob(dir, old.order, "events"));
                             gone.push(blob(dir, old.order, "result"));
                         }
+                        records.remove(order)?;
+                        results.remove(order)?;
+                        events.remove(order)?;
                     }
-                    records.remove(id.as_str())?;
-                    results.remove(id.as_str())?;
-                    events.remove(id.as_str())?;
                 }
                 Change::Sync => {}
             }
@@ -986,8 +1089,13 @@ mod tests {
     fn committed(store: &Store, id: &str) -> bool {
         let txn = store.db.begin_read().unwrap();
         let table = txn.open_table(RECORDS).unwrap();
-        let got = table.get(id).unwrap();
-        got.is_some()
+        let found = table.iter().unwrap().any(|e| e.unwrap().1.value().0 == id);
+        found
+    }
+
+    /// The record of an execution admitted `order`th, as the daemon makes it.
+    fn queued(order: u64) -> Record {
+        Record::queued("d", order, std::time::SystemTime::now())
     }
 
     /// A change nobody waits for, now held back for the next durable
@@ -998,9 +1106,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = Store::file(dir.path());
         let (store, _) = Store::open(&path).unwrap();
-        let put = |id: &str| Change::Put {
-            id: id.into(),
-            record: Record::queued("d", 1, std::time::SystemTime::now()),
+        // Each admission has an order of its own, as in the daemon.
+        let admitted = std::cell::Cell::new(0);
+        let put = |id: &str| {
+            admitted.set(admitted.get() + 1);
+            Change::Put {
+                id: id.into(),
+                record: queued(admitted.get()),
+            }
         };
         store.send(put("a"), false);
         store.send(put("b"), true).wait().unwrap();
@@ -1048,11 +1161,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = Store::file(dir.path());
         let (store, _) = Store::open(&path).unwrap();
-        let rec = Record::queued("d", 7, std::time::SystemTime::now());
+        let rec = queued(7);
         store.send(
             Change::Put {
                 id: "held".into(),
-                record: Record::queued("d", 1, std::time::SystemTime::now()),
+                record: queued(1),
             },
             false,
         );
@@ -1088,18 +1201,17 @@ mod tests {
         let path = Store::file(dir.path());
         let (store, stored) = Store::open(&path).unwrap();
         assert!(stored.is_empty());
-        let rec = Record::queued("d", 1, std::time::SystemTime::now());
         store
             .send(
                 Change::Put {
                     id: "a".into(),
-                    record: rec.clone(),
+                    record: queued(1),
                 },
                 true,
             )
             .wait()
             .unwrap();
-        let done = rec.finished("exited".into(), Some(0), "t".into());
+        let done = queued(2).finished("exited".into(), Some(0), "t".into());
         store
             .send(
                 Change::Finish {
@@ -1117,8 +1229,8 @@ mod tests {
         assert_eq!(stored.len(), 2);
         let b = stored.iter().find(|s| s.id == "b").unwrap();
         // Read when asked for, not at the open.
-        type Reader = fn(&Store, &str, &Record) -> Result<Option<Vec<u8>>, String>;
-        let read = |what: Reader| what(&store, "b", &b.record).unwrap();
+        type Reader = fn(&Store, &Record) -> Result<Option<Vec<u8>>, String>;
+        let read = |what: Reader| what(&store, &b.record).unwrap();
         assert_eq!(read(Store::read_result), Some(vec![b'r'; size]));
         assert_eq!(
             read(Store::read_events),
@@ -1140,14 +1252,33 @@ mod tests {
             },
             false,
         );
-        store.send(Change::Remove { id: "a".into() }, false);
+        // A removal names the record by its order and its id: one that
+        // names another id's order removes nothing.
+        store
+            .send(
+                Change::Remove {
+                    id: "b".into(),
+                    order: 1,
+                },
+                true,
+            )
+            .wait()
+            .unwrap();
+        assert!(committed(&store, "a") && committed(&store, "b"));
+        store.send(
+            Change::Remove {
+                id: "a".into(),
+                order: 1,
+            },
+            false,
+        );
         store.close();
         drop(store);
         let (store, stored) = Store::open(&path).unwrap();
         assert_eq!(stored.len(), 1);
-        let (id, rec) = (&stored[0].id, &stored[0].record);
-        assert!(store.read_result(id, rec).unwrap().is_none());
-        assert!(store.read_events(id, rec).unwrap().is_none());
+        let rec = &stored[0].record;
+        assert!(store.read_result(rec).unwrap().is_none());
+        assert!(store.read_events(rec).unwrap().is_none());
         assert!(stored[0].record.shed);
         // Its files went with its bulk.
         assert_eq!(
@@ -1166,7 +1297,7 @@ mod tests {
         let big = 2 * INLINE as usize;
         let (store, _) = Store::open(&path).unwrap();
         for (i, id) in ["grown", "cut", "linked", "fine"].iter().enumerate() {
-            let rec = Record::queued("d", i as u64 + 1, std::time::SystemTime::now());
+            let rec = queued(i as u64 + 1);
             store
                 .send(
                     Change::Finish {
@@ -1201,7 +1332,7 @@ mod tests {
         let by = |id: &str| stored.iter().find(|s| s.id == id).unwrap();
         for id in ["grown", "cut", "linked"] {
             let s = by(id);
-            assert!(store.read_result(id, &s.record).is_err(), "{id}");
+            assert!(store.read_result(&s.record).is_err(), "{id}");
             let why = s.damaged.as_deref().unwrap_or_else(|| panic!("{id}"));
             assert!(why.contains("result"), "{id}: {why}");
         }
@@ -1212,10 +1343,120 @@ mod tests {
             .contains("the record says"));
         assert!(by("fine").damaged.is_none());
         let fine = &by("fine").record;
+        assert_eq!(store.read_result(fine).unwrap(), Some(vec![b'r'; big]));
+    }
+
+    /// A store of the first layout, keyed by execution id, is moved to
+    /// the tables keyed by admission order when it is opened: every
+    /// record, result and event log is read back as it was, the old
+    /// tables are gone, and a second open finds nothing left to move.
+    #[test]
+    fn a_store_keyed_by_id_is_moved_to_admission_order_with_everything_it_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Store::file(dir.path());
+        let ids = ["exec-c3", "exec-0a", "exec-ff", "exec-5e"];
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut records = txn.open_table(ID_RECORDS).unwrap();
+                let mut results = txn.open_table(ID_RESULTS).unwrap();
+                let mut events = txn.open_table(ID_EVENTS).unwrap();
+                for (i, id) in ids.iter().enumerate() {
+                    let order = 10 + i as u64;
+                    let mut rec = queued(order);
+                    if i % 2 == 0 {
+                        rec = rec.finished("exited".into(), Some(0), "t".into());
+                        results
+                            .insert(*id, format!("result of {id}").as_bytes())
+                            .unwrap();
+                        events
+                            .insert(*id, log_of(id.as_bytes()).freeze().as_slice())
+                            .unwrap();
+                    }
+                    records.insert(*id, encode(&rec).as_slice()).unwrap();
+                }
+                // Unreadable: left out, as a start would skip it.
+                records.insert("exec-bad", &b"{"[..]).unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let (store, stored) = Store::open(&path).unwrap();
+        let got: Vec<(&str, u64)> = stored
+            .iter()
+            .map(|s| (s.id.as_str(), s.record.order))
+            .collect();
         assert_eq!(
-            store.read_result("fine", fine).unwrap(),
-            Some(vec![b'r'; big])
+            got,
+            [
+                ("exec-c3", 10),
+                ("exec-0a", 11),
+                ("exec-ff", 12),
+                ("exec-5e", 13)
+            ]
         );
+        for (i, s) in stored.iter().enumerate() {
+            let (result, events) = (
+                store.read_result(&s.record).unwrap(),
+                store.read_events(&s.record).unwrap(),
+            );
+            if i % 2 == 0 {
+                assert_eq!(result.unwrap(), format!("result of {}", s.id).as_bytes());
+                assert_eq!(events.unwrap(), log_of(s.id.as_bytes()).freeze());
+            } else {
+                assert_eq!((result, events), (None, None), "{}", s.id);
+                assert_eq!(s.record.state, State::Queued);
+            }
+        }
+        {
+            let txn = store.db.begin_read().unwrap();
+            for old in [ID_RECORDS, ID_RESULTS, ID_EVENTS] {
+                assert!(matches!(
+                    txn.open_table(old),
+                    Err(redb::TableError::TableDoesNotExist(_))
+                ));
+            }
+        }
+        // What comes after goes to the new tables, and survives a reopen.
+        store
+            .send(
+                Change::Put {
+                    id: "exec-new".into(),
+                    record: queued(14),
+                },
+                true,
+            )
+            .wait()
+            .unwrap();
+        store.close();
+        drop(store);
+        let (_, stored) = Store::open(&path).unwrap();
+        assert_eq!(stored.len(), 5);
+        assert_eq!(stored[4].id, "exec-new");
+    }
+
+    /// Two records of one id (which the daemon never writes) are damage:
+    /// the newer is kept, and the start goes on.
+    #[test]
+    fn of_two_records_of_one_id_the_newer_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Store::file(dir.path());
+        let (store, _) = Store::open(&path).unwrap();
+        for (id, order) in [("a", 1), ("b", 2), ("a", 3)] {
+            let change = Change::Put {
+                id: id.into(),
+                record: queued(order),
+            };
+            store.send(change, true).wait().unwrap();
+        }
+        store.close();
+        drop(store);
+        let (_, stored) = Store::open(&path).unwrap();
+        let got: Vec<(&str, u64)> = stored
+            .iter()
+            .map(|s| (s.id.as_str(), s.record.order))
+            .collect();
+        assert_eq!(got, [("b", 2), ("a", 3)]);
     }
 
     #[test]
@@ -1236,7 +1477,7 @@ mod tests {
         let path = Store::file(dir.path());
         let (store, _) = Store::open(&path).unwrap();
         for i in 0..50 {
-            let rec = Record::queued("d", i, std::time::SystemTime::now());
+            let rec = queued(i);
             store.send(
                 Change::Finish {
                     id: format!("e{i}"),
