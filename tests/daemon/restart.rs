@@ -100,6 +100,60 @@ fn a_finished_execution_answers_the_same_bytes_and_events_after_kill_9() {
     assert!(d.stop().success());
 }
 
+/// What retention dropped stays dropped after a restart, and an id it
+/// dropped runs again as a new execution whose result is the one kept:
+/// the store removes and replaces records by the admission order the
+/// daemon gave them. (A drop is not waited for: `kill -9` may undo the
+/// last ones, which the restart's own retention then makes again.)
+#[test]
+fn what_retention_dropped_stays_dropped_after_a_restart_and_a_reused_id_keeps_its_new_result() {
+    if !require_sandbox() {
+        return;
+    }
+    let (w, root) = world_with_roots();
+    let args = ["--root", root.as_str(), "--retain", "2"];
+    let mut d = Daemon::start(&w, &args);
+    let ws = workspace_in(&w, "retained");
+    let echo =
+        |id: &str, text: &str| json!({"execution_id": id, "workspace": ws, "argv": ["echo", text]});
+    for id in ["e1", "e2", "e3"] {
+        assert_eq!(d.post("/v1/executions", &echo(id, id)).status, 200);
+    }
+    // e1 was dropped: its id is free, and a new job under it runs.
+    assert_eq!(d.get("/v1/executions/e1").status, 404);
+    let again = d.post("/v1/executions", &echo("e1", "again"));
+    assert_eq!(again.status, 200, "{:#}", again.json());
+    assert_eq!(again.json()["stdout"], "again\n");
+    assert_eq!(d.post("/v1/executions", &echo("e4", "e4")).status, 200);
+    assert!(d.stop().success());
+
+    // Restarted with room for more: only what the store kept can show.
+    let mut d = Daemon::start(&w, &["--root", root.as_str(), "--retain", "10"]);
+    let list = d.get("/v1/executions").json();
+    let ids: Vec<&str> = list["executions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["execution_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["e4", "e1"], "{list:#}");
+    for gone in ["e2", "e3"] {
+        assert_eq!(
+            d.get(&format!("/v1/executions/{gone}")).status,
+            404,
+            "{gone}"
+        );
+    }
+    let e1 = d.get("/v1/executions/e1");
+    assert_eq!(e1.status, 200);
+    assert_eq!(
+        e1.json()["stdout"],
+        "again\n",
+        "the first e1's result came back"
+    );
+    assert!(d.stop().success());
+}
+
 #[test]
 fn queued_and_running_executions_become_interrupted_and_never_run_again() {
     if !require_sandbox() {

@@ -50,7 +50,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 // Every table is keyed by the execution's admission order
-// ([`Record::order`], unique and rising across restarts), not by its id:
+// ([`Record::order`], which no two stored executions share), not by its id:
 // admissions and results go to the right edge of each B-tree and
 // retention's removals come off the left, where random ids put each
 // execution in a leaf of its own in every table (docs/durability.md,
@@ -369,13 +369,23 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(open_err(format!("cannot create {}: {e}", blobs.display()))),
         }
-        let stored = quietly(|| read_all(&db, &blobs))
+        let read_err = |reason: String| StoreError::Read {
+            path: path.to_owned(),
+            reason,
+        };
+        let (stored, superseded) = quietly(|| read_all(&db, &blobs))
             .unwrap_or_else(|what| Err(format!("it is damaged ({what})")))
-            .map_err(|reason| StoreError::Read {
-                path: path.to_owned(),
-                reason,
-            })?;
+            .map_err(read_err)?;
+        if !superseded.is_empty() {
+            // Gone for good, or a later removal of the newer record would
+            // bring the older back (its files go with the sweep below).
+            drop_orders(&db, &superseded).map_err(read_err)?;
+        }
         sweep_blobs(&blobs, &stored);
+        let index: Index = stored
+            .iter()
+            .map(|s| (s.id.clone(), s.record.order))
+            .collect();
         let db = std::sync::Arc::new(db);
         let (tx, rx) = mpsc::channel();
         let writer_path = path.to_owned();
@@ -383,7 +393,7 @@ impl Store {
         let writer_db = db.clone();
         let writer = std::thread::Builder::new()
             .name("skill-runner-store".into())
-            .spawn(move || write_loop(&writer_db, rx, writer_path, writer_blobs))
+            .spawn(move || write_loop(&writer_db, rx, writer_path, writer_blobs, index))
             .map_err(|e| open_err(format!("cannot start its writer thread: {e}")))?;
         Ok((
             Store {
@@ -587,14 +597,17 @@ fn sweep_blobs(dir: &Path, stored: &[Stored]) {
     }
 }
 
-fn read_all(db: &Database, blobs: &Path) -> Result<Vec<Stored>, String> {
+/// Everything the store holds, by admission order, and the orders of
+/// records superseded by a newer record of their id (see [`drop_orders`]).
+fn read_all(db: &Database, blobs: &Path) -> Result<(Vec<Stored>, Vec<u64>), String> {
     let txn = db.begin_read().map_err(|e| e.to_string())?;
     let records = match txn.open_table(RECORDS) {
         Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok((Vec::new(), Vec::new())),
         Err(e) => return Err(e.to_string()),
     };
     let mut all: Vec<Stored> = Vec::new();
+    let mut superseded = Vec::new();
     // Where each id is in `all`: an id is admitted once at a time (its
     // record is removed before it can be admitted again), so a second
     // record of an id is damage; the newer one is kept.
@@ -629,7 +642,8 @@ fn read_all(db: &Database, blobs: &Path) -> Result<Vec<Stored>, String> {
         };
         match seen.get(&stored.id) {
             Some(&at) => {
-                tracing::error!(id = %stored.id.escape_debug(), "the store holds two records of one execution; the older is ignored");
+                tracing::error!(id = %stored.id.escape_debug(), "the store holds two records of one execution; the older is removed");
+                superseded.push(all[at].record.order);
                 all[at] = stored;
             }
             None => {
@@ -641,7 +655,26 @@ fn read_all(db: &Database, blobs: &Path) -> Result<Vec<Stored>, String> {
     // By key, so by admission order, but for a record put in the place
     // of an older one of its id (sorting what is sorted is one pass).
     all.sort_by_key(|s| s.record.order);
-    Ok(all)
+    Ok((all, superseded))
+}
+
+/// Removes the records (and results and events) kept under `orders`, in
+/// one durable transaction.
+fn drop_orders(db: &Database, orders: &[u64]) -> Result<(), String> {
+    let e = |e: &dyn std::fmt::Display| e.to_string();
+    let mut txn = db.begin_write().map_err(|x| e(&x))?;
+    txn.set_durability(Durability::Immediate);
+    {
+        let mut records = txn.open_table(RECORDS).map_err(|x| e(&x))?;
+        let mut results = txn.open_table(RESULTS).map_err(|x| e(&x))?;
+        let mut events = txn.open_table(EVENTS).map_err(|x| e(&x))?;
+        for &order in orders {
+            records.remove(order).map_err(|x| e(&x))?;
+            results.remove(order).map_err(|x| e(&x))?;
+            events.remove(order).map_err(|x| e(&x))?;
+        }
+    }
+    txn.commit().map_err(|x| e(&x))
 }
 
 /// Moves a store of the first layout (tables keyed by execution id) to
@@ -750,7 +783,20 @@ fn check_blob(path: &Path, len: Option<u64>) -> std::io::Result<(std::fs::File, 
     Ok((file, want))
 }
 
-fn write_loop(db: &Database, rx: mpsc::Receiver<Message>, path: PathBuf, blobs: PathBuf) {
+/// Where each execution the store holds is kept: its id to its order, as
+/// committed. The writer's alone; it makes a record of an id that is
+/// stored under another order replace that one, as a table keyed by id
+/// did (an id's earlier record whose removal was lost with a failed
+/// commit must not come back once the new one goes).
+type Index = std::collections::HashMap<String, u64>;
+
+fn write_loop(
+    db: &Database,
+    rx: mpsc::Receiver<Message>,
+    path: PathBuf,
+    blobs: PathBuf,
+    mut index: Index,
+) {
     // Changes nobody waits for (admissions, retention's sheds and
     // evictions) ride with the next durable commit instead of taking a
     // transaction of their own: redb persists a non-durable commit only
@@ -774,7 +820,7 @@ fn write_loop(db: &Database, rx: mpsc::Receiver<Message>, path: PathBuf, blobs: 
                 pending.push(m);
             }
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                commit(db, &path, &blobs, &mut pending, false);
+                commit(db, &path, &blobs, &mut index, &mut pending, false);
                 continue;
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -787,12 +833,12 @@ fn write_loop(db: &Database, rx: mpsc::Receiver<Message>, path: PathBuf, blobs: 
         }
         let durable = pending.iter().any(|m| m.ack.is_some());
         if durable || pending.len() >= BATCH || since.elapsed() >= LINGER {
-            commit(db, &path, &blobs, &mut pending, durable);
+            commit(db, &path, &blobs, &mut index, &mut pending, durable);
         }
     }
     // The daemon is stopping: what is left is written out for good.
     if !pending.is_empty() {
-        commit(db, &path, &blobs, &mut pending, true);
+        commit(db, &path, &blobs, &mut index, &mut pending, true);
     }
 }
 
@@ -802,16 +848,23 @@ fn write_loop(db: &Database, rx: mpsc::Receiver<Message>, path: PathBuf, blobs: 
 /// must not take the others with it, least of all a change nobody waits
 /// for, whose loss no one would hear of (a later `Sync` would say all is
 /// on disk).
-fn commit(db: &Database, path: &Path, blobs: &Path, batch: &mut Vec<Message>, durable: bool) {
+fn commit(
+    db: &Database,
+    path: &Path,
+    blobs: &Path,
+    index: &mut Index,
+    batch: &mut Vec<Message>,
+    durable: bool,
+) {
     let fail = |e: Failure| e.into_error(path);
-    let outcome = apply(db, blobs, batch, durable);
+    let outcome = apply(db, blobs, index, batch, durable);
     // Only a file that could not be written leaves the database able to
     // take the other changes (after a failed write of its own file, redb
     // refuses every transaction until it is opened again).
     if matches!(outcome, Err(Failure::Blob(_))) && batch.len() > 1 {
         for m in batch.drain(..) {
             let one = std::slice::from_ref(&m);
-            let outcome = apply(db, blobs, one, m.ack.is_some()).map_err(fail);
+            let outcome = apply(db, blobs, index, one, m.ack.is_some()).map_err(fail);
             if let Some(ack) = m.ack {
                 let _ = ack.send(outcome);
             }
@@ -905,10 +958,25 @@ fn write_blob(
     Ok(file.metadata()?.len())
 }
 
-fn apply(db: &Database, dir: &Path, batch: &[Message], durable: bool) -> Result<(), Failure> {
+fn apply(
+    db: &Database,
+    dir: &Path,
+    index: &mut Index,
+    batch: &[Message],
+    durable: bool,
+) -> Result<(), Failure> {
     let mut written = Vec::new();
-    let applied = apply_batch(db, dir, batch, durable, &mut written);
-    if applied.is_err() {
+    // What the batch does to the index, applied once it is committed.
+    let mut staged: std::collections::HashMap<String, Option<u64>> = Default::default();
+    let applied = apply_batch(db, dir, index, &mut staged, batch, durable, &mut written);
+    if applied.is_ok() {
+        for (id, order) in staged {
+            match order {
+                Some(order) => index.insert(id, order),
+                None => index.remove(&id),
+            };
+        }
+    } else {
         // No record names them: they would hold space until the next
         // start's sweep.
         for path in written {
@@ -922,6 +990,8 @@ fn apply(db: &Database, dir: &Path, batch: &[Message], durable: bool) -> Result<
 fn apply_batch(
     db: &Database,
     dir: &Path,
+    index: &Index,
+    staged: &mut std::collections::HashMap<String, Option<u64>>,
     batch: &[Message],
     durable: bool,
     written: &mut Vec<PathBuf>,
@@ -951,7 +1021,29 @@ fn apply_batch(
                     .flatten()
             }))
         };
+        // Where `id` is now: as staged by this batch, else as committed.
+        let at = |staged: &std::collections::HashMap<String, Option<u64>>, id: &str| match staged
+            .get(id)
+        {
+            Some(order) => *order,
+            None => index.get(id).copied(),
+        };
         for m in batch {
+            // A record of an id stored under another order replaces it.
+            if let Change::Put { id, record } | Change::Finish { id, record, .. } = &m.change {
+                if let Some(old) = at(staged, id).filter(|&o| o != record.order) {
+                    if let Some(gone_record) = stored(&records, id, old)? {
+                        if gone_record.blobs {
+                            gone.push(blob(dir, old, "events"));
+                            gone.push(blob(dir, old, "result"));
+                        }
+                    }
+                    records.remove(old)?;
+                    results.remove(old)?;
+                    events.remove(old)?;
+                }
+                staged.insert(id.clone(), Some(record.order));
+            }
             match &m.change {
                 Change::Put { id, record } => {
                     records.insert(record.order, (id.as_str(), encode(record).as_slice()))?;
@@ -1014,6 +1106,9 @@ fn apply_batch(
                         records.remove(order)?;
                         results.remove(order)?;
                         events.remove(order)?;
+                        if at(staged, id) == Some(*order) {
+                            staged.insert(id.clone(), None);
+                        }
                     }
                 }
                 Change::Sync => {}
@@ -1435,28 +1530,93 @@ mod tests {
         assert_eq!(stored[4].id, "exec-new");
     }
 
-    /// Two records of one id (which the daemon never writes) are damage:
-    /// the newer is kept, and the start goes on.
+    /// A record of an id the store keeps under another order replaces
+    /// that one, with its result, events and files, as a table keyed by
+    /// id did: the earlier record of an id (whose removal was lost with a
+    /// failed commit) never comes back once the newer one is removed.
     #[test]
-    fn of_two_records_of_one_id_the_newer_is_kept() {
+    fn a_record_of_an_id_stored_under_another_order_replaces_it() {
+        for size in [10, 2 * INLINE as usize] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = Store::file(dir.path());
+            let finish = |order: u64, byte: u8| Change::Finish {
+                id: "a".into(),
+                record: queued(order).finished("exited".into(), Some(0), "t".into()),
+                result: axum::body::Bytes::from(vec![byte; size]),
+                events: log_of(b"out"),
+            };
+            let (store, _) = Store::open(&path).unwrap();
+            store.send(finish(1, b'o'), true).wait().unwrap();
+            store.close();
+            drop(store);
+            // Reopened, so the replacement is found from what is stored.
+            let (store, _) = Store::open(&path).unwrap();
+            store.send(finish(3, b'n'), true).wait().unwrap();
+            store.close();
+            drop(store);
+            let (store, stored) = Store::open(&path).unwrap();
+            let got: Vec<(&str, u64)> = stored
+                .iter()
+                .map(|s| (s.id.as_str(), s.record.order))
+                .collect();
+            assert_eq!(got, [("a", 3)], "{size}");
+            assert_eq!(
+                store.read_result(&stored[0].record).unwrap(),
+                Some(vec![b'n'; size])
+            );
+            let files = std::fs::read_dir(dir.path().join("blobs")).unwrap().count();
+            assert_eq!(files, if size as u64 > INLINE { 2 } else { 0 });
+            let remove = Change::Remove {
+                id: "a".into(),
+                order: 3,
+            };
+            store.send(remove, true).wait().unwrap();
+            store.close();
+            drop(store);
+            let (_, stored) = Store::open(&path).unwrap();
+            assert!(stored.is_empty(), "{size}: the older record came back");
+        }
+    }
+
+    /// Two records of one id found at the start (damage: the writer
+    /// never leaves two) keep the newer, and the older is removed, so
+    /// that it does not come back once the newer one goes.
+    #[test]
+    fn of_two_records_of_one_id_found_at_start_the_older_is_removed() {
         let dir = tempfile::tempdir().unwrap();
         let path = Store::file(dir.path());
-        let (store, _) = Store::open(&path).unwrap();
-        for (id, order) in [("a", 1), ("b", 2), ("a", 3)] {
-            let change = Change::Put {
-                id: id.into(),
-                record: queued(order),
-            };
-            store.send(change, true).wait().unwrap();
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut records = txn.open_table(RECORDS).unwrap();
+                let mut results = txn.open_table(RESULTS).unwrap();
+                for (id, order) in [("a", 1), ("b", 2), ("a", 3)] {
+                    let rec = queued(order).finished("exited".into(), Some(0), "t".into());
+                    records
+                        .insert(order, (id, encode(&rec).as_slice()))
+                        .unwrap();
+                    results.insert(order, &b"doc"[..]).unwrap();
+                }
+            }
+            txn.commit().unwrap();
         }
-        store.close();
-        drop(store);
-        let (_, stored) = Store::open(&path).unwrap();
+        let (store, stored) = Store::open(&path).unwrap();
         let got: Vec<(&str, u64)> = stored
             .iter()
             .map(|s| (s.id.as_str(), s.record.order))
             .collect();
         assert_eq!(got, [("b", 2), ("a", 3)]);
+        let remove = Change::Remove {
+            id: "a".into(),
+            order: 3,
+        };
+        store.send(remove, true).wait().unwrap();
+        store.close();
+        drop(store);
+        let (_, stored) = Store::open(&path).unwrap();
+        let got: Vec<&str> = stored.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(got, ["b"], "the older record came back");
     }
 
     #[test]
