@@ -1193,6 +1193,27 @@ mod tests {
         Record::queued("d", order, std::time::SystemTime::now())
     }
 
+    /// What a start found: each execution's id and order.
+    fn listed(stored: &[Stored]) -> Vec<(&str, u64)> {
+        stored
+            .iter()
+            .map(|s| (s.id.as_str(), s.record.order))
+            .collect()
+    }
+
+    /// Removes `id`, kept under `order`, durably, and opens the store
+    /// again: what that start finds.
+    fn remove_and_reopen(store: Store, path: &Path, id: &str, order: u64) -> Vec<Stored> {
+        let remove = Change::Remove {
+            id: id.into(),
+            order,
+        };
+        store.send(remove, true).wait().unwrap();
+        store.close();
+        drop(store);
+        Store::open(path).unwrap().1
+    }
+
     /// A change nobody waits for, now held back for the next durable
     /// commit, is still committed with it, on its own once LINGER passes
     /// without one, and when the store is dropped without a close.
@@ -1477,10 +1498,7 @@ mod tests {
             txn.commit().unwrap();
         }
         let (store, stored) = Store::open(&path).unwrap();
-        let got: Vec<(&str, u64)> = stored
-            .iter()
-            .map(|s| (s.id.as_str(), s.record.order))
-            .collect();
+        let got = listed(&stored);
         assert_eq!(
             got,
             [
@@ -1555,10 +1573,7 @@ mod tests {
             store.close();
             drop(store);
             let (store, stored) = Store::open(&path).unwrap();
-            let got: Vec<(&str, u64)> = stored
-                .iter()
-                .map(|s| (s.id.as_str(), s.record.order))
-                .collect();
+            let got = listed(&stored);
             assert_eq!(got, [("a", 3)], "{size}");
             assert_eq!(
                 store.read_result(&stored[0].record).unwrap(),
@@ -1566,14 +1581,7 @@ mod tests {
             );
             let files = std::fs::read_dir(dir.path().join("blobs")).unwrap().count();
             assert_eq!(files, if size as u64 > INLINE { 2 } else { 0 });
-            let remove = Change::Remove {
-                id: "a".into(),
-                order: 3,
-            };
-            store.send(remove, true).wait().unwrap();
-            store.close();
-            drop(store);
-            let (_, stored) = Store::open(&path).unwrap();
+            let stored = remove_and_reopen(store, &path, "a", 3);
             assert!(stored.is_empty(), "{size}: the older record came back");
         }
     }
@@ -1602,19 +1610,9 @@ mod tests {
             txn.commit().unwrap();
         }
         let (store, stored) = Store::open(&path).unwrap();
-        let got: Vec<(&str, u64)> = stored
-            .iter()
-            .map(|s| (s.id.as_str(), s.record.order))
-            .collect();
+        let got = listed(&stored);
         assert_eq!(got, [("b", 2), ("a", 3)]);
-        let remove = Change::Remove {
-            id: "a".into(),
-            order: 3,
-        };
-        store.send(remove, true).wait().unwrap();
-        store.close();
-        drop(store);
-        let (_, stored) = Store::open(&path).unwrap();
+        let stored = remove_and_reopen(store, &path, "a", 3);
         let got: Vec<&str> = stored.iter().map(|s| s.id.as_str()).collect();
         assert_eq!(got, ["b"], "the older record came back");
     }
