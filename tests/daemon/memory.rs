@@ -149,13 +149,11 @@ fn one_execution_cannot_empty_retention() {
     d.get("/v1/executions/flood-1/events")
         .assert_error(410, "result_dropped");
     let listed = d.get("/v1/executions").json();
-    let ids: Vec<&str> = listed["executions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["execution_id"].as_str().unwrap())
-        .collect();
-    assert_eq!(ids, ["flood-2", "flood-1", "victim-1"], "{listed:#}");
+    assert_eq!(
+        listed_ids(&listed),
+        ["flood-2", "flood-1", "victim-1"],
+        "{listed:#}"
+    );
     // A budget that could not hold one execution's output is refused.
     let err = Daemon::try_start(
         &w,

@@ -130,13 +130,7 @@ fn what_retention_dropped_stays_dropped_after_a_restart_and_a_reused_id_keeps_it
     // Restarted with room for more: only what the store kept can show.
     let mut d = Daemon::start(&w, &["--root", root.as_str(), "--retain", "10"]);
     let list = d.get("/v1/executions").json();
-    let ids: Vec<&str> = list["executions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["execution_id"].as_str().unwrap())
-        .collect();
-    assert_eq!(ids, ["e4", "e1"], "{list:#}");
+    assert_eq!(listed_ids(&list), ["e4", "e1"], "{list:#}");
     for gone in ["e2", "e3"] {
         assert_eq!(
             d.get(&format!("/v1/executions/{gone}")).status,

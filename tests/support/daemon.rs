@@ -242,6 +242,17 @@ impl Daemon {
     }
 }
 
+/// The execution ids of a `GET /v1/executions` answer, in its order
+/// (newest first).
+pub fn listed_ids(list: &Value) -> Vec<&str> {
+    list["executions"]
+        .as_array()
+        .expect("a listing of executions")
+        .iter()
+        .map(|e| e["execution_id"].as_str().expect("an execution id"))
+        .collect()
+}
+
 /// The address in the daemon's "listening on ADDR" log line (human or
 /// JSON).
 pub fn listening_address(line: &str) -> Option<String> {

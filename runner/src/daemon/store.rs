@@ -41,6 +41,7 @@
 //! - a record, its result and its events are written and removed in one
 //!   transaction.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Mutex;
@@ -369,18 +370,12 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(open_err(format!("cannot create {}: {e}", blobs.display()))),
         }
-        let read_err = |reason: String| StoreError::Read {
-            path: path.to_owned(),
-            reason,
-        };
         let (stored, superseded) = quietly(|| read_all(&db, &blobs))
             .unwrap_or_else(|what| Err(format!("it is damaged ({what})")))
-            .map_err(read_err)?;
-        if !superseded.is_empty() {
-            // Gone for good, or a later removal of the newer record would
-            // bring the older back (its files go with the sweep below).
-            drop_orders(&db, &superseded).map_err(read_err)?;
-        }
+            .map_err(|reason| StoreError::Read {
+                path: path.to_owned(),
+                reason,
+            })?;
         sweep_blobs(&blobs, &stored);
         let index: Index = stored
             .iter()
@@ -395,16 +390,22 @@ impl Store {
             .name("skill-runner-store".into())
             .spawn(move || write_loop(&writer_db, rx, writer_path, writer_blobs, index))
             .map_err(|e| open_err(format!("cannot start its writer thread: {e}")))?;
-        Ok((
-            Store {
-                path: path.to_owned(),
-                db,
-                blobs,
-                tx: Mutex::new(Some(tx)),
-                writer: Mutex::new(Some(writer)),
-            },
-            stored,
-        ))
+        let store = Store {
+            path: path.to_owned(),
+            db,
+            blobs,
+            tx: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(writer)),
+        };
+        if !superseded.is_empty() {
+            // Gone for good, or a later removal of the newer record would
+            // bring the older back (their files went with the sweep).
+            for (id, order) in superseded {
+                store.send(Change::Remove { id, order }, false);
+            }
+            store.send(Change::Sync, true).wait()?;
+        }
+        Ok((store, stored))
     }
 
     pub fn path(&self) -> &Path {
@@ -597,9 +598,12 @@ fn sweep_blobs(dir: &Path, stored: &[Stored]) {
     }
 }
 
-/// Everything the store holds, by admission order, and the orders of
-/// records superseded by a newer record of their id (see [`drop_orders`]).
-fn read_all(db: &Database, blobs: &Path) -> Result<(Vec<Stored>, Vec<u64>), String> {
+/// The id and order of each record superseded by a newer record of its id.
+type Superseded = Vec<(String, u64)>;
+
+/// Everything the store holds, by admission order, and what of it is
+/// superseded (removed by [`Store::open`]).
+fn read_all(db: &Database, blobs: &Path) -> Result<(Vec<Stored>, Superseded), String> {
     let txn = db.begin_read().map_err(|e| e.to_string())?;
     let records = match txn.open_table(RECORDS) {
         Ok(t) => t,
@@ -611,7 +615,7 @@ fn read_all(db: &Database, blobs: &Path) -> Result<(Vec<Stored>, Vec<u64>), Stri
     // Where each id is in `all`: an id is admitted once at a time (its
     // record is removed before it can be admitted again), so a second
     // record of an id is damage; the newer one is kept.
-    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
     for entry in records.iter().map_err(|e| e.to_string())? {
         let (k, v) = entry.map_err(|e| e.to_string())?;
         let (id, json) = v.value();
@@ -643,7 +647,7 @@ fn read_all(db: &Database, blobs: &Path) -> Result<(Vec<Stored>, Vec<u64>), Stri
         match seen.get(&stored.id) {
             Some(&at) => {
                 tracing::error!(id = %stored.id.escape_debug(), "the store holds two records of one execution; the older is removed");
-                superseded.push(all[at].record.order);
+                superseded.push((stored.id.clone(), all[at].record.order));
                 all[at] = stored;
             }
             None => {
@@ -658,23 +662,9 @@ fn read_all(db: &Database, blobs: &Path) -> Result<(Vec<Stored>, Vec<u64>), Stri
     Ok((all, superseded))
 }
 
-/// Removes the records (and results and events) kept under `orders`, in
-/// one durable transaction.
-fn drop_orders(db: &Database, orders: &[u64]) -> Result<(), String> {
-    let e = |e: &dyn std::fmt::Display| e.to_string();
-    let mut txn = db.begin_write().map_err(|x| e(&x))?;
-    txn.set_durability(Durability::Immediate);
-    {
-        let mut records = txn.open_table(RECORDS).map_err(|x| e(&x))?;
-        let mut results = txn.open_table(RESULTS).map_err(|x| e(&x))?;
-        let mut events = txn.open_table(EVENTS).map_err(|x| e(&x))?;
-        for &order in orders {
-            records.remove(order).map_err(|x| e(&x))?;
-            results.remove(order).map_err(|x| e(&x))?;
-            events.remove(order).map_err(|x| e(&x))?;
-        }
-    }
-    txn.commit().map_err(|x| e(&x))
+/// An error as the reason of a [`StoreError`].
+fn text(e: impl std::fmt::Display) -> String {
+    e.to_string()
 }
 
 /// Moves a store of the first layout (tables keyed by execution id) to
@@ -683,51 +673,50 @@ fn drop_orders(db: &Database, orders: &[u64]) -> Result<(), String> {
 /// next open. A record that cannot be read is left out with an ERROR, as
 /// [`read_all`] would skip it.
 fn migrate(db: &Database) -> Result<(), String> {
-    let e = |e: &dyn std::fmt::Display| e.to_string();
     {
-        let txn = db.begin_read().map_err(|x| e(&x))?;
+        let txn = db.begin_read().map_err(text)?;
         match txn.open_table(ID_RECORDS) {
             Ok(_) => {}
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
-            Err(x) => return Err(e(&x)),
+            Err(x) => return Err(text(x)),
         }
     }
-    let mut txn = db.begin_write().map_err(|x| e(&x))?;
+    let mut txn = db.begin_write().map_err(text)?;
     txn.set_durability(Durability::Immediate);
     let mut moved = 0usize;
     {
-        let old_records = txn.open_table(ID_RECORDS).map_err(|x| e(&x))?;
-        let old_results = txn.open_table(ID_RESULTS).map_err(|x| e(&x))?;
-        let old_events = txn.open_table(ID_EVENTS).map_err(|x| e(&x))?;
-        let mut records = txn.open_table(RECORDS).map_err(|x| e(&x))?;
-        let mut results = txn.open_table(RESULTS).map_err(|x| e(&x))?;
-        let mut events = txn.open_table(EVENTS).map_err(|x| e(&x))?;
-        for entry in old_records.iter().map_err(|x| e(&x))? {
-            let (k, v) = entry.map_err(|x| e(&x))?;
+        let old_records = txn.open_table(ID_RECORDS).map_err(text)?;
+        let old_results = txn.open_table(ID_RESULTS).map_err(text)?;
+        let old_events = txn.open_table(ID_EVENTS).map_err(text)?;
+        let mut records = txn.open_table(RECORDS).map_err(text)?;
+        let mut results = txn.open_table(RESULTS).map_err(text)?;
+        let mut events = txn.open_table(EVENTS).map_err(text)?;
+        for entry in old_records.iter().map_err(text)? {
+            let (k, v) = entry.map_err(text)?;
             let id = k.value();
             let Ok(record) = serde_json::from_slice::<Record>(v.value()) else {
                 tracing::error!(id = %id.escape_debug(), "skipped an unreadable execution record while moving the store to its new layout");
                 continue;
             };
             let order = record.order;
-            if records.get(order).map_err(|x| e(&x))?.is_some() {
+            if records.get(order).map_err(text)?.is_some() {
                 tracing::error!(id = %id.escape_debug(), order, "skipped an execution record whose admission order another record holds");
                 continue;
             }
-            records.insert(order, (id, v.value())).map_err(|x| e(&x))?;
-            if let Some(r) = old_results.get(id).map_err(|x| e(&x))? {
-                results.insert(order, r.value()).map_err(|x| e(&x))?;
+            records.insert(order, (id, v.value())).map_err(text)?;
+            if let Some(r) = old_results.get(id).map_err(text)? {
+                results.insert(order, r.value()).map_err(text)?;
             }
-            if let Some(ev) = old_events.get(id).map_err(|x| e(&x))? {
-                events.insert(order, ev.value()).map_err(|x| e(&x))?;
+            if let Some(ev) = old_events.get(id).map_err(text)? {
+                events.insert(order, ev.value()).map_err(text)?;
             }
             moved += 1;
         }
     }
     for old in [ID_RECORDS, ID_RESULTS, ID_EVENTS] {
-        txn.delete_table(old).map_err(|x| e(&x))?;
+        txn.delete_table(old).map_err(text)?;
     }
-    txn.commit().map_err(|x| e(&x))?;
+    txn.commit().map_err(text)?;
     tracing::info!(
         executions = moved,
         "moved the execution store to tables keyed by admission order"
@@ -788,7 +777,10 @@ fn check_blob(path: &Path, len: Option<u64>) -> std::io::Result<(std::fs::File, 
 /// stored under another order replace that one, as a table keyed by id
 /// did (an id's earlier record whose removal was lost with a failed
 /// commit must not come back once the new one goes).
-type Index = std::collections::HashMap<String, u64>;
+type Index = HashMap<String, u64>;
+/// What a batch does to the [`Index`] (`None`: the id is gone), applied
+/// once its commit is made.
+type Staged = HashMap<String, Option<u64>>;
 
 fn write_loop(
     db: &Database,
@@ -966,8 +958,7 @@ fn apply(
     durable: bool,
 ) -> Result<(), Failure> {
     let mut written = Vec::new();
-    // What the batch does to the index, applied once it is committed.
-    let mut staged: std::collections::HashMap<String, Option<u64>> = Default::default();
+    let mut staged = Staged::new();
     let applied = apply_batch(db, dir, index, &mut staged, batch, durable, &mut written);
     if applied.is_ok() {
         for (id, order) in staged {
@@ -991,7 +982,7 @@ fn apply_batch(
     db: &Database,
     dir: &Path,
     index: &Index,
-    staged: &mut std::collections::HashMap<String, Option<u64>>,
+    staged: &mut Staged,
     batch: &[Message],
     durable: bool,
     written: &mut Vec<PathBuf>,
@@ -1022,9 +1013,7 @@ fn apply_batch(
             }))
         };
         // Where `id` is now: as staged by this batch, else as committed.
-        let at = |staged: &std::collections::HashMap<String, Option<u64>>, id: &str| match staged
-            .get(id)
-        {
+        let at = |staged: &Staged, id: &str| match staged.get(id) {
             Some(order) => *order,
             None => index.get(id).copied(),
         };
@@ -1032,15 +1021,10 @@ fn apply_batch(
             // A record of an id stored under another order replaces it.
             if let Change::Put { id, record } | Change::Finish { id, record, .. } = &m.change {
                 if let Some(old) = at(staged, id).filter(|&o| o != record.order) {
-                    if let Some(gone_record) = stored(&records, id, old)? {
-                        if gone_record.blobs {
-                            gone.push(blob(dir, old, "events"));
-                            gone.push(blob(dir, old, "result"));
-                        }
+                    if let Some(old) = stored(&records, id, old)? {
+                        let tables = (&mut records, &mut results, &mut events);
+                        drop_stored(tables, dir, &old, &mut gone)?;
                     }
-                    records.remove(old)?;
-                    results.remove(old)?;
-                    events.remove(old)?;
                 }
                 staged.insert(id.clone(), Some(record.order));
             }
@@ -1099,13 +1083,8 @@ fn apply_batch(
                 }
                 Change::Remove { id, order } => {
                     if let Some(old) = stored(&records, id, *order)? {
-                        if old.blobs {
-                            gone.push(blob(dir, old.order, "events"));
-                            gone.push(blob(dir, old.order, "result"));
-                        }
-                        records.remove(order)?;
-                        results.remove(order)?;
-                        events.remove(order)?;
+                        let tables = (&mut records, &mut results, &mut events);
+                        drop_stored(tables, dir, &old, &mut gone)?;
                         if at(staged, id) == Some(*order) {
                             staged.insert(id.clone(), None);
                         }
@@ -1123,6 +1102,31 @@ fn apply_batch(
     for path in gone {
         let _ = std::fs::remove_file(path);
     }
+    Ok(())
+}
+
+/// The three tables of a write transaction: records, results, events.
+type Tables<'a, 't> = (
+    &'a mut redb::Table<'t, u64, (&'static str, &'static [u8])>,
+    &'a mut redb::Table<'t, u64, &'static [u8]>,
+    &'a mut redb::Table<'t, u64, &'static [u8]>,
+);
+
+/// Removes the execution whose stored record is `old`: its rows, and its
+/// `blobs/` files once the commit is made (named in `gone`).
+fn drop_stored(
+    (records, results, events): Tables,
+    dir: &Path,
+    old: &Record,
+    gone: &mut Vec<PathBuf>,
+) -> Result<(), Failure> {
+    if old.blobs {
+        gone.push(blob(dir, old.order, "events"));
+        gone.push(blob(dir, old.order, "result"));
+    }
+    records.remove(old.order)?;
+    results.remove(old.order)?;
+    events.remove(old.order)?;
     Ok(())
 }
 
