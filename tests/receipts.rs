@@ -527,11 +527,11 @@ fn the_receipt_key_is_out_of_every_sandboxs_reach() {
     std::fs::create_dir_all(&keys).unwrap();
     let named = keys.join("k.pem");
     std::fs::copy(&key_file, &named).unwrap();
-    let run_with_key = |job: &Value| {
+    let run_keyed = |key: &Path, job: &Value| {
         let path = w.job("keyed", job);
         let out = w
             .cmd()
-            .env("SKILL_RUNNER_RECEIPT_KEY", &named)
+            .env("SKILL_RUNNER_RECEIPT_KEY", key)
             .args(["run", "--json"])
             .arg(&path)
             .output()
@@ -539,6 +539,7 @@ fn the_receipt_key_is_out_of_every_sandboxs_reach() {
         let r: Value = serde_json::from_slice(&out.stdout).unwrap();
         r
     };
+    let run_with_key = |job: &Value| run_keyed(&named, job);
     let above = keys.parent().unwrap().to_owned();
     for (field, dir) in [
         ("workspace", keys.clone()),
@@ -550,6 +551,17 @@ fn the_receipt_key_is_out_of_every_sandboxs_reach() {
         let msg = r["error"]["message"].as_str().unwrap();
         assert!(msg.contains("holds the runner's receipt key"), "{msg}");
     }
+    // Named through a symlinked folder, the key is resolved when it is
+    // loaded: its real folder is refused all the same.
+    let link = w.path().join("keys-link");
+    std::os::unix::fs::symlink(&keys, &link).unwrap();
+    let r = run_keyed(
+        &link.join("k.pem"),
+        &json!({"argv": ["/bin/true"], "workspace": keys}),
+    );
+    assert_eq!(r["status"], "rejected", "{r:#}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("holds the runner's receipt key"), "{msg}");
     std::fs::write(
         above.join("SKILL.md"),
         "---\nname: operator\ndescription: A skill folder holding the key.\n---\n",

@@ -119,11 +119,10 @@ pub fn managed_workspace(data: &DataDir, real: &Path) -> Result<(), ExecError> {
     not_state(data, "workspace", real)
 }
 
-/// Refuses a job folder (canonical) that holds the receipt key `key`:
-/// what is below a workspace, extensions dir, profile mount or skill
-/// path reaches the sandbox.
+/// Refuses a job folder (canonical) that holds the receipt key (`key`,
+/// canonical too): what is below a workspace, extensions dir, profile
+/// mount or skill path reaches the sandbox.
 pub fn not_key(field: &'static str, real: &Path, key: &Path) -> Result<(), ExecError> {
-    let key = key.canonicalize().unwrap_or_else(|_| key.to_owned());
     if key.starts_with(real) {
         return Err(ExecError::ReceiptKey {
             field,

@@ -288,7 +288,7 @@ impl Runner {
     fn not_state(&self, field: &'static str, real: &Path) -> Result<(), ExecError> {
         folders::not_state(&self.data, field, real)?;
         if let Some(signer) = &self.signer {
-            folders::not_key(field, real, signer.path())?;
+            folders::not_key(field, real, signer.real_path())?;
         }
         Ok(())
     }

@@ -46,6 +46,9 @@ pub struct Signer {
     key: SigningKey,
     public: PublicKey,
     path: PathBuf,
+    /// `path` with its symlinks resolved, once: a job's folders are
+    /// checked against it at every execution.
+    real: PathBuf,
 }
 
 impl std::fmt::Debug for Signer {
@@ -191,6 +194,7 @@ impl Signer {
             key,
             public,
             path: path.to_owned(),
+            real: path.canonicalize().unwrap_or_else(|_| path.to_owned()),
         })
     }
 
@@ -201,6 +205,11 @@ impl Signer {
     /// The key file (a job's folders must never hold it).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The key file with its symlinks resolved when it was loaded.
+    pub fn real_path(&self) -> &Path {
+        &self.real
     }
 
     /// The ed25519 signature of `message`.
