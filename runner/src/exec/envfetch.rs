@@ -311,7 +311,7 @@ impl SandboxFetcher {
         crate::sandbox::fetchbox::check_config(
             &config,
             runner.data_dir().path(),
-            runner.signer().map(|s| s.path()),
+            runner.signer().map(|s| s.real_path()),
         )?;
         let program = std::env::var_os(PROGRAM_VAR).map(PathBuf::from);
         let staging =
