@@ -202,12 +202,8 @@ impl Signer {
         &self.public
     }
 
-    /// The key file (a job's folders must never hold it).
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The key file with its symlinks resolved when it was loaded.
+    /// The key file, its symlinks resolved when it was loaded: a job's
+    /// folders must never hold it.
     pub fn real_path(&self) -> &Path {
         &self.real
     }

@@ -82,14 +82,14 @@ pub enum FetchboxError {
 
 /// Refuses a configuration path that would put the runner's state in the
 /// fetch sandbox: `/`, the data dir `data` (canonical), anything inside
-/// it or above it, and the receipt key `key` or a folder above it. Each
-/// path is resolved first (pip follows links, and so does the bind).
+/// it or above it, and the receipt key `key` (canonical, as the signer
+/// resolved it) or a folder above it. Each path is resolved first (pip
+/// follows links, and so does the bind).
 pub fn check_config(
     paths: &[PathBuf],
     data: &Path,
     key: Option<&Path>,
 ) -> Result<(), FetchboxError> {
-    let key = key.map(|k| k.canonicalize().unwrap_or_else(|_| k.to_owned()));
     for path in paths {
         let real = path.canonicalize().unwrap_or_else(|_| path.clone());
         let what = if real == Path::new("/") {
@@ -99,8 +99,7 @@ pub fn check_config(
         } else if data.starts_with(&real) {
             Some(format!("above the runner's data dir {}", data.display()))
         } else {
-            key.as_ref()
-                .filter(|k| k.starts_with(&real))
+            key.filter(|k| k.starts_with(&real))
                 .map(|k| format!("the receipt key {} or a folder above it", k.display()))
         };
         if let Some(what) = what {
