@@ -8,6 +8,20 @@
 //! folder back as they were after every input: an input cannot leave state
 //! for the next one, and a crash replays from its input alone.
 
+pub mod targets {
+    //! Each fuzz target's body: the input it takes, the runner's entry
+    //! point it calls and the invariants it checks (docs/fuzzing.md). The
+    //! libFuzzer binaries of `fuzz_targets/` call them, and so does the
+    //! corpus replay, an ordinary test (`fuzz/tests/corpus.rs`).
+    pub mod bundle;
+    pub mod http;
+    pub mod job;
+    pub mod profile;
+    pub mod python_lock;
+    pub mod session;
+    pub mod skill_md;
+}
+
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
