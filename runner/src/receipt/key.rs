@@ -190,11 +190,15 @@ impl Signer {
             reason: format!("not a PKCS#8 PEM ed25519 private key ({e})"),
         })?;
         let public = PublicKey::new(key.verifying_key());
+        let real = real_path_of(&file, path).map_err(|reason| KeyError::Read {
+            path: path.to_owned(),
+            reason: format!("cannot tell where it really is ({reason}), so no job folder could be checked against it"),
+        })?;
         Ok(Signer {
             key,
             public,
             path: path.to_owned(),
-            real: path.canonicalize().unwrap_or_else(|_| path.to_owned()),
+            real,
         })
     }
 
@@ -211,6 +215,30 @@ impl Signer {
     /// The ed25519 signature of `message`.
     pub fn sign(&self, message: &[u8]) -> [u8; 64] {
         self.key.sign(message).to_bytes()
+    }
+}
+
+/// Where the opened key file `file` (opened as `path`) is, its links
+/// resolved: on Linux the kernel's path of the open descriptor, so it is
+/// the file that was read, not whatever `path` names by now (elsewhere,
+/// or without `/proc`, `path` resolved); either way checked to name that
+/// same file (device and inode), which a key renamed or removed since its
+/// open is not.
+fn real_path_of(file: &File, path: &Path) -> Result<PathBuf, String> {
+    #[cfg(target_os = "linux")]
+    let real = {
+        use std::os::fd::AsRawFd;
+        std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+            .or_else(|_| path.canonicalize())
+    };
+    #[cfg(not(target_os = "linux"))]
+    let real = path.canonicalize();
+    let real = real.map_err(|e| e.to_string())?;
+    let opened = file.metadata().map_err(|e| e.to_string())?;
+    match std::fs::symlink_metadata(&real) {
+        Ok(m) if m.dev() == opened.dev() && m.ino() == opened.ino() => Ok(real),
+        Ok(_) => Err(format!("{} is another file by now", real.display())),
+        Err(e) => Err(format!("{}: {e}", real.display())),
     }
 }
 
@@ -293,6 +321,34 @@ mod tests {
             a.public().keyid,
             crate::receipt::canonical::bytes_sha256_hex(&der)
         );
+    }
+
+    #[test]
+    fn a_keys_real_path_is_the_file_that_was_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        let path = real.join(KEY_FILE);
+        Signer::load_or_create(&path).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+        let signer = Signer::load(&dir.path().join("link").join(KEY_FILE)).unwrap();
+        assert_eq!(signer.real_path(), path.canonicalize().unwrap());
+
+        // Moved after it was opened: where the opened file is now (on
+        // Linux), never what the old name holds by then.
+        let file = File::open(&path).unwrap();
+        let moved = real.join("moved.pem");
+        std::fs::rename(&path, &moved).unwrap();
+        std::fs::write(&path, b"another file").unwrap();
+        let found = real_path_of(&file, &path);
+        if cfg!(target_os = "linux") {
+            assert_eq!(found.unwrap(), moved.canonicalize().unwrap());
+        } else {
+            assert!(found.unwrap_err().contains("another file by now"));
+        }
+        // Removed after it was opened: no path names it, so it is refused.
+        std::fs::remove_file(&moved).unwrap();
+        let gone = real_path_of(&file, &moved).unwrap_err();
+        assert!(!gone.is_empty());
     }
 
     #[test]
