@@ -1,6 +1,5 @@
 //! Every seed of `fuzz/corpus/` through its target's invariants, as an
-//! ordinary test: what the fuzzers were started from (and every input a
-//! crash was found with, kept there as a seed) is checked by every test
+//! ordinary test: what the fuzzers start from is checked by every test
 //! run, without the instrumented build a fuzz run needs (docs/fuzzing.md).
 
 use std::path::{Path, PathBuf};
@@ -42,37 +41,56 @@ fn replay(target: &str, run: fn(&[u8])) {
     }
 }
 
+/// A target's body: one input.
+type Target = fn(&[u8]);
+
+/// Every target and its body: each has a folder of seeds and a libFuzzer
+/// binary (checked below).
+const TARGETS: [(&str, Target); 7] = [
+    ("bundle", targets::bundle::run),
+    ("http", targets::http::run),
+    ("job", targets::job::run),
+    ("profile", targets::profile::run),
+    ("python_lock", targets::python_lock::run),
+    ("session", targets::session::run),
+    ("skill_md", targets::skill_md::run),
+];
+
+/// The names in `dir` (of its files with `ext` stripped, or of its
+/// folders), sorted.
+fn names(dir: &str, ext: Option<&str>) -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .map(|e| e.expect("an entry").path())
+        .filter_map(|p| match ext {
+            Some(ext) => (p.extension()? == ext)
+                .then(|| p.file_stem())??
+                .to_str()
+                .map(String::from),
+            None => p
+                .is_dir()
+                .then(|| p.file_name())??
+                .to_str()
+                .map(String::from),
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// A target added without a replay here (or a seed folder without a
+/// target) fails, not silently.
 #[test]
-fn bundle_seeds() {
-    replay("bundle", targets::bundle::run);
+fn every_target_and_seed_folder_is_replayed() {
+    let targets: Vec<&str> = TARGETS.iter().map(|t| t.0).collect();
+    assert_eq!(names("corpus", None), targets);
+    assert_eq!(names("fuzz_targets", Some("rs")), targets);
 }
 
 #[test]
-fn http_seeds() {
-    replay("http", targets::http::run);
-}
-
-#[test]
-fn job_seeds() {
-    replay("job", targets::job::run);
-}
-
-#[test]
-fn profile_seeds() {
-    replay("profile", targets::profile::run);
-}
-
-#[test]
-fn python_lock_seeds() {
-    replay("python_lock", targets::python_lock::run);
-}
-
-#[test]
-fn session_seeds() {
-    replay("session", targets::session::run);
-}
-
-#[test]
-fn skill_md_seeds() {
-    replay("skill_md", targets::skill_md::run);
+fn every_seed_keeps_its_targets_invariants() {
+    for (target, run) in TARGETS {
+        replay(target, run);
+    }
 }

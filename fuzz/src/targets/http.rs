@@ -83,8 +83,16 @@ async fn exchange(config: &Config, router: axum::Router, input: &[u8]) -> Vec<u8
     });
     let mut out = Vec::new();
     let _ = rd.read_to_end(&mut out).await;
-    let _ = writer.await;
-    let _ = served.await;
+    // A panic in the server's task (a handler's) is the target's panic:
+    // libFuzzer's hook aborts on it in any thread, and the corpus replay
+    // must not see it as a connection that merely closed.
+    for task in [writer.await, served.await] {
+        if let Err(e) = task {
+            if e.is_panic() {
+                std::panic::resume_unwind(e.into_panic());
+            }
+        }
+    }
     out
 }
 
