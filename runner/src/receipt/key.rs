@@ -166,7 +166,7 @@ impl Signer {
             path: path.to_owned(),
             source,
         };
-        let mut file = std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
             .open(path)
@@ -176,6 +176,11 @@ impl Signer {
                 },
                 _ => open(e),
             })?;
+        Signer::from_opened(file, path)
+    }
+
+    /// The key in `file`, opened as `path` by [`Signer::load`].
+    fn from_opened(mut file: File, path: &Path) -> Result<Signer, KeyError> {
         check_private(&file, path)?;
         let mut text = String::new();
         (&mut file)
@@ -235,7 +240,15 @@ fn real_path_of(file: &File, path: &Path) -> Result<PathBuf, String> {
     let real = path.canonicalize();
     let real = real.map_err(|e| e.to_string())?;
     let opened = file.metadata().map_err(|e| e.to_string())?;
-    match std::fs::symlink_metadata(&real) {
+    // Both sides from an open file (`fstat`), never one from a path's
+    // `stat`: on overlayfs before Linux 4.19 the two can differ for the
+    // same file.
+    let found = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(&real)
+        .and_then(|f| f.metadata());
+    match found {
         Ok(m) if m.dev() == opened.dev() && m.ino() == opened.ino() => Ok(real),
         Ok(_) => Err(format!("{} is another file by now", real.display())),
         Err(e) => Err(format!("{}: {e}", real.display())),
@@ -339,16 +352,21 @@ mod tests {
         let moved = real.join("moved.pem");
         std::fs::rename(&path, &moved).unwrap();
         std::fs::write(&path, b"another file").unwrap();
-        let found = real_path_of(&file, &path);
+        let found = Signer::from_opened(file, &path);
         if cfg!(target_os = "linux") {
-            assert_eq!(found.unwrap(), moved.canonicalize().unwrap());
+            assert_eq!(found.unwrap().real_path(), moved.canonicalize().unwrap());
         } else {
-            assert!(found.unwrap_err().contains("another file by now"));
+            let refused = found.err().unwrap().to_string();
+            assert!(refused.contains("another file by now"), "{refused}");
         }
         // Removed after it was opened: no path names it, so it is refused.
+        let file = File::open(&moved).unwrap();
         std::fs::remove_file(&moved).unwrap();
-        let gone = real_path_of(&file, &moved).unwrap_err();
-        assert!(!gone.is_empty());
+        let refused = Signer::from_opened(file, &moved).err().unwrap().to_string();
+        assert!(
+            refused.contains("cannot tell where it really is"),
+            "{refused}"
+        );
     }
 
     #[test]
