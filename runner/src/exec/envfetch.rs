@@ -307,12 +307,15 @@ impl SandboxFetcher {
                 .flatten()
         });
         let config: Vec<PathBuf> = setup.paths.iter().filter(|p| p.exists()).cloned().collect();
-        // Before anything is made: the runner's state is never bound.
-        crate::sandbox::fetchbox::check_config(
-            &config,
+        // Before anything is made: the runner's state is never bound, by
+        // pip's configuration or by the sandbox's own system binds.
+        let mounts = profile.resolve_mounts(crate::sandbox::profile::host_entry);
+        let (data, key) = (
             runner.data_dir().path(),
             runner.signer().map(|s| s.real_path()),
-        )?;
+        );
+        crate::sandbox::fetchbox::check_config(&config, data, key)?;
+        crate::sandbox::fetchbox::check_binds(&mounts, data, key)?;
         let program = std::env::var_os(PROGRAM_VAR).map(PathBuf::from);
         let staging =
             std::env::temp_dir().join(format!("skill-runner-fetch-{}", crate::fsx::random_hex()));
@@ -324,7 +327,7 @@ impl SandboxFetcher {
         let fetcher = SandboxFetcher {
             bwrap: bwrap.path,
             features: bwrap.features,
-            mounts: profile.resolve_mounts(crate::sandbox::profile::host_entry),
+            mounts,
             setup,
             config,
             staging,

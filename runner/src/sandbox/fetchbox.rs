@@ -78,6 +78,12 @@ pub enum FetchboxError {
         real: PathBuf,
         what: String,
     },
+    #[error("the fetch sandbox would bind {path} ({real}), which is {what}; move it out of the system folders the fetch sandbox binds (the default profile's mounts and the name-resolution and TLS files)", path = path.display(), real = real.display())]
+    Bind {
+        path: PathBuf,
+        real: PathBuf,
+        what: String,
+    },
 }
 
 /// Refuses a configuration path that would put the runner's state in the
@@ -92,17 +98,7 @@ pub fn check_config(
 ) -> Result<(), FetchboxError> {
     for path in paths {
         let real = path.canonicalize().unwrap_or_else(|_| path.clone());
-        let what = if real == Path::new("/") {
-            Some("the root of the file system".to_owned())
-        } else if real.starts_with(data) {
-            Some(format!("inside the runner's data dir {}", data.display()))
-        } else if data.starts_with(&real) {
-            Some(format!("above the runner's data dir {}", data.display()))
-        } else {
-            key.filter(|k| k.starts_with(&real))
-                .map(|k| format!("the receipt key {} or a folder above it", k.display()))
-        };
-        if let Some(what) = what {
+        if let Some(what) = state_at(&real, data, key) {
             return Err(FetchboxError::ConfigPath {
                 path: path.clone(),
                 real,
@@ -111,6 +107,46 @@ pub fn check_config(
         }
     }
     Ok(())
+}
+
+/// Refuses a fetch sandbox whose own binds would hold the runner's state,
+/// as [`check_config`] refuses pip's paths: the profile's read-only
+/// system (`mounts`) and [`NET_FILES`], each that exists, resolved. A job
+/// sandbox checks its profile's mounts the same way; the fetch sandbox
+/// has the network besides.
+pub fn check_binds(mounts: &[Mount], data: &Path, key: Option<&Path>) -> Result<(), FetchboxError> {
+    let sources = mounts
+        .iter()
+        .filter_map(|m| match m {
+            Mount::RoBind { src, .. } | Mount::RoBindTry { src, .. } => Some(src.clone()),
+            Mount::Symlink { .. } => None,
+        })
+        .chain(NET_FILES.iter().map(PathBuf::from));
+    for path in sources {
+        let Ok(real) = path.canonicalize() else {
+            continue; // not there: not bound
+        };
+        if let Some(what) = state_at(&real, data, key) {
+            return Err(FetchboxError::Bind { path, real, what });
+        }
+    }
+    Ok(())
+}
+
+/// What of the runner's state a bind of `real` (canonical) would show:
+/// the root, the data dir `data` (canonical) from inside or above, or
+/// the receipt key `key` (canonical) from its folder or above.
+fn state_at(real: &Path, data: &Path, key: Option<&Path>) -> Option<String> {
+    if real == Path::new("/") {
+        Some("the root of the file system".to_owned())
+    } else if real.starts_with(data) {
+        Some(format!("inside the runner's data dir {}", data.display()))
+    } else if data.starts_with(real) {
+        Some(format!("above the runner's data dir {}", data.display()))
+    } else {
+        key.filter(|k| k.starts_with(real))
+            .map(|k| format!("the receipt key {} or a folder above it", k.display()))
+    }
 }
 
 /// What the fetch sandbox is made of.
@@ -238,6 +274,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("the receipt key"), "{e}");
+    }
+
+    #[test]
+    fn a_system_bind_holding_the_runners_state_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let top = tmp.path().canonicalize().unwrap();
+        let data = top.join("data");
+        let key = top.join("sys/keys/receipt.key");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+        std::fs::write(&key, b"k").unwrap();
+        let bind = |src: &Path| Mount::RoBind {
+            src: src.to_owned(),
+            dest: src.to_owned(),
+        };
+        let elsewhere = top.join("usr");
+        std::fs::create_dir(&elsewhere).unwrap();
+        assert!(check_binds(&[bind(&elsewhere)], &data, Some(&key)).is_ok());
+        for (src, said) in [
+            (top.join("sys"), "the receipt key"),
+            (top.clone(), "above the runner's data dir"),
+        ] {
+            let e = check_binds(&[bind(&elsewhere), bind(&src)], &data, Some(&key))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(said) && e.contains("would bind"), "{src:?}: {e}");
+        }
+        // A missing source is not bound, so not refused.
+        let missing = Mount::RoBindTry {
+            src: top.join("none"),
+            dest: "/none".into(),
+        };
+        assert!(check_binds(&[missing], &data, Some(&key)).is_ok());
     }
 
     /// The whole argv: the network is the host's, every other namespace
