@@ -78,7 +78,7 @@ pub enum FetchboxError {
         real: PathBuf,
         what: String,
     },
-    #[error("the fetch sandbox would bind {path} ({real}), which is {what}; move it out of the system folders the fetch sandbox binds (the default profile's mounts and the name-resolution and TLS files)", path = path.display(), real = real.display())]
+    #[error("the fetch sandbox would bind {path} (really {real}), which is {what}; keep the runner's data dir and receipt key out of the system folders the fetch sandbox binds (the default profile's mounts and the name-resolution and TLS files)", path = path.display(), real = real.display())]
     Bind {
         path: PathBuf,
         real: PathBuf,
