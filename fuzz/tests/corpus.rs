@@ -6,18 +6,22 @@ use std::path::{Path, PathBuf};
 
 use skill_runner_fuzz::targets;
 
-/// The seeds of one target, sorted by name; fails if there are none (a
-/// renamed folder must not make its replay pass by replaying nothing).
-fn seeds(target: &str) -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("corpus")
-        .join(target);
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+/// The entries of `dir` (below the fuzz crate), sorted by name.
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut found: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-        .map(|e| e.expect("a corpus entry").path())
-        .filter(|p| p.is_file())
+        .map(|e| e.expect("an entry").path())
         .collect();
-    files.sort();
+    found.sort();
+    found
+}
+
+/// The seeds of one target; fails if there are none (a renamed folder
+/// must not make its replay pass by replaying nothing).
+fn seeds(target: &str) -> Vec<PathBuf> {
+    let dir = Path::new("corpus").join(target);
+    let files: Vec<PathBuf> = entries(&dir).into_iter().filter(|p| p.is_file()).collect();
     assert!(!files.is_empty(), "{} holds no seeds", dir.display());
     files
 }
@@ -56,27 +60,21 @@ const TARGETS: [(&str, Target); 7] = [
     ("skill_md", targets::skill_md::run),
 ];
 
-/// The names in `dir` (of its files with `ext` stripped, or of its
-/// folders), sorted.
+/// The names of the folders in `dir`, or with `ext`, of its files of
+/// that extension without it.
 fn names(dir: &str, ext: Option<&str>) -> Vec<String> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
-        .map(|e| e.expect("an entry").path())
-        .filter_map(|p| match ext {
-            Some(ext) => (p.extension()? == ext)
-                .then(|| p.file_stem())??
-                .to_str()
-                .map(String::from),
-            None => p
-                .is_dir()
-                .then(|| p.file_name())??
-                .to_str()
-                .map(String::from),
-        })
-        .collect();
-    names.sort();
-    names
+    let name = |p: &Path| -> Option<String> {
+        let name = match ext {
+            Some(ext) if p.extension()? == ext => p.file_stem(),
+            None if p.is_dir() => p.file_name(),
+            _ => None,
+        };
+        Some(name?.to_str()?.to_owned())
+    };
+    entries(Path::new(dir))
+        .iter()
+        .filter_map(|p| name(p))
+        .collect()
 }
 
 /// A target added without a replay here (or a seed folder without a
