@@ -35,9 +35,10 @@
 //!
 //! Invariants:
 //! - a record's state only moves forward: `queued`, `running`, `finished`;
-//! - a `finished` record always has its result document in `RESULTS`
-//!   unless it was shed to bound retention ([`Record::result_kept`]);
-//! - the events of `EVENTS` are those of a finished, unshed execution;
+//! - a `finished` record always has its result document (a [`RESULT`]
+//!   row or file) unless it was shed to bound retention
+//!   ([`Record::result_kept`]);
+//! - an [`EVENTS`] row is that of a finished, unshed execution;
 //! - a record, its result and its events are written and removed in one
 //!   transaction.
 
@@ -50,22 +51,34 @@ use redb::{Database, Durability, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-// Every table is keyed by the execution's admission order
-// ([`Record::order`], which no two stored executions share), not by its id:
-// admissions and results go to the right edge of each B-tree and
-// retention's removals come off the left, where random ids put each
-// execution in a leaf of its own in every table (docs/durability.md,
-// "Keyed by admission order", has the page counts).
+// One table holds everything, keyed by the execution's admission order
+// ([`Record::order`], which no two stored executions share) and then by
+// the part: an execution's record, result document and event log are
+// neighbours, admissions and results go to the right edge of the one
+// B-tree and retention's removals come off the left. A commit rewrites
+// one path of pages and one table root, where a table per part rewrote
+// three (docs/durability.md, "One table, keyed by admission order", has
+// the page counts and the writer's CPU of each layout).
 
-/// Admission order to the execution's id and its [`Record`] (JSON).
-const RECORDS: TableDefinition<u64, (&str, &[u8])> = TableDefinition::new("records");
-/// Admission order to the result document, the bytes `GET` answers.
-const RESULTS: TableDefinition<u64, &[u8]> = TableDefinition::new("results-by-order");
-/// Admission order to the frozen event log (`EventLog::freeze`).
-const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events-by-order");
+/// (admission order, part) to (the execution's id, the part's bytes);
+/// the id is only in the [`RECORD`] row, the others hold `""`.
+const ROWS: TableDefinition<(u64, u8), (&str, &[u8])> = TableDefinition::new("executions-by-order");
+/// The part of a row of [`ROWS`]: the execution's [`Record`] (JSON) ...
+const RECORD: u8 = 0;
+/// ... its result document, the bytes `GET` answers ...
+const RESULT: u8 = 1;
+/// ... and its frozen event log (`EventLog::freeze`).
+const EVENTS: u8 = 2;
+
+/// The tables of the store's second layout, one per part, keyed by
+/// admission order: moved to [`ROWS`], once, when such a store is opened
+/// ([`migrate`]).
+const ORDER_RECORDS: TableDefinition<u64, (&str, &[u8])> = TableDefinition::new("records");
+const ORDER_RESULTS: TableDefinition<u64, &[u8]> = TableDefinition::new("results-by-order");
+const ORDER_EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events-by-order");
 
 /// The tables of the store's first layout, keyed by execution id: moved
-/// to the ones above, once, when such a store is opened ([`migrate`]).
+/// to [`ROWS`] in the same way.
 const ID_RECORDS: TableDefinition<&str, &[u8]> = TableDefinition::new("executions");
 const ID_RESULTS: TableDefinition<&str, &[u8]> = TableDefinition::new("results");
 const ID_EVENTS: TableDefinition<&str, &[u8]> = TableDefinition::new("events");
@@ -352,8 +365,8 @@ impl Store {
             .unwrap_or_else(|what| Err(format!("it is damaged ({what})")))
             .map_err(open_err)?;
         // Freed pages are reused by later commits; compacting at start
-        // also gives back what a burst of large results left (and the
-        // first layout's tables, once moved).
+        // also gives back what a burst of large results left (and an
+        // earlier layout's tables, once moved).
         if let Ok(Err(e)) = quietly(|| db.compact()) {
             tracing::warn!(path = %path.display(), error = %e, "could not compact the execution store");
         }
@@ -428,7 +441,7 @@ impl Store {
             .blob_lens
             .map(|l| l.0)
             .or((record.doc_len > 0).then_some(record.doc_len));
-        self.read(RESULTS, record, "result", len)
+        self.read(RESULT, record, "result", len)
     }
 
     /// The frozen event log of `id` (`EventLog::freeze`), as
@@ -437,12 +450,12 @@ impl Store {
         self.read(EVENTS, record, "events", record.blob_lens.map(|l| l.1))
     }
 
-    /// The value of `record`'s execution in `table` (kept by its
-    /// admission order, which identifies it as its id does: the listing
-    /// at start matched the two).
+    /// The `part` of `record`'s execution (kept by its admission order,
+    /// which identifies it as its id does: the listing at start matched
+    /// the two).
     fn read(
         &self,
-        table: TableDefinition<u64, &[u8]>,
+        part: u8,
         record: &Record,
         what: &str,
         len: Option<u64>,
@@ -456,13 +469,13 @@ impl Store {
             };
         }
         let txn = self.db.begin_read().map_err(|e| e.to_string())?;
-        let table = match txn.open_table(table) {
+        let rows = match txn.open_table(ROWS) {
             Ok(t) => t,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
             Err(e) => return Err(e.to_string()),
         };
-        let value = table.get(record.order).map_err(|e| e.to_string())?;
-        Ok(value.map(|v| v.value().to_vec()))
+        let value = rows.get((record.order, part)).map_err(|e| e.to_string())?;
+        Ok(value.map(|v| v.value().1.to_vec()))
     }
 
     /// Queues a change; with `durable`, the returned [`Ack`] resolves once
@@ -605,7 +618,7 @@ type Superseded = Vec<(String, u64)>;
 /// superseded (removed by [`Store::open`]).
 fn read_all(db: &Database, blobs: &Path) -> Result<(Vec<Stored>, Superseded), String> {
     let txn = db.begin_read().map_err(|e| e.to_string())?;
-    let records = match txn.open_table(RECORDS) {
+    let rows = match txn.open_table(ROWS) {
         Ok(t) => t,
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok((Vec::new(), Vec::new())),
         Err(e) => return Err(e.to_string()),
@@ -616,8 +629,12 @@ fn read_all(db: &Database, blobs: &Path) -> Result<(Vec<Stored>, Superseded), St
     // record is removed before it can be admitted again), so a second
     // record of an id is damage; the newer one is kept.
     let mut seen: HashMap<String, usize> = HashMap::new();
-    for entry in records.iter().map_err(|e| e.to_string())? {
+    for entry in rows.iter().map_err(|e| e.to_string())? {
         let (k, v) = entry.map_err(|e| e.to_string())?;
+        let (order, part) = k.value();
+        if part != RECORD {
+            continue;
+        }
         let (id, json) = v.value();
         let id = id.to_owned();
         let mut record: Record = match serde_json::from_slice(json) {
@@ -628,7 +645,7 @@ fn read_all(db: &Database, blobs: &Path) -> Result<(Vec<Stored>, Superseded), St
             }
         };
         // The key is the record's order (they are written together).
-        record.order = k.value();
+        record.order = order;
         // A result kept as a file is looked at (not read) now: one of
         // another length than recorded answers store_corrupted.
         let mut damaged = None;
@@ -667,61 +684,125 @@ fn text(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Moves a store of the first layout (tables keyed by execution id) to
-/// the tables keyed by admission order, in one durable transaction: a
-/// crash during it leaves the first layout as it was, moved again at the
-/// next open. A record that cannot be read is left out with an ERROR, as
-/// [`read_all`] would skip it.
+/// Whether `txn` has the table `table`.
+fn has_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &redb::ReadTransaction,
+    table: TableDefinition<K, V>,
+) -> Result<bool, String> {
+    match txn.open_table(table) {
+        Ok(_) => Ok(true),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(false),
+        Err(e) => Err(text(e)),
+    }
+}
+
+/// Moves a store of an earlier layout (its first, tables keyed by
+/// execution id; or its second, a table per part keyed by admission
+/// order) to [`ROWS`], in one durable transaction: a crash during it
+/// leaves the earlier layout as it was, moved again at the next open. A
+/// record that cannot be read is left out with an ERROR, as [`read_all`]
+/// would skip it.
 fn migrate(db: &Database) -> Result<(), String> {
-    {
+    let (by_id, by_order) = {
         let txn = db.begin_read().map_err(text)?;
-        match txn.open_table(ID_RECORDS) {
-            Ok(_) => {}
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(()),
-            Err(x) => return Err(text(x)),
-        }
+        (
+            has_table(&txn, ID_RECORDS)?,
+            has_table(&txn, ORDER_RECORDS)?,
+        )
+    };
+    if !by_id && !by_order {
+        return Ok(());
     }
     let mut txn = db.begin_write().map_err(text)?;
     txn.set_durability(Durability::Immediate);
     let mut moved = 0usize;
     {
-        let old_records = txn.open_table(ID_RECORDS).map_err(text)?;
-        let old_results = txn.open_table(ID_RESULTS).map_err(text)?;
-        let old_events = txn.open_table(ID_EVENTS).map_err(text)?;
-        let mut records = txn.open_table(RECORDS).map_err(text)?;
-        let mut results = txn.open_table(RESULTS).map_err(text)?;
-        let mut events = txn.open_table(EVENTS).map_err(text)?;
-        for entry in old_records.iter().map_err(text)? {
-            let (k, v) = entry.map_err(text)?;
-            let id = k.value();
-            let Ok(record) = serde_json::from_slice::<Record>(v.value()) else {
-                tracing::error!(id = %id.escape_debug(), "skipped an unreadable execution record while moving the store to its new layout");
-                continue;
-            };
-            let order = record.order;
-            if records.get(order).map_err(text)?.is_some() {
-                tracing::error!(id = %id.escape_debug(), order, "skipped an execution record whose admission order another record holds");
-                continue;
+        let mut rows = txn.open_table(ROWS).map_err(text)?;
+        if by_order {
+            let records = txn.open_table(ORDER_RECORDS).map_err(text)?;
+            let results = txn.open_table(ORDER_RESULTS).map_err(text)?;
+            let events = txn.open_table(ORDER_EVENTS).map_err(text)?;
+            for entry in records.iter().map_err(text)? {
+                let (k, v) = entry.map_err(text)?;
+                let (order, (id, json)) = (k.value(), v.value());
+                if serde_json::from_slice::<Record>(json).is_err() {
+                    tracing::error!(id = %id.escape_debug(), "skipped an unreadable execution record while moving the store to its new layout");
+                    continue;
+                }
+                let result = results.get(order).map_err(text)?;
+                let log = events.get(order).map_err(text)?;
+                let bulk = (
+                    result.as_ref().map(|r| r.value()),
+                    log.as_ref().map(|e| e.value()),
+                );
+                moved += usize::from(move_row(&mut rows, order, id, json, bulk)?);
             }
-            records.insert(order, (id, v.value())).map_err(text)?;
-            if let Some(r) = old_results.get(id).map_err(text)? {
-                results.insert(order, r.value()).map_err(text)?;
+        }
+        if by_id {
+            let records = txn.open_table(ID_RECORDS).map_err(text)?;
+            let results = txn.open_table(ID_RESULTS).map_err(text)?;
+            let events = txn.open_table(ID_EVENTS).map_err(text)?;
+            for entry in records.iter().map_err(text)? {
+                let (k, v) = entry.map_err(text)?;
+                let (id, json) = (k.value(), v.value());
+                let Ok(record) = serde_json::from_slice::<Record>(json) else {
+                    tracing::error!(id = %id.escape_debug(), "skipped an unreadable execution record while moving the store to its new layout");
+                    continue;
+                };
+                let result = results.get(id).map_err(text)?;
+                let log = events.get(id).map_err(text)?;
+                let bulk = (
+                    result.as_ref().map(|r| r.value()),
+                    log.as_ref().map(|e| e.value()),
+                );
+                moved += usize::from(move_row(&mut rows, record.order, id, json, bulk)?);
             }
-            if let Some(ev) = old_events.get(id).map_err(text)? {
-                events.insert(order, ev.value()).map_err(text)?;
-            }
-            moved += 1;
         }
     }
-    for old in [ID_RECORDS, ID_RESULTS, ID_EVENTS] {
-        txn.delete_table(old).map_err(text)?;
+    if by_id {
+        txn.delete_table(ID_RECORDS).map_err(text)?;
+        txn.delete_table(ID_RESULTS).map_err(text)?;
+        txn.delete_table(ID_EVENTS).map_err(text)?;
+    }
+    if by_order {
+        txn.delete_table(ORDER_RECORDS).map_err(text)?;
+        txn.delete_table(ORDER_RESULTS).map_err(text)?;
+        txn.delete_table(ORDER_EVENTS).map_err(text)?;
     }
     txn.commit().map_err(text)?;
     tracing::info!(
         executions = moved,
-        "moved the execution store to tables keyed by admission order"
+        from = if by_id {
+            "tables keyed by id"
+        } else {
+            "a table per part"
+        },
+        "moved the execution store to one table keyed by admission order"
     );
     Ok(())
+}
+
+/// Writes one execution of an earlier layout into [`ROWS`]: its record
+/// and, where it had them, its result and events. An order that another
+/// record already holds is skipped with an ERROR; whether it was moved.
+fn move_row(
+    rows: &mut Rows,
+    order: u64,
+    id: &str,
+    json: &[u8],
+    (result, events): (Option<&[u8]>, Option<&[u8]>),
+) -> Result<bool, String> {
+    if rows.get((order, RECORD)).map_err(text)?.is_some() {
+        tracing::error!(id = %id.escape_debug(), order, "skipped an execution record whose admission order another record holds");
+        return Ok(false);
+    }
+    rows.insert((order, RECORD), (id, json)).map_err(text)?;
+    for (part, bytes) in [(RESULT, result), (EVENTS, events)] {
+        if let Some(bytes) = bytes {
+            rows.insert((order, part), ("", bytes)).map_err(text)?;
+        }
+    }
+    Ok(true)
 }
 
 /// Reads a file of `blobs/`, never more than its recorded length `len`:
@@ -997,15 +1078,10 @@ fn apply_batch(
         Durability::None
     });
     {
-        let mut records = txn.open_table(RECORDS)?;
-        let mut results = txn.open_table(RESULTS)?;
-        let mut events = txn.open_table(EVENTS)?;
+        let mut rows = txn.open_table(ROWS)?;
         // The record stored under `order`, if it is `id`'s.
-        let stored = |records: &redb::Table<u64, (&str, &[u8])>,
-                      id: &str,
-                      order: u64|
-         -> Result<Option<Record>, Failure> {
-            Ok(records.get(order)?.and_then(|v| {
+        let stored = |rows: &Rows, id: &str, order: u64| -> Result<Option<Record>, Failure> {
+            Ok(rows.get((order, RECORD))?.and_then(|v| {
                 let (stored_id, json) = v.value();
                 (stored_id == id)
                     .then(|| serde_json::from_slice::<Record>(json).ok())
@@ -1021,16 +1097,16 @@ fn apply_batch(
             // A record of an id stored under another order replaces it.
             if let Change::Put { id, record } | Change::Finish { id, record, .. } = &m.change {
                 if let Some(old) = at(staged, id).filter(|&o| o != record.order) {
-                    if let Some(old) = stored(&records, id, old)? {
-                        let tables = (&mut records, &mut results, &mut events);
-                        drop_stored(tables, dir, &old, &mut gone)?;
+                    if let Some(old) = stored(&rows, id, old)? {
+                        drop_stored(&mut rows, dir, &old, &mut gone)?;
                     }
                 }
                 staged.insert(id.clone(), Some(record.order));
             }
             match &m.change {
                 Change::Put { id, record } => {
-                    records.insert(record.order, (id.as_str(), encode(record).as_slice()))?;
+                    let json = encode(record);
+                    rows.insert((record.order, RECORD), (id.as_str(), json.as_slice()))?;
                 }
                 Change::Finish {
                     id,
@@ -1051,27 +1127,28 @@ fn apply_batch(
                         let e = write_blob(&e, &mut |w| log.freeze_to(w)).map_err(own)?;
                         record.blob_lens = Some((r, e));
                         wrote_blobs = true;
-                        results.remove(record.order)?;
-                        events.remove(record.order)?;
+                        rows.remove((record.order, RESULT))?;
+                        rows.remove((record.order, EVENTS))?;
                     } else {
-                        results.insert(record.order, &result[..])?;
-                        events.insert(record.order, log.freeze().as_slice())?;
+                        rows.insert((record.order, RESULT), ("", &result[..]))?;
+                        rows.insert((record.order, EVENTS), ("", log.freeze().as_slice()))?;
                     }
-                    records.insert(record.order, (id.as_str(), encode(&record).as_slice()))?;
+                    let json = encode(&record);
+                    rows.insert((record.order, RECORD), (id.as_str(), json.as_slice()))?;
                 }
                 Change::Shed { id, record } => {
                     // Only a record that is still there.
-                    if let Some(old) = stored(&records, id, record.order)? {
+                    if let Some(old) = stored(&rows, id, record.order)? {
                         let record = Record {
                             blobs: old.blobs,
                             blob_lens: old.blob_lens,
                             ..record.clone()
                         };
                         let order = record.order;
-                        records.insert(order, (id.as_str(), encode(&record).as_slice()))?;
-                        events.remove(order)?;
+                        rows.insert((order, RECORD), (id.as_str(), encode(&record).as_slice()))?;
+                        rows.remove((order, EVENTS))?;
                         if !record.result_kept {
-                            results.remove(order)?;
+                            rows.remove((order, RESULT))?;
                         }
                         if old.blobs {
                             gone.push(blob(dir, old.order, "events"));
@@ -1082,9 +1159,8 @@ fn apply_batch(
                     }
                 }
                 Change::Remove { id, order } => {
-                    if let Some(old) = stored(&records, id, *order)? {
-                        let tables = (&mut records, &mut results, &mut events);
-                        drop_stored(tables, dir, &old, &mut gone)?;
+                    if let Some(old) = stored(&rows, id, *order)? {
+                        drop_stored(&mut rows, dir, &old, &mut gone)?;
                         if at(staged, id) == Some(*order) {
                             staged.insert(id.clone(), None);
                         }
@@ -1105,17 +1181,13 @@ fn apply_batch(
     Ok(())
 }
 
-/// The three tables of a write transaction: records, results, events.
-type Tables<'a, 't> = (
-    &'a mut redb::Table<'t, u64, (&'static str, &'static [u8])>,
-    &'a mut redb::Table<'t, u64, &'static [u8]>,
-    &'a mut redb::Table<'t, u64, &'static [u8]>,
-);
+/// [`ROWS`] in a write transaction.
+type Rows<'t> = redb::Table<'t, (u64, u8), (&'static str, &'static [u8])>;
 
 /// Removes the execution whose stored record is `old`: its rows, and its
 /// `blobs/` files once the commit is made (named in `gone`).
 fn drop_stored(
-    (records, results, events): Tables,
+    rows: &mut Rows,
     dir: &Path,
     old: &Record,
     gone: &mut Vec<PathBuf>,
@@ -1124,9 +1196,9 @@ fn drop_stored(
         gone.push(blob(dir, old.order, "events"));
         gone.push(blob(dir, old.order, "result"));
     }
-    records.remove(old.order)?;
-    results.remove(old.order)?;
-    events.remove(old.order)?;
+    for part in [RECORD, RESULT, EVENTS] {
+        rows.remove((old.order, part))?;
+    }
     Ok(())
 }
 
@@ -1187,8 +1259,11 @@ mod tests {
     /// Whether `id` has a committed record (what a reader sees).
     fn committed(store: &Store, id: &str) -> bool {
         let txn = store.db.begin_read().unwrap();
-        let table = txn.open_table(RECORDS).unwrap();
-        let found = table.iter().unwrap().any(|e| e.unwrap().1.value().0 == id);
+        let rows = txn.open_table(ROWS).unwrap();
+        let found = rows.iter().unwrap().any(|e| {
+            let (k, v) = e.unwrap();
+            k.value().1 == RECORD && v.value().0 == id
+        });
         found
     }
 
@@ -1466,90 +1541,117 @@ mod tests {
         assert_eq!(store.read_result(fine).unwrap(), Some(vec![b'r'; big]));
     }
 
-    /// A store of the first layout, keyed by execution id, is moved to
-    /// the tables keyed by admission order when it is opened: every
-    /// record, result and event log is read back as it was, the old
-    /// tables are gone, and a second open finds nothing left to move.
+    /// A store of each earlier layout (keyed by execution id; a table
+    /// per part keyed by admission order) is moved to the one table when
+    /// it is opened: every record, result and event log is read back as
+    /// it was, the old tables are gone, and a second open finds nothing
+    /// left to move.
     #[test]
-    fn a_store_keyed_by_id_is_moved_to_admission_order_with_everything_it_held() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = Store::file(dir.path());
+    fn a_store_of_an_earlier_layout_is_moved_to_one_table_with_everything_it_held() {
         let ids = ["exec-c3", "exec-0a", "exec-ff", "exec-5e"];
-        {
-            let db = Database::create(&path).unwrap();
-            let txn = db.begin_write().unwrap();
-            {
-                let mut records = txn.open_table(ID_RECORDS).unwrap();
-                let mut results = txn.open_table(ID_RESULTS).unwrap();
-                let mut events = txn.open_table(ID_EVENTS).unwrap();
-                for (i, id) in ids.iter().enumerate() {
-                    let order = 10 + i as u64;
-                    let mut rec = queued(order);
-                    if i % 2 == 0 {
-                        rec = rec.finished("exited".into(), Some(0), "t".into());
-                        results
-                            .insert(*id, format!("result of {id}").as_bytes())
-                            .unwrap();
-                        events
-                            .insert(*id, log_of(id.as_bytes()).freeze().as_slice())
-                            .unwrap();
-                    }
-                    records.insert(*id, encode(&rec).as_slice()).unwrap();
+        // Each execution as the earlier layouts held it: its order, id,
+        // record, and result and events when finished.
+        let held = || {
+            ids.iter().enumerate().map(|(i, id)| {
+                let order = 10 + i as u64;
+                let mut rec = queued(order);
+                let mut bulk = None;
+                if i % 2 == 0 {
+                    rec = rec.finished("exited".into(), Some(0), "t".into());
+                    let result = format!("result of {id}").into_bytes();
+                    bulk = Some((result, log_of(id.as_bytes()).freeze()));
                 }
-                // Unreadable: left out, as a start would skip it.
-                records.insert("exec-bad", &b"{"[..]).unwrap();
+                (order, *id, encode(&rec), bulk)
+            })
+        };
+        for by_id in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = Store::file(dir.path());
+            {
+                let db = Database::create(&path).unwrap();
+                let txn = db.begin_write().unwrap();
+                if by_id {
+                    let mut records = txn.open_table(ID_RECORDS).unwrap();
+                    let mut results = txn.open_table(ID_RESULTS).unwrap();
+                    let mut events = txn.open_table(ID_EVENTS).unwrap();
+                    for (_, id, json, bulk) in held() {
+                        if let Some((result, log)) = bulk {
+                            results.insert(id, result.as_slice()).unwrap();
+                            events.insert(id, log.as_slice()).unwrap();
+                        }
+                        records.insert(id, json.as_slice()).unwrap();
+                    }
+                    // Unreadable: left out, as a start would skip it.
+                    records.insert("exec-bad", &b"{"[..]).unwrap();
+                } else {
+                    let mut records = txn.open_table(ORDER_RECORDS).unwrap();
+                    let mut results = txn.open_table(ORDER_RESULTS).unwrap();
+                    let mut events = txn.open_table(ORDER_EVENTS).unwrap();
+                    for (order, id, json, bulk) in held() {
+                        if let Some((result, log)) = bulk {
+                            results.insert(order, result.as_slice()).unwrap();
+                            events.insert(order, log.as_slice()).unwrap();
+                        }
+                        records.insert(order, (id, json.as_slice())).unwrap();
+                    }
+                    // Unreadable: left out, as a start would skip it.
+                    records.insert(20, ("exec-bad", &b"{"[..])).unwrap();
+                }
+                txn.commit().unwrap();
             }
-            txn.commit().unwrap();
-        }
-        let (store, stored) = Store::open(&path).unwrap();
-        let got = listed(&stored);
-        assert_eq!(
-            got,
-            [
+            let (store, stored) = Store::open(&path).unwrap();
+            let got = listed(&stored);
+            let want = [
                 ("exec-c3", 10),
                 ("exec-0a", 11),
                 ("exec-ff", 12),
-                ("exec-5e", 13)
-            ]
-        );
-        for (i, s) in stored.iter().enumerate() {
-            let (result, events) = (
-                store.read_result(&s.record).unwrap(),
-                store.read_events(&s.record).unwrap(),
-            );
-            if i % 2 == 0 {
-                assert_eq!(result.unwrap(), format!("result of {}", s.id).as_bytes());
-                assert_eq!(events.unwrap(), log_of(s.id.as_bytes()).freeze());
-            } else {
-                assert_eq!((result, events), (None, None), "{}", s.id);
-                assert_eq!(s.record.state, State::Queued);
+                ("exec-5e", 13),
+            ];
+            assert_eq!(got, want, "by id: {by_id}");
+            for (s, (_, _, _, bulk)) in stored.iter().zip(held()) {
+                let (result, events) = (
+                    store.read_result(&s.record).unwrap(),
+                    store.read_events(&s.record).unwrap(),
+                );
+                match bulk {
+                    Some((r, e)) => assert_eq!((result, events), (Some(r), Some(e))),
+                    None => {
+                        assert_eq!((result, events), (None, None), "{}", s.id);
+                        assert_eq!(s.record.state, State::Queued);
+                    }
+                }
             }
-        }
-        {
-            let txn = store.db.begin_read().unwrap();
-            for old in [ID_RECORDS, ID_RESULTS, ID_EVENTS] {
-                assert!(matches!(
-                    txn.open_table(old),
-                    Err(redb::TableError::TableDoesNotExist(_))
-                ));
+            {
+                let txn = store.db.begin_read().unwrap();
+                assert!(!has_table(&txn, ID_RECORDS).unwrap());
+                assert!(!has_table(&txn, ID_RESULTS).unwrap());
+                assert!(!has_table(&txn, ID_EVENTS).unwrap());
+                assert!(!has_table(&txn, ORDER_RECORDS).unwrap());
+                assert!(!has_table(&txn, ORDER_RESULTS).unwrap());
+                assert!(!has_table(&txn, ORDER_EVENTS).unwrap());
+                // Four records, two results and two event logs: nothing
+                // of the unreadable record came along.
+                let rows = txn.open_table(ROWS).unwrap();
+                let rows = redb::ReadableTableMetadata::len(&rows).unwrap();
+                assert_eq!(rows, 8, "by id: {by_id}");
             }
+            // What comes after goes to the new table, and survives a reopen.
+            store
+                .send(
+                    Change::Put {
+                        id: "exec-new".into(),
+                        record: queued(14),
+                    },
+                    true,
+                )
+                .wait()
+                .unwrap();
+            store.close();
+            drop(store);
+            let (_, stored) = Store::open(&path).unwrap();
+            assert_eq!(stored.len(), 5, "by id: {by_id}");
+            assert_eq!(stored[4].id, "exec-new");
         }
-        // What comes after goes to the new tables, and survives a reopen.
-        store
-            .send(
-                Change::Put {
-                    id: "exec-new".into(),
-                    record: queued(14),
-                },
-                true,
-            )
-            .wait()
-            .unwrap();
-        store.close();
-        drop(store);
-        let (_, stored) = Store::open(&path).unwrap();
-        assert_eq!(stored.len(), 5);
-        assert_eq!(stored[4].id, "exec-new");
     }
 
     /// A record of an id the store keeps under another order replaces
@@ -1601,14 +1703,12 @@ mod tests {
             let db = Database::create(&path).unwrap();
             let txn = db.begin_write().unwrap();
             {
-                let mut records = txn.open_table(RECORDS).unwrap();
-                let mut results = txn.open_table(RESULTS).unwrap();
+                let mut rows = txn.open_table(ROWS).unwrap();
                 for (id, order) in [("a", 1), ("b", 2), ("a", 3)] {
                     let rec = queued(order).finished("exited".into(), Some(0), "t".into());
-                    records
-                        .insert(order, (id, encode(&rec).as_slice()))
-                        .unwrap();
-                    results.insert(order, &b"doc"[..]).unwrap();
+                    let json = encode(&rec);
+                    rows.insert((order, RECORD), (id, json.as_slice())).unwrap();
+                    rows.insert((order, RESULT), ("", &b"doc"[..])).unwrap();
                 }
             }
             txn.commit().unwrap();
