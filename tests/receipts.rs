@@ -599,6 +599,92 @@ fn the_receipt_key_is_out_of_every_sandboxs_reach() {
     assert!(!r["stdout"].as_str().unwrap().contains("RECEIPT"), "{r:#}");
 }
 
+/// The key under a second name is refused too: a folder above it bound
+/// elsewhere (a bind mount, made here in a mount namespace of the run's
+/// own) is refused as a workspace, as its real folder is, and a key with
+/// a second hard link (a name no mount table lists) is not loaded.
+#[test]
+fn a_receipt_key_under_another_name_is_out_of_reach_too() {
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let keys = w.path().join("operator").join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let key = keys.join("k.pem");
+    let made = Signer::load_or_create(&key).unwrap();
+    drop(made);
+    let secret = std::fs::read_to_string(&key).unwrap();
+    let body = secret.lines().nth(1).unwrap().to_owned();
+    let alias = w.path().join("innocent");
+    std::fs::create_dir(&alias).unwrap();
+    let job = w.job(
+        "alias",
+        &json!({"argv": ["cat", "/workspace/k.pem"], "workspace": alias}),
+    );
+    // `run`, with the key's folder bound at `alias` in its namespace.
+    let runner = w.cmd();
+    let mut c = std::process::Command::new("unshare");
+    c.args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(r#"mount --bind "$1" "$2" || exit 99; shift 2; exec "$@""#)
+        .arg("sh")
+        .args([&keys, &alias])
+        .arg(runner.get_program())
+        .args(runner.get_args())
+        .args(["run", "--json"])
+        .arg(&job)
+        .env("SKILL_RUNNER_RECEIPT_KEY", &key)
+        .stdin(std::process::Stdio::null());
+    for (k, v) in runner.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    let out = c.output().unwrap();
+    if out.status.code() == Some(99) {
+        eprintln!(
+            "skipped: no mount namespace here: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
+    });
+    assert!(
+        !r.to_string().contains(&body),
+        "the sandbox read the key: {r:#}"
+    );
+    assert_eq!(r["status"], "rejected", "{r:#}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("holds the runner's receipt key"), "{msg}");
+
+    // A second hard link: the key is refused before anything runs, and
+    // taken again once the link is gone.
+    let link = w.path().join("k-link.pem");
+    std::fs::hard_link(&key, &link).unwrap();
+    let run = |job: &Path| {
+        w.cmd()
+            .env("SKILL_RUNNER_RECEIPT_KEY", &key)
+            .args(["run", "--json"])
+            .arg(job)
+            .output()
+            .unwrap()
+    };
+    let plain = w.job("plain", &json!({"argv": ["/bin/true"]}));
+    let out = run(&plain);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_ne!(out.status.code(), Some(0), "{r:#}");
+    assert_eq!(r["status"], "rejected", "{r:#}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("has 2 hard links"), "{msg}");
+    std::fs::remove_file(&link).unwrap();
+    let out = run(&plain);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["status"], "exited", "{r:#}");
+}
+
 #[test]
 fn output_cannot_forge_what_a_receipt_says() {
     if !require_sandbox() {

@@ -310,12 +310,12 @@ impl SandboxFetcher {
         // Before anything is made: the runner's state is never bound, by
         // pip's configuration or by the sandbox's own system binds.
         let mounts = profile.resolve_mounts(crate::sandbox::profile::host_entry);
-        let (data, key) = (
+        let (data, keys) = (
             runner.data_dir().path(),
-            runner.signer().map(|s| s.real_path()),
+            runner.signer().map_or(&[][..], |s| s.places()),
         );
-        crate::sandbox::fetchbox::check_config(&config, data, key)?;
-        crate::sandbox::fetchbox::check_binds(&mounts, data, key)?;
+        crate::sandbox::fetchbox::check_config(&config, data, keys)?;
+        crate::sandbox::fetchbox::check_binds(&mounts, data, keys)?;
         let program = std::env::var_os(PROGRAM_VAR).map(PathBuf::from);
         let staging =
             std::env::temp_dir().join(format!("skill-runner-fetch-{}", crate::fsx::random_hex()));

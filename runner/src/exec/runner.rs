@@ -287,8 +287,8 @@ impl Runner {
     /// either: a `--receipt-key` outside the data dir included.
     fn not_state(&self, field: &'static str, real: &Path) -> Result<(), ExecError> {
         folders::not_state(&self.data, field, real)?;
-        if let Some(signer) = &self.signer {
-            folders::not_key(field, real, signer.real_path())?;
+        for key in self.signer.iter().flat_map(|s| s.places()) {
+            folders::not_key(field, real, key)?;
         }
         Ok(())
     }

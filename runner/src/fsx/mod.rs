@@ -12,10 +12,13 @@
 //!   reader sees the old file or the new one, never a torn one;
 //! - [`tree_stamp`] fingerprints a sealed tree's metadata, so a tree that
 //!   was verified once can be checked cheaply before it is trusted again;
+//! - [`aliases`] names the other paths a file is visible at through other
+//!   mounts of its file system (read from the mount table);
 //! - [`beneath`] reads, writes and lists below a directory handle without
 //!   following links: the primitives for files moved in and out of a
 //!   workspace a sandboxed command controls.
 
+pub mod aliases;
 pub mod beneath;
 
 use std::fs::{self, File};

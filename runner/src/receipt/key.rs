@@ -35,6 +35,8 @@ pub enum KeyError {
     Permissions { path: PathBuf, mode: u32 },
     #[error("cannot read the receipt key {}: {reason}", path.display())]
     Read { path: PathBuf, reason: String },
+    #[error("the receipt key {} has {links} hard links, so it may be reachable under a name no check of a job's folders can see; keep it as a single link (copy it to a new file and remove the others)", path.display())]
+    Links { path: PathBuf, links: u64 },
     #[error("cannot create the receipt key {}: {source}", path.display())]
     Create { path: PathBuf, source: io::Error },
     #[error("the public key {origin} is not an ed25519 SubjectPublicKeyInfo PEM: {reason}")]
@@ -46,9 +48,11 @@ pub struct Signer {
     key: SigningKey,
     public: PublicKey,
     path: PathBuf,
-    /// `path` with its symlinks resolved, once: a job's folders are
-    /// checked against it at every execution.
-    real: PathBuf,
+    /// `path` with its symlinks resolved, once, then every other path it
+    /// is visible at through another mount of its file system
+    /// ([`crate::fsx::aliases`]): a job's folders are checked against
+    /// each at every execution.
+    places: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for Signer {
@@ -126,6 +130,9 @@ impl Signer {
     pub fn load_or_create(path: &Path) -> Result<Signer, KeyError> {
         match Signer::load(path) {
             Err(KeyError::Open { source, .. }) if source.kind() == io::ErrorKind::NotFound => {}
+            // The private sibling of another runner's new key, linked
+            // and not yet removed (or left by a crash in between).
+            Err(KeyError::Links { .. }) if remove_new_siblings(path) => return Signer::load(path),
             other => return other,
         }
         if let Some(dir) = path.parent() {
@@ -148,8 +155,11 @@ impl Signer {
             })?;
         match write_new_private(path, pem.as_bytes()) {
             Ok(()) => {}
-            // Another runner made it first: use theirs.
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            // Another runner made it first: use theirs, once its
+            // private sibling is gone.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                remove_new_siblings(path);
+            }
             Err(source) => {
                 return Err(KeyError::Create {
                     path: path.to_owned(),
@@ -199,11 +209,15 @@ impl Signer {
             path: path.to_owned(),
             reason: format!("cannot tell where it really is ({reason}), so no job folder could be checked against it"),
         })?;
+        let mut places = vec![real.clone()];
+        if let Ok(meta) = file.metadata() {
+            places.extend(crate::fsx::aliases::aliases(&real, &meta));
+        }
         Ok(Signer {
             key,
             public,
             path: path.to_owned(),
-            real,
+            places,
         })
     }
 
@@ -214,7 +228,15 @@ impl Signer {
     /// The key file, its symlinks resolved when it was loaded: a job's
     /// folders must never hold it.
     pub fn real_path(&self) -> &Path {
-        &self.real
+        &self.places[0]
+    }
+
+    /// Every path the key file was visible at when it was loaded: its
+    /// [`Signer::real_path`] first, then the same file through other
+    /// mounts (a bind of a folder above it). A job's folders must hold
+    /// none of them.
+    pub fn places(&self) -> &[PathBuf] {
+        &self.places
     }
 
     /// The ed25519 signature of `message`.
@@ -281,6 +303,14 @@ fn check_private(file: &File, path: &Path) -> Result<(), KeyError> {
             mode: meta.mode() & 0o7777,
         });
     }
+    // A second name in the file system is in no mount table: it could be
+    // inside a folder a job is given, and no check could tell.
+    if meta.nlink() > 1 {
+        return Err(KeyError::Links {
+            path: path.to_owned(),
+            links: meta.nlink(),
+        });
+    }
     Ok(())
 }
 
@@ -304,6 +334,34 @@ fn write_new_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
     })();
     let _ = std::fs::remove_file(&tmp);
     written
+}
+
+/// Removes the private siblings [`write_new_private`] makes for `path`
+/// (`.<name>.<hex>.tmp`) that are the key file itself, a second link of
+/// it: whether one was removed.
+fn remove_new_siblings(path: &Path) -> bool {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return false;
+    };
+    let Ok(key) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    let prefix = format!(".{}.", name.to_string_lossy());
+    let mut removed = false;
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let file = entry.file_name();
+        let file = file.to_string_lossy();
+        if !(file.starts_with(&prefix) && file.ends_with(".tmp")) {
+            continue;
+        }
+        let same = entry
+            .metadata()
+            .is_ok_and(|m| m.dev() == key.dev() && m.ino() == key.ino());
+        if same && std::fs::remove_file(entry.path()).is_ok() {
+            removed = true;
+        }
+    }
+    removed
 }
 
 #[cfg(test)]
@@ -334,6 +392,39 @@ mod tests {
             a.public().keyid,
             crate::receipt::canonical::bytes_sha256_hex(&der)
         );
+    }
+
+    /// A key with a second name in its file system is refused; the one
+    /// second name a key is made with (its private sibling, left by a
+    /// crash between its link and its removal) is removed by
+    /// `load_or_create`, a file that merely looks like one is not.
+    #[test]
+    fn a_key_with_a_second_hard_link_is_refused_but_its_own_sibling_is_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(KEY_FILE);
+        Signer::load_or_create(&path).unwrap();
+        let elsewhere = dir.path().join("copy.pem");
+        std::fs::hard_link(&path, &elsewhere).unwrap();
+        for e in [Signer::load(&path), Signer::load_or_create(&path)] {
+            let e = e.unwrap_err().to_string();
+            assert!(
+                e.contains("has 2 hard links") && e.contains("single link"),
+                "{e}"
+            );
+        }
+        std::fs::remove_file(&elsewhere).unwrap();
+        let sibling = dir.path().join(format!(".{KEY_FILE}.0123abcd.tmp"));
+        std::fs::hard_link(&path, &sibling).unwrap();
+        let lookalike = dir.path().join(format!(".{KEY_FILE}.ffff.tmp"));
+        std::fs::write(&lookalike, b"not the key").unwrap();
+        assert!(matches!(
+            Signer::load(&path),
+            Err(KeyError::Links { links: 2, .. })
+        ));
+        let signer = Signer::load_or_create(&path).unwrap();
+        assert_eq!(signer.places()[0], path.canonicalize().unwrap());
+        assert!(!sibling.exists());
+        assert!(lookalike.exists());
     }
 
     #[test]

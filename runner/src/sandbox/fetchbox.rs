@@ -88,17 +88,13 @@ pub enum FetchboxError {
 
 /// Refuses a configuration path that would put the runner's state in the
 /// fetch sandbox: `/`, the data dir `data` (canonical), anything inside
-/// it or above it, and the receipt key `key` (canonical, as the signer
-/// resolved it) or a folder above it. Each path is resolved first (pip
+/// it or above it, and the receipt key (`keys`: each path it is visible
+/// at, as the signer found them) or a folder above it. Each path is resolved first (pip
 /// follows links, and so does the bind).
-pub fn check_config(
-    paths: &[PathBuf],
-    data: &Path,
-    key: Option<&Path>,
-) -> Result<(), FetchboxError> {
+pub fn check_config(paths: &[PathBuf], data: &Path, keys: &[PathBuf]) -> Result<(), FetchboxError> {
     for path in paths {
         let real = path.canonicalize().unwrap_or_else(|_| path.clone());
-        if let Some(what) = state_at(&real, data, key) {
+        if let Some(what) = state_at(&real, data, keys) {
             return Err(FetchboxError::ConfigPath {
                 path: path.clone(),
                 real,
@@ -114,7 +110,7 @@ pub fn check_config(
 /// system (`mounts`) and [`NET_FILES`], each that exists, resolved. A job
 /// sandbox checks its profile's mounts the same way; the fetch sandbox
 /// has the network besides.
-pub fn check_binds(mounts: &[Mount], data: &Path, key: Option<&Path>) -> Result<(), FetchboxError> {
+pub fn check_binds(mounts: &[Mount], data: &Path, keys: &[PathBuf]) -> Result<(), FetchboxError> {
     let sources = mounts
         .iter()
         .filter_map(|m| match m {
@@ -126,7 +122,7 @@ pub fn check_binds(mounts: &[Mount], data: &Path, key: Option<&Path>) -> Result<
         let Ok(real) = path.canonicalize() else {
             continue; // not there: not bound
         };
-        if let Some(what) = state_at(&real, data, key) {
+        if let Some(what) = state_at(&real, data, keys) {
             return Err(FetchboxError::Bind { path, real, what });
         }
     }
@@ -135,8 +131,8 @@ pub fn check_binds(mounts: &[Mount], data: &Path, key: Option<&Path>) -> Result<
 
 /// What of the runner's state a bind of `real` (canonical) would show:
 /// the root, the data dir `data` (canonical) from inside or above, or
-/// the receipt key `key` (canonical) from its folder or above.
-fn state_at(real: &Path, data: &Path, key: Option<&Path>) -> Option<String> {
+/// the receipt key (at any of the paths `keys`) from its folder or above.
+fn state_at(real: &Path, data: &Path, keys: &[PathBuf]) -> Option<String> {
     if real == Path::new("/") {
         Some("the root of the file system".to_owned())
     } else if real.starts_with(data) {
@@ -144,7 +140,8 @@ fn state_at(real: &Path, data: &Path, key: Option<&Path>) -> Option<String> {
     } else if data.starts_with(real) {
         Some(format!("above the runner's data dir {}", data.display()))
     } else {
-        key.filter(|k| k.starts_with(real))
+        keys.iter()
+            .find(|k| k.starts_with(real))
             .map(|k| format!("the receipt key {} or a folder above it", k.display()))
     }
 }
@@ -252,7 +249,12 @@ mod tests {
         // Through a link, as pip would follow it.
         let link = top.join("innocent");
         std::os::unix::fs::symlink(&data, &link).unwrap();
-        assert!(check_config(std::slice::from_ref(&conf), &data, Some(&key)).is_ok());
+        assert!(check_config(
+            std::slice::from_ref(&conf),
+            &data,
+            std::slice::from_ref(&key)
+        )
+        .is_ok());
         for (bad, said) in [
             (PathBuf::from("/"), "the root of the file system"),
             (data.clone(), "inside the runner's data dir"),
@@ -261,18 +263,26 @@ mod tests {
             (top.clone(), "above the runner's data dir"),
             (key.clone(), "the receipt key"),
         ] {
-            let e = check_config(&[conf.clone(), bad.clone()], &data, Some(&key))
-                .unwrap_err()
-                .to_string();
+            let e = check_config(
+                &[conf.clone(), bad.clone()],
+                &data,
+                std::slice::from_ref(&key),
+            )
+            .unwrap_err()
+            .to_string();
             assert!(e.contains(said), "{bad:?}: {e}");
             assert!(e.contains(&bad.display().to_string()), "{e}");
         }
         // The key's folder, with the data dir elsewhere.
         let other = top.join("elsewhere");
         std::fs::create_dir(&other).unwrap();
-        let e = check_config(&[key.parent().unwrap().to_owned()], &other, Some(&key))
-            .unwrap_err()
-            .to_string();
+        let e = check_config(
+            &[key.parent().unwrap().to_owned()],
+            &other,
+            std::slice::from_ref(&key),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("the receipt key"), "{e}");
     }
 
@@ -291,14 +301,18 @@ mod tests {
         };
         let elsewhere = top.join("usr");
         std::fs::create_dir(&elsewhere).unwrap();
-        assert!(check_binds(&[bind(&elsewhere)], &data, Some(&key)).is_ok());
+        assert!(check_binds(&[bind(&elsewhere)], &data, std::slice::from_ref(&key)).is_ok());
         for (src, said) in [
             (top.join("sys"), "the receipt key"),
             (top.clone(), "above the runner's data dir"),
         ] {
-            let e = check_binds(&[bind(&elsewhere), bind(&src)], &data, Some(&key))
-                .unwrap_err()
-                .to_string();
+            let e = check_binds(
+                &[bind(&elsewhere), bind(&src)],
+                &data,
+                std::slice::from_ref(&key),
+            )
+            .unwrap_err()
+            .to_string();
             assert!(e.contains(said) && e.contains("would bind"), "{src:?}: {e}");
         }
         // A missing source is not bound, so not refused.
@@ -306,7 +320,7 @@ mod tests {
             src: top.join("none"),
             dest: "/none".into(),
         };
-        assert!(check_binds(&[missing], &data, Some(&key)).is_ok());
+        assert!(check_binds(&[missing], &data, std::slice::from_ref(&key)).is_ok());
     }
 
     /// The whole argv: the network is the host's, every other namespace

@@ -1,0 +1,236 @@
+//! The other paths a file is visible at on this host, through other
+//! mounts of its file system: a folder above it bound somewhere else
+//! (`mount --bind /srv/keys /mnt/k`, a container volume) shows the same
+//! file under a second name that a check of its path alone never sees.
+//!
+//! [`aliases`] reads `/proc/self/mountinfo`: the mount the file's path is
+//! on gives its path inside its file system; every other mount of that
+//! file system (the same device) whose root is that path or a folder
+//! above it shows the file too, at its mount point joined with the rest.
+//! Each such path is kept only if it is that very file now (device and
+//! inode, not following a link): a mount shadowed by a later one is not
+//! where the file is visible. A hard link is another matter (a second
+//! name in the file system itself, which no mount table lists): callers
+//! that must know every name refuse a file with more than one.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+/// One line of `mountinfo`: its device, the folder of the file system it
+/// shows, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Mount {
+    device: String,
+    root: PathBuf,
+    point: PathBuf,
+}
+
+/// The paths other than `real` (canonical) at which the same file (the
+/// device and inode of `meta`) is visible through other mounts, read from
+/// this process's mount table. Empty where there is no `/proc`.
+pub fn aliases(real: &Path, meta: &std::fs::Metadata) -> Vec<PathBuf> {
+    // This thread's mount namespace (a thread may have one of its own).
+    let table = std::fs::read_to_string("/proc/thread-self/mountinfo")
+        .or_else(|_| std::fs::read_to_string("/proc/self/mountinfo"));
+    let Ok(table) = table else {
+        return Vec::new();
+    };
+    candidates(&table, real)
+        .into_iter()
+        .filter(|alias| {
+            std::fs::symlink_metadata(alias)
+                .is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
+        })
+        .collect()
+}
+
+/// The paths other than `real` that other mounts of `real`'s file system
+/// would show it at, by `mountinfo` (`table`) alone: pure, the part
+/// [`aliases`] then confirms.
+fn candidates(table: &str, real: &Path) -> Vec<PathBuf> {
+    let mounts: Vec<Mount> = table.lines().filter_map(parse).collect();
+    // The mount `real` is on: the deepest mount point above it, the last
+    // of equal ones (a later mount covers an earlier one at its point).
+    let Some(on) = mounts
+        .iter()
+        .filter(|m| real.starts_with(&m.point))
+        .max_by_key(|m| m.point.components().count())
+    else {
+        return Vec::new();
+    };
+    let on = mounts
+        .iter()
+        .rev()
+        .find(|m| m.point == on.point)
+        .unwrap_or(on);
+    let Ok(rest) = real.strip_prefix(&on.point) else {
+        return Vec::new();
+    };
+    let inside = on.root.join(rest);
+    let mut found: Vec<PathBuf> = Vec::new();
+    for m in mounts.iter().filter(|m| m.device == on.device) {
+        let Ok(below) = inside.strip_prefix(&m.root) else {
+            continue;
+        };
+        let alias = if below.as_os_str().is_empty() {
+            m.point.clone()
+        } else {
+            m.point.join(below)
+        };
+        if alias != real && !found.contains(&alias) {
+            found.push(alias);
+        }
+    }
+    found
+}
+
+/// One line of `mountinfo` (`id parent major:minor root point options
+/// ... - type source options`), its paths unescaped.
+fn parse(line: &str) -> Option<Mount> {
+    let mut fields = line.split(' ');
+    let (_id, _parent) = (fields.next()?, fields.next()?);
+    let device = fields.next()?.to_owned();
+    let root = unescape(fields.next()?);
+    let point = unescape(fields.next()?);
+    // A root outside the mount namespace's view (`net:[...]`, a deleted
+    // folder) is not a path.
+    if !root.is_absolute() || !point.is_absolute() {
+        return None;
+    }
+    Some(Mount {
+        device,
+        root,
+        point,
+    })
+}
+
+/// A path of `mountinfo`: the kernel writes space, tab, newline and
+/// backslash as `\040`, `\011`, `\012` and `\134`.
+fn unescape(field: &str) -> PathBuf {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                out.push(d.iter().fold(0u8, |n, c| n.wrapping_mul(8) + (c - b'0')));
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(OsString::from_vec(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLE: &str = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+23 22 0:5 / /proc rw - proc proc rw
+40 22 8:1 /srv/keys /mnt/k rw,relatime - ext4 /dev/sda1 rw
+41 22 8:1 /srv /data/srv\\040copy rw - ext4 /dev/sda1 rw
+42 22 8:2 / /srv/other rw - ext4 /dev/sda2 rw
+43 22 8:1 /home /home rw - ext4 /dev/sda1 rw
+44 22 0:30 net:[4026532] /run/netns/x rw - nsfs nsfs rw
+";
+
+    fn paths(found: Vec<PathBuf>) -> Vec<String> {
+        found
+            .into_iter()
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_file_below_a_folder_bound_elsewhere_has_each_of_its_names() {
+        let got = paths(candidates(TABLE, Path::new("/srv/keys/receipt.pem")));
+        assert_eq!(
+            got,
+            ["/mnt/k/receipt.pem", "/data/srv copy/keys/receipt.pem"],
+            "the root mount's own name is the file itself"
+        );
+    }
+
+    #[test]
+    fn a_mount_of_another_device_or_of_a_folder_beside_it_shows_nothing() {
+        // /srv/other is another file system; /home is a folder beside.
+        assert!(candidates(TABLE, Path::new("/srv/other/key")).is_empty());
+        let got = paths(candidates(TABLE, Path::new("/etc/key")));
+        assert!(got.is_empty(), "{got:?}");
+    }
+
+    #[test]
+    fn a_file_on_a_bind_mount_is_found_at_its_source_too() {
+        let got = paths(candidates(TABLE, Path::new("/mnt/k/receipt.pem")));
+        assert_eq!(
+            got,
+            ["/srv/keys/receipt.pem", "/data/srv copy/keys/receipt.pem"]
+        );
+    }
+
+    #[test]
+    fn a_later_mount_at_the_same_point_is_the_one_a_path_is_on() {
+        // /home covered by a mount of /srv: a file seen there is /srv's.
+        let table = format!("{TABLE}50 43 8:1 /srv /home rw - ext4 /dev/sda1 rw\n");
+        let got = paths(candidates(&table, Path::new("/home/keys/k")));
+        assert!(got.contains(&"/srv/keys/k".to_owned()), "{got:?}");
+        assert!(got.contains(&"/mnt/k/k".to_owned()), "{got:?}");
+    }
+
+    #[test]
+    fn escaped_paths_are_read_as_the_kernel_wrote_them() {
+        assert_eq!(unescape("/a\\040b\\011c\\134d"), Path::new("/a b\tc\\d"));
+        assert_eq!(unescape("/plain\\x"), Path::new("/plain\\x"));
+        assert_eq!(unescape("/end\\04"), Path::new("/end\\04"));
+    }
+
+    /// Through the real mount table, in a mount namespace of this test's
+    /// own thread: a bind mount of the key's folder is found, and once a
+    /// mount covers it, it is not (the path is no longer that file).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_real_mount_table_names_a_bind_mounts_copy_while_it_shows_the_file() {
+        use nix::mount::{mount, MsFlags};
+        let none: Option<&str> = None;
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap();
+        for d in ["keys", "bound"] {
+            std::fs::create_dir(real.join(d)).unwrap();
+        }
+        let key = real.join("keys/k");
+        std::fs::write(&key, b"x").unwrap();
+        let seen = std::thread::spawn(move || {
+            if nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).is_err() {
+                return None; // not allowed here: nothing to look at
+            }
+            let private = MsFlags::MS_REC | MsFlags::MS_PRIVATE;
+            mount(none, "/", none, private, none).unwrap();
+            let meta = std::fs::metadata(&key).unwrap();
+            let bound = real.join("bound");
+            let keys = real.join("keys");
+            mount(Some(&keys), &bound, none, MsFlags::MS_BIND, none).unwrap();
+            let shown = aliases(&key, &meta);
+            mount(Some("tmpfs"), &bound, Some("tmpfs"), MsFlags::empty(), none).unwrap();
+            let covered = aliases(&key, &meta);
+            Some((bound.join("k"), shown, covered))
+        })
+        .join()
+        .unwrap();
+        let Some((alias, shown, covered)) = seen else {
+            eprintln!("skipped: this thread cannot have a mount namespace of its own here");
+            return;
+        };
+        assert!(shown.contains(&alias), "{shown:?}");
+        assert!(!covered.contains(&alias), "{covered:?}");
+    }
+}
