@@ -64,23 +64,30 @@ pub fn one_line(what: &str, msg: &str) {
     );
 }
 
-/// A fresh folder `<tmp>/skill-runner-fuzz/<name>-<pid>`. Folders of
-/// earlier runs whose process is gone are removed first.
+/// A fresh folder `<tmp>/skill-runner-fuzz/<name>-<pid>`, beside a lock
+/// file (`<name>-<pid>.lock`) this process holds until it ends. Folders
+/// whose lock nobody holds (their process is gone) are removed first: a
+/// held `flock` tells a live folder from a dead one on every system, where
+/// a pid under `/proc` only does on Linux (and a reused pid lies).
 pub fn scratch_dir(name: &str) -> PathBuf {
+    static HELD: std::sync::Mutex<Vec<skill_runner::fsx::LockFile>> =
+        std::sync::Mutex::new(Vec::new());
     let base = std::env::temp_dir().join("skill-runner-fuzz");
     fs::create_dir_all(&base).expect("create the scratch base");
-    if let Ok(entries) = fs::read_dir(&base) {
-        for e in entries.flatten() {
-            let file = e.file_name();
-            let Some(pid) = file.to_str().and_then(|n| n.rsplit_once('-')).map(|p| p.1) else {
-                continue;
-            };
-            if pid.parse::<u32>().is_ok() && !Path::new("/proc").join(pid).exists() {
-                let _ = skill_runner::fsx::remove_tree(&e.path());
-            }
+    let dir = base.join(format!("{name}-{}", std::process::id()));
+    // Locked before the folder is made, so no sweep takes it in between.
+    let lock = skill_runner::fsx::LockFile::acquire(&dir.with_extension("lock"))
+        .expect("lock the scratch dir");
+    HELD.lock().unwrap_or_else(|e| e.into_inner()).push(lock);
+    for e in fs::read_dir(&base).into_iter().flatten().flatten() {
+        // A folder and its lock, whichever of the two this entry is.
+        let path = e.path();
+        let (folder, lock) = (path.with_extension(""), path.with_extension("lock"));
+        if !skill_runner::fsx::is_locked(&lock) {
+            let _ = skill_runner::fsx::remove_tree(&folder);
+            let _ = fs::remove_file(&lock);
         }
     }
-    let dir = base.join(format!("{name}-{}", std::process::id()));
     let _ = skill_runner::fsx::remove_tree(&dir);
     fs::create_dir_all(&dir).expect("create the scratch dir");
     dir

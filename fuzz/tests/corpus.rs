@@ -92,3 +92,25 @@ fn every_seed_keeps_its_targets_invariants() {
         replay(target, run);
     }
 }
+
+/// The targets' scratch folders: one whose lock nobody holds (its
+/// process is gone) is swept by the next `scratch_dir`, with its lock; one
+/// whose lock is held (a live process) is left alone.
+#[test]
+fn a_scratch_folder_is_swept_only_once_nobody_holds_its_lock() {
+    let base = std::env::temp_dir().join("skill-runner-fuzz");
+    std::fs::create_dir_all(&base).unwrap();
+    let (dead, live) = (base.join("sweep-dead-1"), base.join("sweep-live-1"));
+    for dir in [&dead, &live] {
+        std::fs::create_dir_all(dir.join("inside")).unwrap();
+    }
+    std::fs::write(dead.with_extension("lock"), b"").unwrap();
+    let held = skill_runner::fsx::LockFile::acquire(&live.with_extension("lock")).unwrap();
+    let mine = skill_runner_fuzz::scratch_dir("sweep-test");
+    assert!(mine.is_dir());
+    assert!(!dead.exists() && !dead.with_extension("lock").exists());
+    assert!(live.join("inside").is_dir(), "a held folder was swept");
+    drop(held);
+    let _ = skill_runner::fsx::remove_tree(&live);
+    let _ = std::fs::remove_file(live.with_extension("lock"));
+}
