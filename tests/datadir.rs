@@ -429,3 +429,45 @@ fn a_non_root_runner_without_home_has_no_default_and_says_what_to_set() {
         assert_eq!(m.uid(), user.uid, "{name}");
     }
 }
+
+/// The data dir under another name: bound elsewhere (a bind mount, made
+/// in the run's own mount namespace), a folder in it named through that
+/// name is refused as it is through the real one, and the other name's
+/// job root is still for jobs.
+#[test]
+fn the_data_dir_seen_through_a_bind_mount_is_refused_as_a_job_folder() {
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let (code, r, _) = w.run_json(&json!({"argv": ["/bin/true"]}));
+    assert_eq!((code, &r["status"]), (0, &json!("exited")), "{r:#}");
+    let mirror = w.path().join("mirror");
+    std::fs::create_dir(&mirror).unwrap();
+    let data = w.data_dir().canonicalize().unwrap();
+    let named = |ws: &Path| {
+        let job = w.job(
+            "mirrored",
+            &json!({"argv": ["ls", "/workspace"], "workspace": ws}),
+        );
+        let mut run = w.cmd();
+        run.args(["run", "--json"]).arg(job);
+        output_with_binds(&[(&data, &mirror)], &run)
+    };
+    let Some(out) = named(&mirror.join("store")) else {
+        skip("no mount namespace can be made here");
+        return;
+    };
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["status"], "rejected", "{r:#}");
+    let msg = r["error"]["message"].as_str().unwrap();
+    let said = format!("is inside the runner's data dir {}", mirror.display());
+    assert!(msg.contains(&said), "{msg}");
+    // Its job root, through the same name, is a job's.
+    let jobs = mirror.join("roots").join("ws");
+    std::fs::create_dir_all(data.join("roots").join("ws")).unwrap();
+    give_to_sandbox(&data.join("roots").join("ws"));
+    let out = named(&jobs).unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["status"], "exited", "{r:#}");
+}

@@ -623,32 +623,14 @@ fn a_receipt_key_under_another_name_is_out_of_reach_too() {
         &json!({"argv": ["cat", "/workspace/k.pem"], "workspace": alias}),
     );
     // `run`, with the key's folder bound at `alias` in its namespace.
-    let runner = w.cmd();
-    let mut c = std::process::Command::new("unshare");
-    c.args(["--mount", "--propagation", "private", "sh", "-c"])
-        .arg(r#"mount --bind "$1" "$2" || exit 99; shift 2; exec "$@""#)
-        .arg("sh")
-        .args([&keys, &alias])
-        .arg(runner.get_program())
-        .args(runner.get_args())
+    let mut run = w.cmd();
+    run.env("SKILL_RUNNER_RECEIPT_KEY", &key)
         .args(["run", "--json"])
-        .arg(&job)
-        .env("SKILL_RUNNER_RECEIPT_KEY", &key)
-        .stdin(std::process::Stdio::null());
-    for (k, v) in runner.get_envs() {
-        match v {
-            Some(v) => c.env(k, v),
-            None => c.env_remove(k),
-        };
-    }
-    let out = c.output().unwrap();
-    if out.status.code() == Some(99) {
-        eprintln!(
-            "skipped: no mount namespace here: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        .arg(&job);
+    let Some(out) = output_with_binds(&[(&keys, &alias)], &run) else {
+        skip("no mount namespace can be made here");
         return;
-    }
+    };
     let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!("{e}: {}", String::from_utf8_lossy(&out.stderr));
     });

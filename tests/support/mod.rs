@@ -85,6 +85,46 @@ pub fn runner_command() -> Command {
     c
 }
 
+/// Runs `cmd` in a mount namespace of its own in which each `(src,
+/// at)` of `binds` is bind-mounted (`unshare --mount`, private
+/// propagation): the host's mounts are left as they were. `None` when no
+/// mount namespace can be made here (not root, no `unshare`).
+pub fn output_with_binds(binds: &[(&Path, &Path)], cmd: &Command) -> Option<Output> {
+    let mut script = String::new();
+    for i in 0..binds.len() {
+        let (src, at) = (2 * i + 1, 2 * i + 2);
+        script.push_str(&format!("mount --bind \"${src}\" \"${at}\" || exit 99; "));
+    }
+    script.push_str(&format!("shift {}; exec \"$@\"", 2 * binds.len()));
+    let mut c = Command::new("unshare");
+    c.args([
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        &script,
+        "sh",
+    ]);
+    for (src, at) in binds {
+        c.arg(src).arg(at);
+    }
+    c.arg(cmd.get_program()).args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c.stdin(Stdio::null());
+    let out = c.output().ok()?;
+    if out.status.code() == Some(99) {
+        eprintln!("no mount namespace here: {}", text(&out.stderr));
+        return None;
+    }
+    Some(out)
+}
+
 /// The cgroup version that must enforce memory and pids limits here, from
 /// `SKILL_RUNNER_EXPECT_CGROUP`: `v1` or `v2`, or `none` (no usable cgroup:
 /// a limit must then be refused or enforced otherwise, and say why). Unset:

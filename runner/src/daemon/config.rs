@@ -1144,14 +1144,14 @@ impl Config {
             ));
         }
         // A root must not expose the store or the execution folders.
-        let data_real = data.path();
-        if let Some(r) = roots.iter().find(|r| {
-            data_real.starts_with(r)
-                || (r.starts_with(data_real) && !r.starts_with(data.job_root()))
-        }) {
+        // Under any of the data dir's names (a bind mount of it too).
+        if let Some((r, (place, _))) = roots
+            .iter()
+            .find_map(|r| data.state_at(r).map(|found| (r, found)))
+        {
             return Err(ConfigError::RootOverlapsData {
                 root: r.clone(),
-                data_dir: data_real.to_owned(),
+                data_dir: place.to_owned(),
             });
         }
 

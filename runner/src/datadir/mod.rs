@@ -164,6 +164,11 @@ pub fn default_path() -> PathBuf {
 pub struct DataDir {
     /// The real path: no symlink on the way.
     path: PathBuf,
+    /// The other paths it is visible at, through other mounts of its file
+    /// system, as the mount table was when it was opened
+    /// ([`crate::fsx::aliases`]): a job's folders are checked against
+    /// these as against `path`.
+    aliases: Vec<PathBuf>,
 }
 
 impl DataDir {
@@ -182,7 +187,14 @@ impl DataDir {
         })?;
         let uid = nix::unistd::geteuid().as_raw();
         let (dir, real) = walk(path, uid)?;
-        let dd = DataDir { path: real };
+        let aliases = dir
+            .metadata()
+            .map(|meta| crate::fsx::aliases::aliases(&real, &meta))
+            .unwrap_or_default();
+        let dd = DataDir {
+            path: real,
+            aliases,
+        };
         let mode = if group.is_some() { 0o710 } else { 0o700 };
         settle(&dir, &dd.path, group, mode)?;
         for (name, access) in LAYOUT {
@@ -202,12 +214,32 @@ impl DataDir {
     pub fn unchecked(path: &Path) -> DataDir {
         DataDir {
             path: path.to_owned(),
+            aliases: Vec::new(),
         }
     }
 
     /// The data dir itself (its real path once opened).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Every path the data dir is visible at: [`DataDir::path`] first,
+    /// then the same folder through other mounts of its file system (a
+    /// bind mount of it or of a folder above it), as found when it was
+    /// opened. No job folder may be inside or above any of them.
+    pub fn places(&self) -> impl Iterator<Item = &Path> {
+        std::iter::once(self.path.as_path()).chain(self.aliases.iter().map(PathBuf::as_path))
+    }
+
+    /// Whether a job's folder `real` (canonical) would hold the runner's
+    /// state: under one of the data dir's names ([`DataDir::places`]),
+    /// that name and whether `real` is inside it (but its job root, under
+    /// the same name) rather than above it.
+    pub fn state_at(&self, real: &Path) -> Option<(&Path, bool)> {
+        self.places().find_map(|place| {
+            let inside = real.starts_with(place) && !real.starts_with(place.join(JOB_ROOT));
+            (inside || place.starts_with(real)).then_some((place, inside))
+        })
     }
 
     /// `store/`: the package store ([`crate::package::store`]).

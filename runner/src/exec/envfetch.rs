@@ -311,7 +311,7 @@ impl SandboxFetcher {
         // pip's configuration or by the sandbox's own system binds.
         let mounts = profile.resolve_mounts(crate::sandbox::profile::host_entry);
         let (data, keys) = (
-            runner.data_dir().path(),
+            runner.data_dir(),
             runner.signer().map_or(&[][..], |s| s.places()),
         );
         crate::sandbox::fetchbox::check_config(&config, data, keys)?;

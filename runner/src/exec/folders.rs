@@ -94,19 +94,18 @@ pub fn changed(field: &'static str, path: &Path) -> ExecError {
 
 /// Refuses a job folder (canonical) inside the runner's state (the
 /// canonical data dir `data`, but its job root) or above it.
+/// The data dir is checked under each of its names ([`DataDir::state_at`]).
 pub fn not_state(data: &DataDir, field: &'static str, real: &Path) -> Result<(), ExecError> {
-    let (data, jobs) = (data.path(), data.job_root());
-    let inside = real.starts_with(data) && !real.starts_with(&jobs);
-    if inside || data.starts_with(real) {
-        return Err(ExecError::RunnerState {
+    match data.state_at(real) {
+        Some((place, inside)) => Err(ExecError::RunnerState {
             field,
             path: real.to_owned(),
             place: if inside { Place::Inside } else { Place::Above },
-            data: data.to_owned(),
-            jobs,
-        });
+            data: place.to_owned(),
+            jobs: place.join(crate::datadir::JOB_ROOT),
+        }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// A managed session workspace (a folder right below the data dir's

@@ -38,6 +38,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use crate::datadir::DataDir;
 use crate::sandbox::bwrap::BwrapFeatures;
 use crate::sandbox::profile::Mount;
 
@@ -87,11 +88,15 @@ pub enum FetchboxError {
 }
 
 /// Refuses a configuration path that would put the runner's state in the
-/// fetch sandbox: `/`, the data dir `data` (canonical), anything inside
-/// it or above it, and the receipt key (`keys`: each path it is visible
-/// at, as the signer found them) or a folder above it. Each path is resolved first (pip
-/// follows links, and so does the bind).
-pub fn check_config(paths: &[PathBuf], data: &Path, keys: &[PathBuf]) -> Result<(), FetchboxError> {
+/// fetch sandbox: `/`, the data dir `data` (under any of its names),
+/// anything inside it or above it, and the receipt key (`keys`: each path
+/// it is visible at, as the signer found them) or a folder above it. Each
+/// path is resolved first (pip follows links, and so does the bind).
+pub fn check_config(
+    paths: &[PathBuf],
+    data: &DataDir,
+    keys: &[PathBuf],
+) -> Result<(), FetchboxError> {
     for path in paths {
         let real = path.canonicalize().unwrap_or_else(|_| path.clone());
         if let Some(what) = state_at(&real, data, keys) {
@@ -110,7 +115,11 @@ pub fn check_config(paths: &[PathBuf], data: &Path, keys: &[PathBuf]) -> Result<
 /// system (`mounts`) and [`NET_FILES`], each that exists, resolved. A job
 /// sandbox checks its profile's mounts the same way; the fetch sandbox
 /// has the network besides.
-pub fn check_binds(mounts: &[Mount], data: &Path, keys: &[PathBuf]) -> Result<(), FetchboxError> {
+pub fn check_binds(
+    mounts: &[Mount],
+    data: &DataDir,
+    keys: &[PathBuf],
+) -> Result<(), FetchboxError> {
     let sources = mounts
         .iter()
         .filter_map(|m| match m {
@@ -130,20 +139,24 @@ pub fn check_binds(mounts: &[Mount], data: &Path, keys: &[PathBuf]) -> Result<()
 }
 
 /// What of the runner's state a bind of `real` (canonical) would show:
-/// the root, the data dir `data` (canonical) from inside or above, or
-/// the receipt key (at any of the paths `keys`) from its folder or above.
-fn state_at(real: &Path, data: &Path, keys: &[PathBuf]) -> Option<String> {
+/// the root, the data dir `data` (under any of its names) from inside or
+/// above, or the receipt key (at any of the paths `keys`) from its folder
+/// or above.
+fn state_at(real: &Path, data: &DataDir, keys: &[PathBuf]) -> Option<String> {
     if real == Path::new("/") {
-        Some("the root of the file system".to_owned())
-    } else if real.starts_with(data) {
-        Some(format!("inside the runner's data dir {}", data.display()))
-    } else if data.starts_with(real) {
-        Some(format!("above the runner's data dir {}", data.display()))
-    } else {
-        keys.iter()
-            .find(|k| k.starts_with(real))
-            .map(|k| format!("the receipt key {} or a folder above it", k.display()))
+        return Some("the root of the file system".to_owned());
     }
+    for data in data.places() {
+        if real.starts_with(data) {
+            return Some(format!("inside the runner's data dir {}", data.display()));
+        }
+        if data.starts_with(real) {
+            return Some(format!("above the runner's data dir {}", data.display()));
+        }
+    }
+    keys.iter()
+        .find(|k| k.starts_with(real))
+        .map(|k| format!("the receipt key {} or a folder above it", k.display()))
 }
 
 /// What the fetch sandbox is made of.
@@ -251,7 +264,7 @@ mod tests {
         std::os::unix::fs::symlink(&data, &link).unwrap();
         assert!(check_config(
             std::slice::from_ref(&conf),
-            &data,
+            &DataDir::unchecked(&data),
             std::slice::from_ref(&key)
         )
         .is_ok());
@@ -265,7 +278,7 @@ mod tests {
         ] {
             let e = check_config(
                 &[conf.clone(), bad.clone()],
-                &data,
+                &DataDir::unchecked(&data),
                 std::slice::from_ref(&key),
             )
             .unwrap_err()
@@ -278,7 +291,7 @@ mod tests {
         std::fs::create_dir(&other).unwrap();
         let e = check_config(
             &[key.parent().unwrap().to_owned()],
-            &other,
+            &DataDir::unchecked(&other),
             std::slice::from_ref(&key),
         )
         .unwrap_err()
@@ -301,14 +314,19 @@ mod tests {
         };
         let elsewhere = top.join("usr");
         std::fs::create_dir(&elsewhere).unwrap();
-        assert!(check_binds(&[bind(&elsewhere)], &data, std::slice::from_ref(&key)).is_ok());
+        assert!(check_binds(
+            &[bind(&elsewhere)],
+            &DataDir::unchecked(&data),
+            std::slice::from_ref(&key)
+        )
+        .is_ok());
         for (src, said) in [
             (top.join("sys"), "the receipt key"),
             (top.clone(), "above the runner's data dir"),
         ] {
             let e = check_binds(
                 &[bind(&elsewhere), bind(&src)],
-                &data,
+                &DataDir::unchecked(&data),
                 std::slice::from_ref(&key),
             )
             .unwrap_err()
@@ -320,7 +338,12 @@ mod tests {
             src: top.join("none"),
             dest: "/none".into(),
         };
-        assert!(check_binds(&[missing], &data, std::slice::from_ref(&key)).is_ok());
+        assert!(check_binds(
+            &[missing],
+            &DataDir::unchecked(&data),
+            std::slice::from_ref(&key)
+        )
+        .is_ok());
     }
 
     /// The whole argv: the network is the host's, every other namespace
