@@ -725,17 +725,13 @@ fn migrate(db: &Database) -> Result<(), String> {
             for entry in records.iter().map_err(text)? {
                 let (k, v) = entry.map_err(text)?;
                 let (order, (id, json)) = (k.value(), v.value());
-                if serde_json::from_slice::<Record>(json).is_err() {
-                    tracing::error!(id = %id.escape_debug(), "skipped an unreadable execution record while moving the store to its new layout");
-                    continue;
-                }
-                let result = results.get(order).map_err(text)?;
-                let log = events.get(order).map_err(text)?;
+                let (result, log) = (results.get(order), events.get(order));
+                let (result, log) = (result.map_err(text)?, log.map_err(text)?);
                 let bulk = (
                     result.as_ref().map(|r| r.value()),
                     log.as_ref().map(|e| e.value()),
                 );
-                moved += usize::from(move_row(&mut rows, order, id, json, bulk)?);
+                moved += usize::from(move_row(&mut rows, Some(order), id, json, bulk)?);
             }
         }
         if by_id {
@@ -745,17 +741,13 @@ fn migrate(db: &Database) -> Result<(), String> {
             for entry in records.iter().map_err(text)? {
                 let (k, v) = entry.map_err(text)?;
                 let (id, json) = (k.value(), v.value());
-                let Ok(record) = serde_json::from_slice::<Record>(json) else {
-                    tracing::error!(id = %id.escape_debug(), "skipped an unreadable execution record while moving the store to its new layout");
-                    continue;
-                };
-                let result = results.get(id).map_err(text)?;
-                let log = events.get(id).map_err(text)?;
+                let (result, log) = (results.get(id), events.get(id));
+                let (result, log) = (result.map_err(text)?, log.map_err(text)?);
                 let bulk = (
                     result.as_ref().map(|r| r.value()),
                     log.as_ref().map(|e| e.value()),
                 );
-                moved += usize::from(move_row(&mut rows, record.order, id, json, bulk)?);
+                moved += usize::from(move_row(&mut rows, None, id, json, bulk)?);
             }
         }
     }
@@ -782,16 +774,23 @@ fn migrate(db: &Database) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes one execution of an earlier layout into [`ROWS`]: its record
-/// and, where it had them, its result and events. An order that another
-/// record already holds is skipped with an ERROR; whether it was moved.
+/// Writes one execution of an earlier layout into [`ROWS`] under its
+/// admission order (`order`, else the record's own): its record and,
+/// where it had them, its result and events. A record that cannot be read,
+/// or whose order another record holds, is skipped with an ERROR; whether
+/// it was moved.
 fn move_row(
     rows: &mut Rows,
-    order: u64,
+    order: Option<u64>,
     id: &str,
     json: &[u8],
     (result, events): (Option<&[u8]>, Option<&[u8]>),
 ) -> Result<bool, String> {
+    let Ok(record) = serde_json::from_slice::<Record>(json) else {
+        tracing::error!(id = %id.escape_debug(), "skipped an unreadable execution record while moving the store to its new layout");
+        return Ok(false);
+    };
+    let order = order.unwrap_or(record.order);
     if rows.get((order, RECORD)).map_err(text)?.is_some() {
         tracing::error!(id = %id.escape_debug(), order, "skipped an execution record whose admission order another record holds");
         return Ok(false);
