@@ -471,3 +471,48 @@ fn the_data_dir_seen_through_a_bind_mount_is_refused_as_a_job_folder() {
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["status"], "exited", "{r:#}");
 }
+
+/// A folder inside the data dir bound elsewhere (its package store, as a
+/// volume's sub-path would be) is part of the data dir under another
+/// name: a job folder inside that name is refused, and so is one above
+/// it.
+#[test]
+fn a_folder_of_the_data_dir_seen_through_a_bind_mount_is_refused_as_a_job_folder() {
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let (code, r, _) = w.run_json(&json!({"argv": ["/bin/true"]}));
+    assert_eq!((code, &r["status"]), (0, &json!("exited")), "{r:#}");
+    let above = w.path().join("elsewhere");
+    let pkgs = above.join("pkgs");
+    std::fs::create_dir_all(&pkgs).unwrap();
+    give_to_sandbox(&above);
+    give_to_sandbox(&pkgs);
+    let store = w.data_dir().canonicalize().unwrap().join("store");
+    for (ws, said) in [
+        (
+            pkgs.clone(),
+            format!("is inside the runner's data dir {}", pkgs.display()),
+        ),
+        (
+            above.clone(),
+            format!("is above the runner's data dir {}", pkgs.display()),
+        ),
+    ] {
+        let job = w.job(
+            "part",
+            &json!({"argv": ["ls", "/workspace"], "workspace": ws}),
+        );
+        let mut run = w.cmd();
+        run.args(["run", "--json"]).arg(job);
+        let Some(out) = output_with_binds(&[(&store, &pkgs)], &run) else {
+            skip("no mount namespace can be made here");
+            return;
+        };
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["status"], "rejected", "{ws:?}: {r:#}");
+        let msg = r["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(&said), "{msg}");
+    }
+}

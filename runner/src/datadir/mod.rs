@@ -164,11 +164,12 @@ pub fn default_path() -> PathBuf {
 pub struct DataDir {
     /// The real path: no symlink on the way.
     path: PathBuf,
-    /// The other paths it is visible at, through other mounts of its file
-    /// system, as the mount table was when it was opened
-    /// ([`crate::fsx::aliases`]): a job's folders are checked against
-    /// these as against `path`.
-    aliases: Vec<PathBuf>,
+    /// The other paths it or a part of it is visible at, through other
+    /// mounts, as the mount table was when it was opened
+    /// ([`crate::fsx::aliases::views`]): each path with the folder below
+    /// `path` it shows (empty: the data dir itself). A job's folders are
+    /// checked against these as against `path`.
+    views: Vec<(PathBuf, PathBuf)>,
 }
 
 impl DataDir {
@@ -187,14 +188,8 @@ impl DataDir {
         })?;
         let uid = nix::unistd::geteuid().as_raw();
         let (dir, real) = walk(path, uid)?;
-        let aliases = dir
-            .metadata()
-            .map(|meta| crate::fsx::aliases::aliases(&real, &meta))
-            .unwrap_or_default();
-        let dd = DataDir {
-            path: real,
-            aliases,
-        };
+        let views = crate::fsx::aliases::views(&real);
+        let dd = DataDir { path: real, views };
         let mode = if group.is_some() { 0o710 } else { 0o700 };
         settle(&dir, &dd.path, group, mode)?;
         for (name, access) in LAYOUT {
@@ -214,7 +209,7 @@ impl DataDir {
     pub fn unchecked(path: &Path) -> DataDir {
         DataDir {
             path: path.to_owned(),
-            aliases: Vec::new(),
+            views: Vec::new(),
         }
     }
 
@@ -223,12 +218,15 @@ impl DataDir {
         &self.path
     }
 
-    /// Every path the data dir is visible at: [`DataDir::path`] first,
-    /// then the same folder through other mounts of its file system (a
-    /// bind mount of it or of a folder above it), as found when it was
-    /// opened. No job folder may be inside or above any of them.
-    pub fn places(&self) -> impl Iterator<Item = &Path> {
-        std::iter::once(self.path.as_path()).chain(self.aliases.iter().map(PathBuf::as_path))
+    /// Every path the data dir or a part of it is visible at, each with
+    /// the folder below the data dir it shows: [`DataDir::path`] first
+    /// (with an empty one), then other mounts (a bind mount of it, of a
+    /// folder above it or of a folder inside it, and other mounts of a
+    /// file system mounted inside it), as found when it was opened. No job
+    /// folder may be inside or above any of them, but in the job root.
+    pub fn places(&self) -> impl Iterator<Item = (&Path, &Path)> {
+        std::iter::once((self.path.as_path(), Path::new("")))
+            .chain(self.views.iter().map(|(p, s)| (p.as_path(), s.as_path())))
     }
 
     /// Whether a job's folder `real` (canonical) would hold the runner's
@@ -236,8 +234,10 @@ impl DataDir {
     /// that name and whether `real` is inside it (but its job root, under
     /// the same name) rather than above it.
     pub fn state_at(&self, real: &Path) -> Option<(&Path, bool)> {
-        self.places().find_map(|place| {
-            let inside = real.starts_with(place) && !real.starts_with(place.join(JOB_ROOT));
+        self.places().find_map(|(place, part)| {
+            let inside = real
+                .strip_prefix(place)
+                .is_ok_and(|rest| !part.join(rest).starts_with(JOB_ROOT));
             (inside || place.starts_with(real)).then_some((place, inside))
         })
     }

@@ -102,7 +102,7 @@ pub fn not_state(data: &DataDir, field: &'static str, real: &Path) -> Result<(),
             path: real.to_owned(),
             place: if inside { Place::Inside } else { Place::Above },
             data: place.to_owned(),
-            jobs: place.join(crate::datadir::JOB_ROOT),
+            jobs: data.job_root(),
         }),
         None => Ok(()),
     }

@@ -46,6 +46,96 @@ pub fn aliases(real: &Path, meta: &std::fs::Metadata) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Every other place at which a part of the folder `real` (canonical) is
+/// visible, as pairs of a path and the folder below `real` it shows (empty:
+/// `real` itself): a mount of `real` or of a folder above it (as
+/// [`aliases`] finds), a mount of a folder inside it (`mount --bind
+/// <real>/store /srv/pkgs`), and the same for each file system mounted
+/// inside `real` (its other mounts show the folder it is mounted on). Each
+/// is kept only if it is that folder now (device and inode). Empty where
+/// there is no `/proc`.
+pub fn views(real: &Path) -> Vec<(PathBuf, PathBuf)> {
+    let table = std::fs::read_to_string("/proc/thread-self/mountinfo")
+        .or_else(|_| std::fs::read_to_string("/proc/self/mountinfo"));
+    let Ok(table) = table else {
+        return Vec::new();
+    };
+    let id = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .ok()
+            .map(|m| (m.dev(), m.ino()))
+    };
+    view_candidates(&table, real)
+        .into_iter()
+        .filter(|(point, sub)| id(point).is_some_and(|i| id(&real.join(sub)) == Some(i)))
+        .collect()
+}
+
+/// [`views`] by `mountinfo` (`table`) alone: pure, the part [`views`]
+/// then confirms.
+fn view_candidates(table: &str, real: &Path) -> Vec<(PathBuf, PathBuf)> {
+    let mounts: Vec<Mount> = table.lines().filter_map(parse).collect();
+    // `real` itself, and each mount point inside it (another file system,
+    // or another part of this one, whose other mounts show that folder).
+    let mut targets = vec![(real.to_owned(), PathBuf::new())];
+    for m in &mounts {
+        if let Ok(sub) = m.point.strip_prefix(real) {
+            if !sub.as_os_str().is_empty() && !targets.iter().any(|(t, _)| *t == m.point) {
+                targets.push((m.point.clone(), sub.to_owned()));
+            }
+        }
+    }
+    let mut found: Vec<(PathBuf, PathBuf)> = Vec::new();
+    for (target, sub) in targets {
+        let Some((on, inside)) = locate(&mounts, &target) else {
+            continue;
+        };
+        for m in mounts.iter().filter(|m| m.device == on.device) {
+            let view = if let Ok(below) = inside.strip_prefix(&m.root) {
+                // The mount shows `target`, below its point.
+                (joined(&m.point, below), sub.clone())
+            } else if let Ok(under) = m.root.strip_prefix(&inside) {
+                // The mount shows a folder inside `target`, at its point.
+                (m.point.clone(), sub.join(under))
+            } else {
+                continue;
+            };
+            // A name under `real` is `real`'s own path.
+            if !view.0.starts_with(real) && !found.contains(&view) {
+                found.push(view);
+            }
+        }
+    }
+    found
+}
+
+/// `base` joined with `rest`, without a trailing separator when `rest` is
+/// empty.
+fn joined(base: &Path, rest: &Path) -> PathBuf {
+    if rest.as_os_str().is_empty() {
+        base.to_owned()
+    } else {
+        base.join(rest)
+    }
+}
+
+/// The mount `path` is on (the deepest mount point above it, the last of
+/// equal ones: a later mount covers an earlier one at its point) and
+/// `path`'s folder inside that mount's file system.
+fn locate<'m>(mounts: &'m [Mount], path: &Path) -> Option<(&'m Mount, PathBuf)> {
+    let on = mounts
+        .iter()
+        .filter(|m| path.starts_with(&m.point))
+        .max_by_key(|m| m.point.components().count())?;
+    let on = mounts
+        .iter()
+        .rev()
+        .find(|m| m.point == on.point)
+        .unwrap_or(on);
+    let rest = path.strip_prefix(&on.point).ok()?;
+    Some((on, joined(&on.root, rest)))
+}
+
 /// The paths other than `real` that other mounts of `real`'s file system
 /// would show it at, by `mountinfo` (`table`) alone: pure, the part
 /// [`aliases`] then confirms.
@@ -185,6 +275,45 @@ mod tests {
         let got = paths(candidates(&table, Path::new("/home/keys/k")));
         assert!(got.contains(&"/srv/keys/k".to_owned()), "{got:?}");
         assert!(got.contains(&"/mnt/k/k".to_owned()), "{got:?}");
+    }
+
+    fn views_of(table: &str, real: &str) -> Vec<(String, String)> {
+        view_candidates(table, Path::new(real))
+            .into_iter()
+            .map(|(p, s)| (p.display().to_string(), s.display().to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_folder_has_the_views_of_itself_of_a_folder_inside_it_and_of_what_is_mounted_in_it() {
+        let table = format!(
+            "{TABLE}\
+60 22 8:1 /srv/data/store /srv/pkgs rw - ext4 /dev/sda1 rw
+61 22 8:3 / /srv/data/state rw - ext4 /dev/sda3 rw
+62 22 8:3 /blobs /mnt/blobs rw - ext4 /dev/sda3 rw
+63 22 8:3 / /mnt/state rw - ext4 /dev/sda3 rw
+"
+        );
+        let got = views_of(&table, "/srv/data");
+        for want in [
+            ("/data/srv copy/data", ""),
+            ("/srv/pkgs", "store"),
+            ("/mnt/blobs", "state/blobs"),
+            ("/mnt/state", "state"),
+        ] {
+            assert!(
+                got.contains(&(want.0.to_owned(), want.1.to_owned())),
+                "{want:?} in {got:?}"
+            );
+        }
+        // Its own path and the mount inside it are not other names.
+        assert!(
+            got.iter().all(|(p, _)| !p.starts_with("/srv/data")),
+            "{got:?}"
+        );
+        // A folder beside it, on another device or not, shows nothing.
+        assert!(views_of(&table, "/srv/other").is_empty());
+        assert!(views_of(&table, "/etc").is_empty());
     }
 
     #[test]

@@ -146,7 +146,7 @@ fn state_at(real: &Path, data: &DataDir, keys: &[PathBuf]) -> Option<String> {
     if real == Path::new("/") {
         return Some("the root of the file system".to_owned());
     }
-    for data in data.places() {
+    for (data, _) in data.places() {
         if real.starts_with(data) {
             return Some(format!("inside the runner's data dir {}", data.display()));
         }
