@@ -27,14 +27,19 @@ struct Mount {
     point: PathBuf,
 }
 
+/// This thread's mount table (a thread may have a mount namespace of its
+/// own), or the process's; `None` where there is no `/proc`.
+fn mount_table() -> Option<String> {
+    std::fs::read_to_string("/proc/thread-self/mountinfo")
+        .or_else(|_| std::fs::read_to_string("/proc/self/mountinfo"))
+        .ok()
+}
+
 /// The paths other than `real` (canonical) at which the same file (the
 /// device and inode of `meta`) is visible through other mounts, read from
 /// this process's mount table. Empty where there is no `/proc`.
 pub fn aliases(real: &Path, meta: &std::fs::Metadata) -> Vec<PathBuf> {
-    // This thread's mount namespace (a thread may have one of its own).
-    let table = std::fs::read_to_string("/proc/thread-self/mountinfo")
-        .or_else(|_| std::fs::read_to_string("/proc/self/mountinfo"));
-    let Ok(table) = table else {
+    let Some(table) = mount_table() else {
         return Vec::new();
     };
     candidates(&table, real)
@@ -55,9 +60,7 @@ pub fn aliases(real: &Path, meta: &std::fs::Metadata) -> Vec<PathBuf> {
 /// is kept only if it is that folder now (device and inode). Empty where
 /// there is no `/proc`.
 pub fn views(real: &Path) -> Vec<(PathBuf, PathBuf)> {
-    let table = std::fs::read_to_string("/proc/thread-self/mountinfo")
-        .or_else(|_| std::fs::read_to_string("/proc/self/mountinfo"));
-    let Ok(table) = table else {
+    let Some(table) = mount_table() else {
         return Vec::new();
     };
     let id = |p: &Path| {
@@ -141,34 +144,15 @@ fn locate<'m>(mounts: &'m [Mount], path: &Path) -> Option<(&'m Mount, PathBuf)> 
 /// [`aliases`] then confirms.
 fn candidates(table: &str, real: &Path) -> Vec<PathBuf> {
     let mounts: Vec<Mount> = table.lines().filter_map(parse).collect();
-    // The mount `real` is on: the deepest mount point above it, the last
-    // of equal ones (a later mount covers an earlier one at its point).
-    let Some(on) = mounts
-        .iter()
-        .filter(|m| real.starts_with(&m.point))
-        .max_by_key(|m| m.point.components().count())
-    else {
+    let Some((on, inside)) = locate(&mounts, real) else {
         return Vec::new();
     };
-    let on = mounts
-        .iter()
-        .rev()
-        .find(|m| m.point == on.point)
-        .unwrap_or(on);
-    let Ok(rest) = real.strip_prefix(&on.point) else {
-        return Vec::new();
-    };
-    let inside = on.root.join(rest);
     let mut found: Vec<PathBuf> = Vec::new();
     for m in mounts.iter().filter(|m| m.device == on.device) {
         let Ok(below) = inside.strip_prefix(&m.root) else {
             continue;
         };
-        let alias = if below.as_os_str().is_empty() {
-            m.point.clone()
-        } else {
-            m.point.join(below)
-        };
+        let alias = joined(&m.point, below);
         if alias != real && !found.contains(&alias) {
             found.push(alias);
         }
