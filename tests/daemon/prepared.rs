@@ -458,3 +458,46 @@ fn the_pool_holds_no_more_memory_than_prepared_memory() {
     let res = exec(&d, &id, &["true"], json!({}));
     assert_eq!(res["prepared_sandbox"], true, "{res:#}");
 }
+
+#[test]
+fn a_daemon_stopped_while_it_prepares_a_sandbox_leaves_nothing_behind() {
+    if skip_without_sandbox() {
+        return;
+    }
+    // A command of the session runs when the daemon is told to stop: the
+    // drain lets it finish, and its end starts a refill just as the
+    // daemon goes on to exit. The daemon must wait for the sandbox being
+    // built and discard it, not exit under it and leave its cgroup (or a
+    // half set-up sandbox waiting for ever on a hand-over that never
+    // comes).
+    let w = World::new();
+    let (d, id) = prepared_session(&w, &["--prepared-sandboxes", "8"]);
+    let marker = marker(7);
+    let owners = cgroup_owners(&w);
+    let mut d = d;
+    let script = format!("sleep 1; : {marker}");
+    let conn = d.post_unanswered(
+        "/v1/executions",
+        &json!({"session": id, "argv": ["sh", "-c", script]}),
+    );
+    wait_until("the command running", || {
+        !processes_with(&marker).is_empty()
+    });
+    let pooled = pooled_cgroups(&owners).len();
+    kill(d.pid() as i32, libc::SIGTERM);
+    let res = read_response(std::io::BufReader::new(conn)).json();
+    assert_eq!(res["status"], "exited", "{res:#}");
+    let status = d.wait();
+    assert!(status.success(), "{status:?}\n{}", d.log());
+    let data = w.data_dir().display().to_string();
+    assert_eq!(
+        processes_with(&data),
+        Vec::<i32>::new(),
+        "processes of the stopped daemon"
+    );
+    let left = pooled_cgroups(&owners);
+    assert!(left.is_empty(), "cgroups of the stopped daemon: {left:?}");
+    if pooled == 0 {
+        skip("no pooled cgroups here: only the processes were checked");
+    }
+}

@@ -237,6 +237,19 @@ impl Daemon {
         }
     }
 
+    /// Waits for the daemon to exit (told to by a signal sent already).
+    pub fn wait(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("daemon already stopped");
+        let start = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(start.elapsed() < PATIENCE, "the daemon did not exit");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn stop(&mut self) -> ExitStatus {
         self.signal_and_wait(libc::SIGTERM)
     }
@@ -513,4 +526,49 @@ impl Lines {
 /// The `seq` of each event.
 pub fn seqs(events: &[Value]) -> Vec<u64> {
     events.iter().map(|e| e["seq"].as_u64().unwrap()).collect()
+}
+
+/// The names of the cgroup owners of `w`'s data dir now (the folders of
+/// `<data>/cgroups/` that daemons make, `run`'s slot files left out): a
+/// daemon's pooled cgroups are `<owner>+<n>`.
+pub fn cgroup_owners(w: &World) -> Vec<String> {
+    std::fs::read_dir(w.data_dir().join("cgroups"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with("run-"))
+        .collect()
+}
+
+/// The cgroup folders, in every mounted hierarchy, of the pools of
+/// `owners` (`<owner>+<n>`).
+pub fn pooled_cgroups(owners: &[String]) -> Vec<PathBuf> {
+    fn walk(dir: &std::path::Path, owners: &[String], depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pooled = owners.iter().any(|o| {
+                name.strip_prefix(o.as_str())
+                    .and_then(|n| n.strip_prefix('+'))
+                    .is_some_and(|n| n.parse::<u64>().is_ok())
+            });
+            if pooled {
+                out.push(e.path());
+            } else if depth > 0 {
+                walk(&e.path(), owners, depth - 1, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if !owners.is_empty() {
+        walk(std::path::Path::new("/sys/fs/cgroup"), owners, 32, &mut out);
+    }
+    out
 }

@@ -12,7 +12,7 @@
 //! discarded then ("changed"), and the request builds its own (a miss).
 //! Deleting a session, or its expiry, discards its sandboxes, and one
 //! being made for it then is discarded when made; a stopping daemon
-//! discards them all.
+//! discards them all and waits for the one being made before it exits.
 //! A sandbox is taken out of the pool before its command is handed over,
 //! so none runs two commands.
 
@@ -36,12 +36,24 @@ pub struct Pool {
     runner: Arc<Runner>,
     metrics: Arc<Metrics>,
     state: Mutex<State>,
-    /// The refill thread's queue. One thread, living as long as the pool,
-    /// spawns every prepared sandbox: a child's parent-death signal
-    /// follows the *thread* that forked it, so a sandbox spawned from a
-    /// short-lived thread would be killed when that thread ends.
-    refills: Mutex<Option<std::sync::mpsc::Sender<(String, Job)>>>,
+    /// The refill thread. One thread, living as long as the pool, spawns
+    /// every prepared sandbox: a child's parent-death signal follows the
+    /// *thread* that forked it, so a sandbox spawned from a short-lived
+    /// thread would be killed when that thread ends.
+    refills: Mutex<Option<Refills>>,
 }
+
+/// The refill thread and its queue.
+#[derive(Debug)]
+struct Refills {
+    queue: std::sync::mpsc::Sender<(String, Job)>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// How long a stopping daemon waits for the sandbox being prepared (a
+/// preparation takes milliseconds; its measurement waits at most
+/// 200 ms).
+const REFILL_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Default)]
 struct State {
@@ -103,8 +115,9 @@ impl Pool {
                         pool.metrics.prepared_waiting(pool.gauge());
                     }
                 });
-            if started.is_ok() {
-                *pool.refills.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+            if let Ok(thread) = started {
+                *pool.refills.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(Refills { queue: tx, thread });
             }
             let weak = Arc::downgrade(&pool);
             let every = (bounds.idle / 4).clamp(Duration::from_millis(50), Duration::from_secs(5));
@@ -195,7 +208,12 @@ impl Pool {
         self.metrics.prepared_waiting(self.gauge());
     }
 
-    /// Discards every sandbox and prepares no more.
+    /// Discards every sandbox, prepares no more, and waits for the one
+    /// being prepared, which is discarded when made. Were the daemon to
+    /// exit under a preparation, its bubblewrap would die with the
+    /// refill thread, but not always its sandbox: a pid 1 cloned a
+    /// moment before then waits for ever on a user namespace its parent
+    /// never sets up, in a cgroup nobody removes.
     pub fn shutdown(&self) {
         let gone: Vec<Warm> = {
             let mut st = self.lock();
@@ -203,6 +221,28 @@ impl Pool {
             st.sessions.drain().flat_map(|(_, v)| v).collect()
         };
         self.discard(gone, "shutdown");
+        let refills = self
+            .refills
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(Refills { queue, thread }) = refills {
+            // The thread ends once the queue is closed and drained: what
+            // is still queued finds the pool closed.
+            drop(queue);
+            let deadline = Instant::now() + REFILL_WAIT;
+            while !thread.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            } else {
+                tracing::warn!(
+                    waited_ms = REFILL_WAIT.as_millis() as u64,
+                    "a prepared sandbox was still being made at exit; it may be left behind"
+                );
+            }
+        }
     }
 
     fn discard(&self, warms: Vec<Warm>, reason: &'static str) {
@@ -232,7 +272,7 @@ impl Pool {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .is_some_and(|tx| tx.send((session.to_owned(), job.clone())).is_ok());
+            .is_some_and(|r| r.queue.send((session.to_owned(), job.clone())).is_ok());
         if !queued {
             self.lock().refilling.remove(session);
         }
