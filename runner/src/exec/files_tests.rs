@@ -381,9 +381,10 @@ fn kept_outputs_of_all_executions_share_one_budget() {
     );
 }
 
-/// A folder of thousands of subfolders is listed whole (without a
-/// descriptor held per waiting folder: tests/files.rs proves that under a
-/// low descriptor limit).
+/// A folder of thousands of subfolders is listed whole. That no
+/// descriptor is held per waiting folder is proven by tests/files.rs
+/// under a low descriptor limit: counting this process's descriptors
+/// here would count those of the tests running beside it.
 #[test]
 fn a_listing_of_many_folders_is_whole() {
     let (t, w) = ws();
@@ -393,9 +394,6 @@ fn a_listing_of_many_folders_is_whole() {
         fs::create_dir_all(w.join(format!("d/{i}"))).unwrap();
     }
     fs::write(w.join("d/2999/x.txt"), "deep").unwrap();
-    let open_before = fs::read_dir("/proc/self/fd")
-        .map(|d| d.count())
-        .unwrap_or(0);
     let listing = crate::fsx::beneath::list(
         &File::open(&w).unwrap(),
         "d",
@@ -414,11 +412,4 @@ fn a_listing_of_many_folders_is_whole() {
         &KeptBudget::new(u64::MAX),
     );
     assert!(by_path(&c)["d/2999/x.txt"].sha256.is_some());
-    let open_after = fs::read_dir("/proc/self/fd")
-        .map(|d| d.count())
-        .unwrap_or(0);
-    assert!(
-        open_after <= open_before + 2,
-        "{open_before} -> {open_after}"
-    );
 }
