@@ -70,6 +70,15 @@ const RESULT: u8 = 1;
 /// ... and its frozen event log (`EventLog::freeze`).
 const EVENTS: u8 = 2;
 
+/// The store's layout (`"version"`): [`LAYOUT_VERSION`], written when a
+/// store is made or moved to it. A daemon refuses a store of a later
+/// layout than it knows instead of writing beside tables it cannot read.
+const LAYOUT: TableDefinition<&str, u64> = TableDefinition::new("layout");
+/// The layout of [`ROWS`]. Stores older than the `layout` table hold one
+/// of the two earlier layouts, or [`ROWS`] with no version (read as this
+/// one).
+const LAYOUT_VERSION: u64 = 3;
+
 /// The tables of the store's second layout, one per part, keyed by
 /// admission order: moved to [`ROWS`], once, when such a store is opened
 /// ([`migrate`]).
@@ -103,6 +112,12 @@ const LINGER: std::time::Duration = std::time::Duration::from_millis(50);
 pub enum StoreError {
     #[error("cannot open the execution store {path}: {reason}; if the file is damaged, move it aside (mv {path} {path}.broken) and start the daemon again: it then starts with no retained executions (docs/durability.md)")]
     Open { path: PathBuf, reason: String },
+    #[error("the execution store {path} has layout {found}, written by a later skill-runner than this one (which reads layouts up to {known}); run that version, or move the store aside (mv {path} {path}.newer) to start with no retained executions")]
+    Newer {
+        path: PathBuf,
+        found: u64,
+        known: u64,
+    },
     #[error("another skill-runner daemon holds the execution store {0}; stop it, or give this one another --data-dir")]
     InUse(PathBuf),
     #[error("cannot read the execution store {path}: {reason}; move it aside (mv {path} {path}.broken) and start the daemon again (docs/durability.md)")]
@@ -361,6 +376,18 @@ impl Store {
             }
             Err(e) => return Err(open_err(e.to_string())),
         };
+        match quietly(|| layout(&db)).unwrap_or_else(|what| Err(format!("it is damaged ({what})")))
+        {
+            Ok(Some(found)) if found > LAYOUT_VERSION => {
+                return Err(StoreError::Newer {
+                    path: path.to_owned(),
+                    found,
+                    known: LAYOUT_VERSION,
+                })
+            }
+            Ok(_) => {}
+            Err(reason) => return Err(open_err(reason)),
+        }
         quietly(|| migrate(&db))
             .unwrap_or_else(|what| Err(format!("it is damaged ({what})")))
             .map_err(open_err)?;
@@ -710,11 +737,16 @@ fn migrate(db: &Database) -> Result<(), String> {
             has_table(&txn, ORDER_RECORDS)?,
         )
     };
-    if !by_id && !by_order {
+    let versioned = layout(db)?.is_some();
+    if !by_id && !by_order && versioned {
         return Ok(());
     }
     let mut txn = db.begin_write().map_err(text)?;
     txn.set_durability(Durability::Immediate);
+    txn.open_table(LAYOUT)
+        .map_err(text)?
+        .insert("version", LAYOUT_VERSION)
+        .map_err(text)?;
     let mut moved = 0usize;
     {
         let mut rows = txn.open_table(ROWS).map_err(text)?;
@@ -762,6 +794,9 @@ fn migrate(db: &Database) -> Result<(), String> {
         txn.delete_table(ORDER_EVENTS).map_err(text)?;
     }
     txn.commit().map_err(text)?;
+    if !by_id && !by_order {
+        return Ok(());
+    }
     tracing::info!(
         executions = moved,
         from = if by_id {
@@ -774,11 +809,26 @@ fn migrate(db: &Database) -> Result<(), String> {
     Ok(())
 }
 
+/// The store's layout version, where it has one.
+fn layout(db: &Database) -> Result<Option<u64>, String> {
+    let txn = db.begin_read().map_err(text)?;
+    match txn.open_table(LAYOUT) {
+        Ok(t) => Ok(t.get("version").map_err(text)?.map(|v| v.value())),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(e) => Err(text(e)),
+    }
+}
+
 /// Writes one execution of an earlier layout into [`ROWS`] under its
 /// admission order (`order`, else the record's own): its record and,
-/// where it had them, its result and events. A record that cannot be read,
-/// or whose order another record holds, is skipped with an ERROR; whether
-/// it was moved.
+/// where it had them, its result and events. A record that cannot be read
+/// is skipped with an ERROR; one whose order another record holds (a
+/// daemon of an earlier version ran on this store after a later one had
+/// moved it, and numbered its admissions again from its own tables) is
+/// moved to the next order free, after every other, with a WARN: its
+/// result files, named by order, are then not found, so it answers
+/// `store_corrupted` rather than "never existed", and a retry of its id
+/// does not run the job again. Whether it was moved.
 fn move_row(
     rows: &mut Rows,
     order: Option<u64>,
@@ -790,10 +840,12 @@ fn move_row(
         tracing::error!(id = %id.escape_debug(), "skipped an unreadable execution record while moving the store to its new layout");
         return Ok(false);
     };
-    let order = order.unwrap_or(record.order);
+    let mut order = order.unwrap_or(record.order);
     if rows.get((order, RECORD)).map_err(text)?.is_some() {
-        tracing::error!(id = %id.escape_debug(), order, "skipped an execution record whose admission order another record holds");
-        return Ok(false);
+        let last = rows.last().map_err(text)?.map_or(0, |(k, _)| k.value().0);
+        let free = last + 1;
+        tracing::warn!(id = %id.escape_debug(), order, moved_to = free, "an execution record of an earlier layout has the admission order of another record; it is kept after every other");
+        order = free;
     }
     rows.insert((order, RECORD), (id, json)).map_err(text)?;
     for (part, bytes) in [(RESULT, result), (EVENTS, events)] {
@@ -1651,6 +1703,96 @@ mod tests {
             assert_eq!(stored.len(), 5, "by id: {by_id}");
             assert_eq!(stored[4].id, "exec-new");
         }
+    }
+
+    /// A daemon of an earlier version run on a store a later one had
+    /// moved (a rollback) writes its own tables beside the new one and
+    /// numbers its admissions again: at the next upgrade, its records
+    /// whose order the new table holds are kept after every other, none
+    /// lost, and the store is versioned.
+    #[test]
+    fn records_of_a_rollback_with_orders_the_store_holds_are_kept_after_every_other() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Store::file(dir.path());
+        {
+            let (store, _) = Store::open(&path).unwrap();
+            for (id, order) in [("exec-a", 1), ("exec-b", 2)] {
+                let put = Change::Put {
+                    id: id.into(),
+                    record: queued(order),
+                };
+                store.send(put, true).wait().unwrap();
+            }
+            store.close();
+        }
+        {
+            // What the earlier daemons wrote, from order 1 again.
+            let db = Database::open(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut records = txn.open_table(ORDER_RECORDS).unwrap();
+                let old = encode(&queued(1));
+                records.insert(1, ("exec-old", old.as_slice())).unwrap();
+                let mut results = txn.open_table(ORDER_RESULTS).unwrap();
+                results.insert(1, &b"result of exec-old"[..]).unwrap();
+                let mut by_id = txn.open_table(ID_RECORDS).unwrap();
+                let older = encode(&queued(2));
+                by_id.insert("exec-older", older.as_slice()).unwrap();
+                by_id
+                    .insert("exec-three", encode(&queued(3)).as_slice())
+                    .unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let (store, stored) = Store::open(&path).unwrap();
+        assert_eq!(
+            listed(&stored),
+            [
+                ("exec-a", 1),
+                ("exec-b", 2),
+                ("exec-old", 3),
+                ("exec-older", 4),
+                ("exec-three", 5)
+            ]
+        );
+        let old = &stored[2].record;
+        assert_eq!(
+            store.read_result(old).unwrap().as_deref(),
+            Some(&b"result of exec-old"[..])
+        );
+        assert_eq!(layout(&store.db).unwrap(), Some(LAYOUT_VERSION));
+    }
+
+    /// A store of a later layout than this daemon knows is refused with
+    /// a sentence that says so, and left as it was.
+    #[test]
+    fn a_store_of_a_later_layout_is_refused_and_left_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Store::file(dir.path());
+        {
+            let (store, _) = Store::open(&path).unwrap();
+            let put = Change::Put {
+                id: "exec-a".into(),
+                record: queued(1),
+            };
+            store.send(put, true).wait().unwrap();
+            store.close();
+        }
+        {
+            let db = Database::open(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(LAYOUT)
+                .unwrap()
+                .insert("version", LAYOUT_VERSION + 1)
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        let before = std::fs::read(&path).unwrap();
+        let err = Store::open(&path).unwrap_err();
+        assert!(matches!(err, StoreError::Newer { found, .. } if found == LAYOUT_VERSION + 1));
+        let said = err.to_string();
+        assert!(said.contains("written by a later skill-runner"), "{said}");
+        assert_eq!(std::fs::read(&path).unwrap(), before);
     }
 
     /// A record of an id the store keeps under another order replaces
