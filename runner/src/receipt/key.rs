@@ -131,8 +131,14 @@ impl Signer {
         match Signer::load(path) {
             Err(KeyError::Open { source, .. }) if source.kind() == io::ErrorKind::NotFound => {}
             // The private sibling of another runner's new key, linked
-            // and not yet removed (or left by a crash in between).
-            Err(KeyError::Links { .. }) if remove_new_siblings(path) => return Signer::load(path),
+            // and not yet removed (or left by a crash in between): removed
+            // here, or by that runner since the load (so none is found),
+            // and the key read again. A second link that is no sibling of
+            // ours stays and refuses the key.
+            Err(KeyError::Links { .. }) => {
+                remove_new_siblings(path);
+                return Signer::load(path);
+            }
             other => return other,
         }
         if let Some(dir) = path.parent() {
@@ -425,6 +431,35 @@ mod tests {
         assert_eq!(signer.places()[0], path.canonicalize().unwrap());
         assert!(!sibling.exists());
         assert!(lookalike.exists());
+    }
+
+    /// Runners that start at once on a data dir with no key all end with
+    /// the one key that was made first: none refuses it for the second
+    /// link a maker holds a moment (its private sibling, which another
+    /// runner may remove first).
+    #[test]
+    fn runners_that_make_the_key_at_once_all_use_the_one_made_first() {
+        for _ in 0..100 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("keys").join(KEY_FILE);
+            let barrier = std::sync::Barrier::new(6);
+            let keys: Vec<String> = std::thread::scope(|s| {
+                let started: Vec<_> = (0..6)
+                    .map(|_| {
+                        s.spawn(|| {
+                            barrier.wait();
+                            match Signer::load_or_create(&path) {
+                                Ok(k) => k.public().keyid.clone(),
+                                Err(e) => format!("refused: {e}"),
+                            }
+                        })
+                    })
+                    .collect();
+                started.into_iter().map(|t| t.join().unwrap()).collect()
+            });
+            assert!(keys.iter().all(|k| *k == keys[0]), "{keys:#?}");
+            assert!(!keys[0].starts_with("refused"), "{keys:#?}");
+        }
     }
 
     #[test]
