@@ -90,6 +90,29 @@ pub fn runner_command() -> Command {
 /// propagation): the host's mounts are left as they were. `None` when no
 /// mount namespace can be made here (not root, no `unshare`).
 pub fn output_with_binds(binds: &[(&Path, &Path)], cmd: &Command) -> Option<Output> {
+    // `unshare` that cannot make the namespace (not root, no user
+    // namespace) exits 1, as the command might: asked once, alone.
+    static MOUNT_NS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let usable = *MOUNT_NS.get_or_init(|| {
+        let probe = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "true"])
+            .stdin(Stdio::null())
+            .output();
+        match probe {
+            Ok(out) if out.status.success() => true,
+            Ok(out) => {
+                eprintln!("no mount namespace here: {}", text(&out.stderr));
+                false
+            }
+            Err(e) => {
+                eprintln!("no unshare here: {e}");
+                false
+            }
+        }
+    });
+    if !usable {
+        return None;
+    }
     let mut script = String::new();
     for i in 0..binds.len() {
         let (src, at) = (2 * i + 1, 2 * i + 2);
