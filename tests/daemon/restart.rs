@@ -281,6 +281,81 @@ fn a_full_disk_refuses_new_work_and_keeps_serving_reads() {
     assert!(d.stop().success());
 }
 
+/// A store of an earlier layout is moved to this version's at the start,
+/// which needs about its size free: on a disk without that room the start
+/// says the disk is full (not that the store is damaged, whose way out
+/// is to move it aside and lose what it holds), and once space is freed
+/// the move is made and nothing is lost.
+#[test]
+fn a_store_the_full_disk_has_no_room_to_move_is_said_so_and_left_as_it_was() {
+    use skill_runner::daemon::store::Record;
+    let w = World::new();
+    let Some(disk) = SmallDataDisk::mount(&w) else {
+        return;
+    };
+    let data = disk.0.clone();
+    let mut d = Daemon::start(&w, &[]);
+    assert!(d.stop().success());
+    let file = data.join("state/executions.redb");
+    std::fs::remove_file(&file).unwrap();
+    // The second layout: a table per part, keyed by admission order.
+    const RECORDS: redb::TableDefinition<u64, (&str, &[u8])> =
+        redb::TableDefinition::new("records");
+    const RESULTS: redb::TableDefinition<u64, &[u8]> =
+        redb::TableDefinition::new("results-by-order");
+    let ids: Vec<String> = (1..=40).map(|i| format!("exec-old-{i}")).collect();
+    {
+        let db = redb::Database::create(&file).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut records = txn.open_table(RECORDS).unwrap();
+            let mut results = txn.open_table(RESULTS).unwrap();
+            let result = vec![b'r'; 256 << 10];
+            for (order, id) in (1..).zip(&ids) {
+                let record = Record::queued("digest", order, std::time::SystemTime::now())
+                    .finished("exited".into(), Some(0), "2026-01-01T00:00:00Z".into());
+                let json = serde_json::to_vec(&record).unwrap();
+                records
+                    .insert(order, (id.as_str(), json.as_slice()))
+                    .unwrap();
+                results.insert(order, result.as_slice()).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+    let size = std::fs::metadata(&file).unwrap().len();
+    assert!(size > 8 << 20, "{size}");
+    // Leave less room than the store's size.
+    let fill = data.join("fill");
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&fill).unwrap();
+        let block = vec![0u8; 1 << 20];
+        while f.write_all(&block).is_ok() {}
+        f.set_len(f.metadata().unwrap().len() - (4 << 20)).unwrap();
+    }
+    let out = Daemon::command(&w, &[]).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("disk is full") && err.contains("cannot move the execution store"),
+        "{err}"
+    );
+    assert!(!err.contains("move it aside"), "{err}");
+
+    std::fs::remove_file(&fill).unwrap();
+    let mut d = Daemon::start(&w, &[]);
+    let listed = d.get("/v1/executions?limit=100").json();
+    let mut got: Vec<&str> = listed_ids(&listed);
+    got.sort_unstable();
+    let mut want: Vec<&str> = ids.iter().map(String::as_str).collect();
+    want.sort_unstable();
+    assert_eq!(got, want, "{listed:#}");
+    let one = d.get("/v1/executions/exec-old-7");
+    assert_eq!(one.status, 200, "{}", text(&one.body));
+    assert!(d.stop().success());
+}
+
 #[test]
 fn a_blocking_call_is_durable_before_it_starts_when_the_caller_chose_its_id_and_said_unknown_when_not(
 ) {

@@ -122,6 +122,8 @@ pub enum StoreError {
     InUse(PathBuf),
     #[error("cannot read the execution store {path}: {reason}; move it aside (mv {path} {path}.broken) and start the daemon again (docs/durability.md)")]
     Read { path: PathBuf, reason: String },
+    #[error("the data dir's disk is full: cannot move the execution store {0} to this version's layout, which needs about the store's size free; free space there and start the daemon again (the store is left as it was)")]
+    FullToMove(PathBuf),
     #[error("the data dir's disk is full: cannot record the execution in {path}; free space there, then retry")]
     Full { path: PathBuf },
     #[error("cannot record the execution in {path}: {reason}; retry after a moment, and see the daemon's log")]
@@ -224,7 +226,7 @@ impl KeptRecord {
 /// are answered with `Retry-After`.
 pub fn kind(e: &StoreError) -> crate::error::ErrorKind {
     match e {
-        StoreError::Full { .. } => crate::error::ErrorKind::DiskFull,
+        StoreError::Full { .. } | StoreError::FullToMove(_) => crate::error::ErrorKind::DiskFull,
         _ => crate::error::ErrorKind::StoreFailed,
     }
 }
@@ -388,9 +390,15 @@ impl Store {
             Ok(_) => {}
             Err(reason) => return Err(open_err(reason)),
         }
-        quietly(|| migrate(&db))
-            .unwrap_or_else(|what| Err(format!("it is damaged ({what})")))
-            .map_err(open_err)?;
+        match quietly(|| migrate(&db)) {
+            Ok(Ok(())) => {}
+            Ok(Err(Failure::Full)) => return Err(StoreError::FullToMove(path.to_owned())),
+            Ok(Err(Failure::Other(reason))) => return Err(open_err(reason)),
+            Ok(Err(Failure::Blob(inner))) => {
+                return Err(open_err(inner.into_error(path).to_string()))
+            }
+            Err(what) => return Err(open_err(format!("it is damaged ({what})"))),
+        }
         // Freed pages are reused by later commits; compacting at start
         // also gives back what a burst of large results left (and an
         // earlier layout's tables, once moved).
@@ -729,36 +737,33 @@ fn has_table<K: redb::Key + 'static, V: redb::Value + 'static>(
 /// leaves the earlier layout as it was, moved again at the next open. A
 /// record that cannot be read is left out with an ERROR, as [`read_all`]
 /// would skip it.
-fn migrate(db: &Database) -> Result<(), String> {
+fn migrate(db: &Database) -> Result<(), Failure> {
     let (by_id, by_order) = {
-        let txn = db.begin_read().map_err(text)?;
+        let txn = db.begin_read()?;
         (
-            has_table(&txn, ID_RECORDS)?,
-            has_table(&txn, ORDER_RECORDS)?,
+            has_table(&txn, ID_RECORDS).map_err(Failure::Other)?,
+            has_table(&txn, ORDER_RECORDS).map_err(Failure::Other)?,
         )
     };
-    let versioned = layout(db)?.is_some();
+    let versioned = layout(db).map_err(Failure::Other)?.is_some();
     if !by_id && !by_order && versioned {
         return Ok(());
     }
-    let mut txn = db.begin_write().map_err(text)?;
+    let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate);
-    txn.open_table(LAYOUT)
-        .map_err(text)?
-        .insert("version", LAYOUT_VERSION)
-        .map_err(text)?;
+    txn.open_table(LAYOUT)?.insert("version", LAYOUT_VERSION)?;
     let mut moved = 0usize;
     {
-        let mut rows = txn.open_table(ROWS).map_err(text)?;
+        let mut rows = txn.open_table(ROWS)?;
         if by_order {
-            let records = txn.open_table(ORDER_RECORDS).map_err(text)?;
-            let results = txn.open_table(ORDER_RESULTS).map_err(text)?;
-            let events = txn.open_table(ORDER_EVENTS).map_err(text)?;
-            for entry in records.iter().map_err(text)? {
-                let (k, v) = entry.map_err(text)?;
+            let records = txn.open_table(ORDER_RECORDS)?;
+            let results = txn.open_table(ORDER_RESULTS)?;
+            let events = txn.open_table(ORDER_EVENTS)?;
+            for entry in records.iter()? {
+                let (k, v) = entry?;
                 let (order, (id, json)) = (k.value(), v.value());
                 let (result, log) = (results.get(order), events.get(order));
-                let (result, log) = (result.map_err(text)?, log.map_err(text)?);
+                let (result, log) = (result?, log?);
                 let bulk = (
                     result.as_ref().map(|r| r.value()),
                     log.as_ref().map(|e| e.value()),
@@ -767,14 +772,14 @@ fn migrate(db: &Database) -> Result<(), String> {
             }
         }
         if by_id {
-            let records = txn.open_table(ID_RECORDS).map_err(text)?;
-            let results = txn.open_table(ID_RESULTS).map_err(text)?;
-            let events = txn.open_table(ID_EVENTS).map_err(text)?;
-            for entry in records.iter().map_err(text)? {
-                let (k, v) = entry.map_err(text)?;
+            let records = txn.open_table(ID_RECORDS)?;
+            let results = txn.open_table(ID_RESULTS)?;
+            let events = txn.open_table(ID_EVENTS)?;
+            for entry in records.iter()? {
+                let (k, v) = entry?;
                 let (id, json) = (k.value(), v.value());
                 let (result, log) = (results.get(id), events.get(id));
-                let (result, log) = (result.map_err(text)?, log.map_err(text)?);
+                let (result, log) = (result?, log?);
                 let bulk = (
                     result.as_ref().map(|r| r.value()),
                     log.as_ref().map(|e| e.value()),
@@ -784,16 +789,16 @@ fn migrate(db: &Database) -> Result<(), String> {
         }
     }
     if by_id {
-        txn.delete_table(ID_RECORDS).map_err(text)?;
-        txn.delete_table(ID_RESULTS).map_err(text)?;
-        txn.delete_table(ID_EVENTS).map_err(text)?;
+        txn.delete_table(ID_RECORDS)?;
+        txn.delete_table(ID_RESULTS)?;
+        txn.delete_table(ID_EVENTS)?;
     }
     if by_order {
-        txn.delete_table(ORDER_RECORDS).map_err(text)?;
-        txn.delete_table(ORDER_RESULTS).map_err(text)?;
-        txn.delete_table(ORDER_EVENTS).map_err(text)?;
+        txn.delete_table(ORDER_RECORDS)?;
+        txn.delete_table(ORDER_RESULTS)?;
+        txn.delete_table(ORDER_EVENTS)?;
     }
-    txn.commit().map_err(text)?;
+    txn.commit()?;
     if !by_id && !by_order {
         return Ok(());
     }
@@ -835,22 +840,22 @@ fn move_row(
     id: &str,
     json: &[u8],
     (result, events): (Option<&[u8]>, Option<&[u8]>),
-) -> Result<bool, String> {
+) -> Result<bool, Failure> {
     let Ok(record) = serde_json::from_slice::<Record>(json) else {
         tracing::error!(id = %id.escape_debug(), "skipped an unreadable execution record while moving the store to its new layout");
         return Ok(false);
     };
     let mut order = order.unwrap_or(record.order);
-    if rows.get((order, RECORD)).map_err(text)?.is_some() {
-        let last = rows.last().map_err(text)?.map_or(0, |(k, _)| k.value().0);
+    if rows.get((order, RECORD))?.is_some() {
+        let last = rows.last()?.map_or(0, |(k, _)| k.value().0);
         let free = last + 1;
         tracing::warn!(id = %id.escape_debug(), order, moved_to = free, "an execution record of an earlier layout has the admission order of another record; it is kept after every other");
         order = free;
     }
-    rows.insert((order, RECORD), (id, json)).map_err(text)?;
+    rows.insert((order, RECORD), (id, json))?;
     for (part, bytes) in [(RESULT, result), (EVENTS, events)] {
         if let Some(bytes) = bytes {
-            rows.insert((order, part), ("", bytes)).map_err(text)?;
+            rows.insert((order, part), ("", bytes))?;
         }
     }
     Ok(true)
