@@ -251,6 +251,9 @@ pub enum Change {
     Shed { id: String, record: Record },
     /// Retention dropped the record (`order` is its [`Record::order`]).
     Remove { id: String, order: u64 },
+    /// A record found unreadable at the start: every row of its order
+    /// (its files go with the start's sweep of `blobs/`).
+    Purge { order: u64 },
     /// Nothing: acknowledged once everything sent before it is durable.
     Sync,
 }
@@ -418,7 +421,7 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(open_err(format!("cannot create {}: {e}", blobs.display()))),
         }
-        let (stored, superseded) = quietly(|| read_all(&db, &blobs))
+        let (stored, damage) = quietly(|| read_all(&db, &blobs))
             .unwrap_or_else(|what| Err(format!("it is damaged ({what})")))
             .map_err(|reason| StoreError::Read {
                 path: path.to_owned(),
@@ -445,11 +448,16 @@ impl Store {
             tx: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
         };
-        if !superseded.is_empty() {
+        if !damage.superseded.is_empty() || !damage.unreadable.is_empty() {
             // Gone for good, or a later removal of the newer record would
-            // bring the older back (their files went with the sweep).
-            for (id, order) in superseded {
+            // bring the older back (their files went with the sweep), and
+            // a new admission under an unreadable record's order would
+            // find its rows.
+            for (id, order) in damage.superseded {
                 store.send(Change::Remove { id, order }, false);
+            }
+            for order in damage.unreadable {
+                store.send(Change::Purge { order }, false);
             }
             store.send(Change::Sync, true).wait()?;
         }
@@ -646,20 +654,30 @@ fn sweep_blobs(dir: &Path, stored: &[Stored]) {
     }
 }
 
-/// The id and order of each record superseded by a newer record of its id.
-type Superseded = Vec<(String, u64)>;
+/// What a start found damaged, removed by [`Store::open`] before
+/// anything else.
+#[derive(Debug, Default)]
+struct Damage {
+    /// The id and order of each record superseded by a newer record of
+    /// its id.
+    superseded: Vec<(String, u64)>,
+    /// The order of each record that could not be read: its rows would
+    /// otherwise stay for ever, named by no execution.
+    unreadable: Vec<u64>,
+}
 
 /// Everything the store holds, by admission order, and what of it is
-/// superseded (removed by [`Store::open`]).
-fn read_all(db: &Database, blobs: &Path) -> Result<(Vec<Stored>, Superseded), String> {
+/// damaged.
+fn read_all(db: &Database, blobs: &Path) -> Result<(Vec<Stored>, Damage), String> {
     let txn = db.begin_read().map_err(|e| e.to_string())?;
     let rows = match txn.open_table(ROWS) {
         Ok(t) => t,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok((Vec::new(), Vec::new())),
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok((Vec::new(), Damage::default())),
         Err(e) => return Err(e.to_string()),
     };
     let mut all: Vec<Stored> = Vec::new();
     let mut superseded = Vec::new();
+    let mut unreadable = Vec::new();
     // Where each id is in `all`: an id is admitted once at a time (its
     // record is removed before it can be admitted again), so a second
     // record of an id is damage; the newer one is kept.
@@ -675,7 +693,8 @@ fn read_all(db: &Database, blobs: &Path) -> Result<(Vec<Stored>, Superseded), St
         let mut record: Record = match serde_json::from_slice(json) {
             Ok(r) => r,
             Err(e) => {
-                tracing::error!(id = %id.escape_debug(), error = %e, "skipped an unreadable execution record in the store");
+                tracing::error!(id = %id.escape_debug(), order, error = %e, "removed an unreadable execution record from the store");
+                unreadable.push(order);
                 continue;
             }
         };
@@ -711,7 +730,11 @@ fn read_all(db: &Database, blobs: &Path) -> Result<(Vec<Stored>, Superseded), St
     // By key, so by admission order, but for a record put in the place
     // of an older one of its id (sorting what is sorted is one pass).
     all.sort_by_key(|s| s.record.order);
-    Ok((all, superseded))
+    let damage = Damage {
+        superseded,
+        unreadable,
+    };
+    Ok((all, damage))
 }
 
 /// An error as the reason of a [`StoreError`].
@@ -1220,6 +1243,11 @@ fn apply_batch(
                         if at(staged, id) == Some(*order) {
                             staged.insert(id.clone(), None);
                         }
+                    }
+                }
+                Change::Purge { order } => {
+                    for part in [RECORD, RESULT, EVENTS] {
+                        rows.remove((*order, part))?;
                     }
                 }
                 Change::Sync => {}
@@ -1865,6 +1893,49 @@ mod tests {
         let stored = remove_and_reopen(store, &path, "a", 3);
         let got: Vec<&str> = stored.iter().map(|s| s.id.as_str()).collect();
         assert_eq!(got, ["b"], "the older record came back");
+    }
+
+    /// A record that cannot be read is removed at the start with every
+    /// row of its order: nothing of it stays for ever, and an execution
+    /// admitted under that order later (the daemon numbers after the
+    /// records it could read) never finds its result or events.
+    #[test]
+    fn an_unreadable_record_is_removed_with_its_rows_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Store::file(dir.path());
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut rows = txn.open_table(ROWS).unwrap();
+                let rec = queued(1).finished("exited".into(), Some(0), "t".into());
+                rows.insert((1, RECORD), ("a", encode(&rec).as_slice()))
+                    .unwrap();
+                rows.insert((1, RESULT), ("", &b"doc of a"[..])).unwrap();
+                rows.insert((2, RECORD), ("bad", &b"{"[..])).unwrap();
+                rows.insert((2, RESULT), ("", &b"doc of bad"[..])).unwrap();
+                rows.insert((2, EVENTS), ("", &b"events of bad"[..]))
+                    .unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let (store, stored) = Store::open(&path).unwrap();
+        assert_eq!(listed(&stored), [("a", 1)]);
+        {
+            let txn = store.db.begin_read().unwrap();
+            let rows = txn.open_table(ROWS).unwrap();
+            let left: Vec<(u64, u8)> = rows.iter().unwrap().map(|e| e.unwrap().0.value()).collect();
+            assert_eq!(left, [(1, RECORD), (1, RESULT)]);
+        }
+        // The next admission takes order 2: it has no result yet.
+        let next = queued(2);
+        let put = Change::Put {
+            id: "c".into(),
+            record: next.clone(),
+        };
+        store.send(put, true).wait().unwrap();
+        assert_eq!(store.read_result(&next).unwrap(), None);
+        assert_eq!(store.read_events(&next).unwrap(), None);
     }
 
     #[test]
