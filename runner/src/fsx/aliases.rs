@@ -12,6 +12,17 @@
 //! where the file is visible. A hard link is another matter (a second
 //! name in the file system itself, which no mount table lists): callers
 //! that must know every name refuse a file with more than one.
+//!
+//! macOS has no `/proc`, so no other mount is looked for there, but it
+//! has firmlinks (`mod firmlink`): the read-only system volume and the
+//! data volume are joined at the folders `/usr/share/firmlinks` lists, so
+//! `/Users/a/data` is also `/System/Volumes/Data/Users/a/data`, and the
+//! other way round. There [`aliases`] and [`views`] add the names the
+//! firmlinks give a path (or, for [`views`], a folder inside it), each
+//! kept only if it is that very file or folder now, as above. The known
+//! firmlinks are built in too, and read after the table, so a table that
+//! cannot be read loses none of them. That part is pure code, tested on
+//! Linux and type-checked for macOS: it has not been run on a Mac.
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
@@ -35,15 +46,21 @@ fn mount_table() -> Option<String> {
         .ok()
 }
 
+/// macOS's firmlinks table ([`firmlink`]); `None` on every other system.
+fn firmlink_table() -> Option<String> {
+    cfg!(target_os = "macos").then(firmlink::table)
+}
+
 /// The paths other than `real` (canonical) at which the same file (the
 /// device and inode of `meta`) is visible through other mounts, read from
-/// this process's mount table. Empty where there is no `/proc`.
+/// this process's mount table, and on macOS through firmlinks. Empty
+/// where there is neither.
 pub fn aliases(real: &Path, meta: &std::fs::Metadata) -> Vec<PathBuf> {
-    let Some(table) = mount_table() else {
-        return Vec::new();
-    };
-    candidates(&table, real)
+    let mounted = mount_table().map_or_else(Vec::new, |table| candidates(&table, real));
+    let linked = firmlink_table().map_or_else(Vec::new, |table| firmlink::names(&table, real));
+    mounted
         .into_iter()
+        .chain(linked)
         .filter(|alias| {
             std::fs::symlink_metadata(alias)
                 .is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
@@ -56,20 +73,21 @@ pub fn aliases(real: &Path, meta: &std::fs::Metadata) -> Vec<PathBuf> {
 /// `real` itself): a mount of `real` or of a folder above it (as
 /// [`aliases`] finds), a mount of a folder inside it (`mount --bind
 /// <real>/store /srv/pkgs`), and the same for each file system mounted
-/// inside `real` (its other mounts show the folder it is mounted on). Each
-/// is kept only if it is that folder now (device and inode). Empty where
-/// there is no `/proc`.
+/// inside `real` (its other mounts show the folder it is mounted on), and
+/// on macOS the names firmlinks give it or a folder inside it. Each is
+/// kept only if it is that folder now (device and inode). Empty where
+/// there is neither a `/proc` nor a firmlink.
 pub fn views(real: &Path) -> Vec<(PathBuf, PathBuf)> {
-    let Some(table) = mount_table() else {
-        return Vec::new();
-    };
+    let mounted = mount_table().map_or_else(Vec::new, |table| view_candidates(&table, real));
+    let linked = firmlink_table().map_or_else(Vec::new, |table| firmlink::views(&table, real));
     let id = |p: &Path| {
         std::fs::symlink_metadata(p)
             .ok()
             .map(|m| (m.dev(), m.ino()))
     };
-    view_candidates(&table, real)
+    mounted
         .into_iter()
+        .chain(linked)
         .filter(|(point, sub)| id(point).is_some_and(|i| id(&real.join(sub)) == Some(i)))
         .collect()
 }
@@ -204,6 +222,158 @@ fn unescape(field: &str) -> PathBuf {
     PathBuf::from(OsString::from_vec(out))
 }
 
+/// macOS's firmlinks: the read-only system volume and the data volume
+/// are joined at the folders `/usr/share/firmlinks` lists, one a line, as
+/// a path on the system volume, a tab, and the folder it shows, relative
+/// to the data volume's root, `/System/Volumes/Data`: `/Users\tUsers`
+/// makes `/Users/a/data` and `/System/Volumes/Data/Users/a/data` one
+/// folder. So a path at or below either end of a firmlink has a second
+/// name, the same path below the other end.
+///
+/// No other path has one. The system volume is not shown under
+/// `/System/Volumes/Data`, so a system folder outside every firmlink
+/// (`/usr/bin`) has its own name only. A folder of the data volume
+/// outside every firmlink (`/System/Volumes/Data/sw`, made there by hand)
+/// has its own name only too: the system volume's folder of the same name,
+/// if there is one, is another folder, and a name that `synthetic.conf`
+/// makes at `/` is either a symlink, which a canonical path has already
+/// resolved, or an empty folder that another volume is mounted on. One
+/// step is enough: in the built-in table, the other end of a firmlink is
+/// inside no other firmlink.
+///
+/// The functions here are pure, so they are tested on any system; `table`
+/// reads this Mac's. Written from the publicly described layout of macOS
+/// 10.15 and later; not run on a Mac.
+mod firmlink {
+    use super::joined;
+    use std::path::{Component, Path, PathBuf};
+
+    /// Where macOS shows the data volume's root.
+    const DATA_VOLUME: &str = "/System/Volumes/Data";
+
+    /// This Mac's list of firmlinks.
+    const TABLE: &str = "/usr/share/firmlinks";
+
+    /// The firmlinks macOS 12 is described to have (earlier versions have
+    /// fewer), read after [`TABLE`] in case it cannot be read or lacks one.
+    pub(super) const BUILT_IN: &str = "\
+/AppleInternal\tAppleInternal
+/Applications\tApplications
+/Library\tLibrary
+/System/Library/Caches\tSystem/Library/Caches
+/System/Library/Assets\tSystem/Library/Assets
+/System/Library/PreinstalledAssets\tSystem/Library/PreinstalledAssets
+/System/Library/AssetsV2\tSystem/Library/AssetsV2
+/System/Library/PreinstalledAssetsV2\tSystem/Library/PreinstalledAssetsV2
+/System/Library/CoreServices/CoreTypes.bundle/Contents/Library\tSystem/Library/CoreServices/CoreTypes.bundle/Contents/Library
+/System/Library/Speech\tSystem/Library/Speech
+/Users\tUsers
+/Volumes\tVolumes
+/cores\tcores
+/opt\topt
+/private\tprivate
+/usr/local\tusr/local
+/usr/libexec/cups\tusr/libexec/cups
+/usr/share/snmp\tusr/share/snmp
+";
+
+    /// This Mac's firmlinks table followed by the built-in one. Every name
+    /// found through them is confirmed (device and inode) before it is
+    /// used, so an entry this Mac does not have costs one `lstat`, while
+    /// an unreadable or cut table loses none of the known firmlinks.
+    pub(super) fn table() -> String {
+        let mut text = std::fs::read_to_string(TABLE).unwrap_or_default();
+        text.push('\n');
+        text.push_str(BUILT_IN);
+        text
+    }
+
+    /// The firmlinks of `table`, each as its system end and its data end
+    /// (both absolute), the lines that are not one left out.
+    fn links(table: &str) -> impl Iterator<Item = (PathBuf, PathBuf)> + '_ {
+        table.lines().filter_map(|line| {
+            let (system, target) = parse(line)?;
+            Some((system, Path::new(DATA_VOLUME).join(target)))
+        })
+    }
+
+    /// One line of a firmlinks table: an absolute path, a tab, a relative
+    /// one; fields after a second tab are ignored. `None` for a blank line,
+    /// a comment (`#`) or a line that is not one.
+    pub(super) fn parse(line: &str) -> Option<(PathBuf, PathBuf)> {
+        if line.trim_start().starts_with('#') {
+            return None;
+        }
+        let mut fields = line.split('\t');
+        let system = plain(fields.next()?)?;
+        let target = plain(fields.next()?)?;
+        (system.has_root() && !target.has_root()).then_some((system, target))
+    }
+
+    /// `text` (trimmed) as a path of names alone, without a trailing or
+    /// doubled separator; `None` if it has `..` or no name at all.
+    fn plain(text: &str) -> Option<PathBuf> {
+        let mut path = PathBuf::new();
+        for part in Path::new(text.trim()).components() {
+            match part {
+                Component::RootDir => path.push("/"),
+                Component::Normal(name) => path.push(name),
+                Component::CurDir => {}
+                Component::ParentDir | Component::Prefix(_) => return None,
+            }
+        }
+        path.file_name().is_some().then_some(path)
+    }
+
+    /// The names other than `real` (canonical) that the firmlinks of
+    /// `table` give it: for a path at or below either end of one, the
+    /// same path below its other end.
+    pub(super) fn names(table: &str, real: &Path) -> Vec<PathBuf> {
+        let mut found: Vec<PathBuf> = Vec::new();
+        for (system, data) in links(table) {
+            for (end, other) in [(&system, &data), (&data, &system)] {
+                let Ok(rest) = real.strip_prefix(end) else {
+                    continue;
+                };
+                let name = joined(other, rest);
+                if name != real && !found.contains(&name) {
+                    found.push(name);
+                }
+            }
+        }
+        found
+    }
+
+    /// [`super::views`] through the firmlinks of `table` alone, as pairs
+    /// of a path and the folder below `real` (canonical) it shows: each of
+    /// `real`'s [`names`] with an empty one, and the other end of each
+    /// firmlink with an end inside `real` (a data dir at
+    /// `/System/Volumes/Data/usr` shows its `local` at `/usr/local`).
+    pub(super) fn views(table: &str, real: &Path) -> Vec<(PathBuf, PathBuf)> {
+        let mut found: Vec<(PathBuf, PathBuf)> = names(table, real)
+            .into_iter()
+            .map(|name| (name, PathBuf::new()))
+            .collect();
+        for (system, data) in links(table) {
+            for (end, other) in [(&system, &data), (&data, &system)] {
+                let Ok(sub) = end.strip_prefix(real) else {
+                    continue;
+                };
+                // `real` itself is among its names; a name under `real` is
+                // `real`'s own path.
+                if sub.as_os_str().is_empty() || other.starts_with(real) {
+                    continue;
+                }
+                let view = (other.clone(), sub.to_owned());
+                if !found.contains(&view) {
+                    found.push(view);
+                }
+            }
+        }
+        found
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -305,6 +475,187 @@ mod tests {
         assert_eq!(unescape("/a\\040b\\011c\\134d"), Path::new("/a b\tc\\d"));
         assert_eq!(unescape("/plain\\x"), Path::new("/plain\\x"));
         assert_eq!(unescape("/end\\04"), Path::new("/end\\04"));
+    }
+
+    /// A firmlinks table as `/usr/share/firmlinks` has it, with trailing
+    /// slashes, a comment, a blank line and lines that are not firmlinks.
+    const FIRMLINKS: &str = "\
+# firmlinks
+/Users/\tUsers/
+
+/Applications\tApplications
+/usr/local\tusr/local
+/System/Library/Caches\tSystem/Library/Caches
+/Library\tLibrary\tignored
+no tab at all
+relative\trelative
+/absolute\t/absolute
+/parent\t../parent
+/\troot
+/empty\t
+\tempty
+";
+
+    fn names_of(table: &str, real: &str) -> Vec<String> {
+        paths(firmlink::names(table, Path::new(real)))
+    }
+
+    #[test]
+    fn a_path_below_a_firmlink_is_also_named_on_the_data_volume() {
+        for (real, other) in [
+            ("/Users/a/data", "/System/Volumes/Data/Users/a/data"),
+            (
+                "/usr/local/lib/x/y",
+                "/System/Volumes/Data/usr/local/lib/x/y",
+            ),
+            (
+                "/System/Library/Caches/c",
+                "/System/Volumes/Data/System/Library/Caches/c",
+            ),
+            ("/Library/k", "/System/Volumes/Data/Library/k"),
+        ] {
+            assert_eq!(names_of(FIRMLINKS, real), [other], "{real}");
+        }
+    }
+
+    #[test]
+    fn a_path_on_the_data_volume_below_a_firmlink_is_also_named_at_the_firmlink() {
+        for (real, other) in [
+            ("/System/Volumes/Data/Users/a/data", "/Users/a/data"),
+            ("/System/Volumes/Data/usr/local/lib/x", "/usr/local/lib/x"),
+            (
+                "/System/Volumes/Data/System/Library/Caches/c",
+                "/System/Library/Caches/c",
+            ),
+        ] {
+            assert_eq!(names_of(FIRMLINKS, real), [other], "{real}");
+        }
+    }
+
+    #[test]
+    fn either_end_of_a_firmlink_is_named_at_the_other() {
+        assert_eq!(
+            names_of(FIRMLINKS, "/Users"),
+            ["/System/Volumes/Data/Users"]
+        );
+        assert_eq!(
+            names_of(FIRMLINKS, "/System/Volumes/Data/usr/local"),
+            ["/usr/local"]
+        );
+    }
+
+    #[test]
+    fn a_path_outside_every_firmlink_has_no_other_name() {
+        for real in [
+            "/usr/bin/env",
+            "/usr",
+            "/System/Volumes/Data/sw/data",
+            "/System/Volumes/Data/usr",
+            "/System/Volumes/Data",
+            "/System",
+            "/",
+        ] {
+            assert!(names_of(FIRMLINKS, real).is_empty(), "{real}");
+        }
+    }
+
+    #[test]
+    fn a_path_that_only_begins_with_the_letters_of_a_firmlink_is_not_below_it() {
+        for real in [
+            "/Usersfoo",
+            "/Usersfoo/a",
+            "/usr/localx/y",
+            "/System/Volumes/Data/Usersfoo/a",
+            "/System/Volumes/DataX/Users/a",
+        ] {
+            assert!(names_of(FIRMLINKS, real).is_empty(), "{real}");
+        }
+    }
+
+    #[test]
+    fn lines_of_a_firmlinks_table_that_are_not_firmlinks_are_left_out() {
+        for line in [
+            "",
+            "   ",
+            "# /Users\tUsers",
+            "no tab at all",
+            "/Users",
+            "relative\trelative",
+            "/absolute\t/absolute",
+            "/parent\t../parent",
+            "/..\tparent",
+            "/\troot",
+            "/empty\t",
+            "\tempty",
+        ] {
+            assert_eq!(firmlink::parse(line), None, "{line:?}");
+        }
+        // None of them gives a name; the lines around them still do.
+        for real in ["/absolute/x", "/parent/x", "/relative/x", "/root/x"] {
+            assert!(names_of(FIRMLINKS, real).is_empty(), "{real}");
+        }
+        assert_eq!(
+            firmlink::parse("/Users//\t./Users/\r"),
+            Some((PathBuf::from("/Users"), PathBuf::from("Users")))
+        );
+    }
+
+    fn firmlink_views_of(table: &str, real: &str) -> Vec<(String, String)> {
+        firmlink::views(table, Path::new(real))
+            .into_iter()
+            .map(|(p, s)| (p.display().to_string(), s.display().to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn a_data_dir_is_seen_at_its_firmlink_names_and_at_the_firmlinks_inside_it() {
+        let pair = |p: &str, s: &str| (p.to_owned(), s.to_owned());
+        assert_eq!(
+            firmlink_views_of(FIRMLINKS, "/Users/a/data"),
+            [pair("/System/Volumes/Data/Users/a/data", "")]
+        );
+        assert_eq!(
+            firmlink_views_of(FIRMLINKS, "/System/Volumes/Data/usr"),
+            [pair("/usr/local", "local")]
+        );
+        assert_eq!(
+            firmlink_views_of(FIRMLINKS, "/usr"),
+            [pair("/System/Volumes/Data/usr/local", "local")]
+        );
+        // The data volume is inside `/System`, and `/Users` shows a part.
+        let got = firmlink_views_of(FIRMLINKS, "/System");
+        assert!(
+            got.contains(&pair("/Users", "Volumes/Data/Users")),
+            "{got:?}"
+        );
+        // Both ends inside it: each is under its own path already.
+        assert!(
+            !got.iter().any(|(p, _)| p.starts_with("/System")),
+            "{got:?}"
+        );
+        assert!(firmlink_views_of(FIRMLINKS, "/").is_empty());
+        assert!(firmlink_views_of(FIRMLINKS, "/System/Volumes/Data/sw").is_empty());
+    }
+
+    #[test]
+    fn every_line_of_the_built_in_firmlinks_table_is_a_firmlink() {
+        let lines: Vec<&str> = firmlink::BUILT_IN.lines().collect();
+        assert!(lines.len() >= 9, "{lines:?}");
+        for line in lines {
+            let (system, target) = firmlink::parse(line).expect(line);
+            assert_eq!(Path::new("/").join(&target), system, "{line}");
+        }
+        assert_eq!(
+            names_of(firmlink::BUILT_IN, "/private/tmp/x"),
+            ["/System/Volumes/Data/private/tmp/x"]
+        );
+        assert!(firmlink::table().ends_with(firmlink::BUILT_IN));
+    }
+
+    #[cfg(not(target_os = "macos"))]
+    #[test]
+    fn no_firmlink_is_looked_for_on_a_system_other_than_macos() {
+        assert_eq!(firmlink_table(), None);
     }
 
     /// Through the real mount table, in a mount namespace of this test's
