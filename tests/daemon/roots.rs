@@ -254,3 +254,72 @@ fn a_folder_swapped_while_its_job_is_queued_is_not_mounted() {
         "{doc:#}"
     );
 }
+
+/// A name of the data dir made after the daemon opened it (a bind mount
+/// of it under a root, as a volume mounted later would be) is no name
+/// the daemon's views know: the folders are known by what they are, so
+/// its store, its state and the data dir itself are refused as job
+/// folders all the same, and the job root under that name is not.
+#[test]
+fn the_data_dir_under_a_name_mounted_after_the_start_is_refused_as_a_job_folder() {
+    if !require_sandbox() {
+        return;
+    }
+    let (w, roots) = world_with_roots();
+    // The daemon in a mount namespace of its own, where the test mounts.
+    let daemon = Daemon::command(&w, &["--root", &roots]);
+    let mut unshared = Command::new("unshare");
+    unshared
+        .args(["--mount", "--propagation", "private"])
+        .arg(daemon.get_program())
+        .args(daemon.get_args());
+    for (k, v) in daemon.get_envs() {
+        match v {
+            Some(v) => unshared.env(k, v),
+            None => unshared.env_remove(k),
+        };
+    }
+    unshared
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let d = match Daemon::spawn(unshared) {
+        Ok(d) => d,
+        Err(log) => {
+            skip(format!("no mount namespace for the daemon here: {log}"));
+            return;
+        }
+    };
+    let data = w.data_dir().canonicalize().unwrap();
+    let mirror = w.path().join("roots").join("mirror");
+    std::fs::create_dir(&mirror).unwrap();
+    let mounted = Command::new("nsenter")
+        .arg("-t")
+        .arg(d.pid().to_string())
+        .args(["-m", "mount", "--bind"])
+        .arg(&data)
+        .arg(&mirror)
+        .output()
+        .unwrap();
+    assert!(mounted.status.success(), "{}", show(&mounted));
+    for sub in ["", "store", "state", "keys"] {
+        let ws = mirror.join(sub);
+        let msg = d
+            .post("/v1/executions", &json!({"argv": ["ls"], "workspace": ws}))
+            .assert_error(400, "bad_job");
+        assert!(
+            msg.contains("is inside the runner's data dir"),
+            "{sub}: {msg}"
+        );
+    }
+    // Its job root is for jobs, under any name.
+    let jobs = data.join("roots").join("ws");
+    std::fs::create_dir_all(&jobs).unwrap();
+    give_to_sandbox(&jobs);
+    let r = d.post(
+        "/v1/executions",
+        &json!({"argv": ["true"], "workspace": mirror.join("roots/ws")}),
+    );
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    assert_eq!(r.json()["status"], "exited", "{:#}", r.json());
+}

@@ -170,6 +170,66 @@ pub struct DataDir {
     /// `path` it shows (empty: the data dir itself). A job's folders are
     /// checked against these as against `path`.
     views: Vec<(PathBuf, PathBuf)>,
+    /// What its folders are, by device and inode, as found when it was
+    /// opened: a job folder is checked against these too, so a name no
+    /// view knows (a bind mount made since, another letter case on a
+    /// file system that ignores it) is refused all the same.
+    marks: Marks,
+}
+
+/// The device and inode of the data dir's own folders, and of the
+/// folders above it.
+#[derive(Debug, Clone, Default)]
+struct Marks {
+    /// The data dir and each folder of its layout, and whether it is the
+    /// job root.
+    own: Vec<((u64, u64), bool)>,
+    /// Every folder above it, up to `/`.
+    above: Vec<(u64, u64)>,
+}
+
+impl Marks {
+    fn of(real: &Path) -> Marks {
+        let own = std::iter::once((real.to_owned(), false))
+            .chain(
+                LAYOUT
+                    .iter()
+                    .map(|(name, _)| (real.join(name), *name == JOB_ROOT)),
+            )
+            .filter_map(|(path, jobs)| Some((identity(&path)?, jobs)))
+            .collect();
+        let above = real.ancestors().skip(1).filter_map(identity).collect();
+        Marks { own, above }
+    }
+
+    /// [`DataDir::state_at`] by what the folders are: whether `real` is
+    /// inside the data dir (`Some(true)`: one of the folders on its way is
+    /// one of the data dir's, the first such not its job root) or above
+    /// it (`Some(false)`: it is a folder above the data dir).
+    fn state_at(&self, real: &Path) -> Option<bool> {
+        let here = identity(real)?;
+        if self.above.contains(&here) {
+            return Some(false);
+        }
+        // The first folder of the data dir on the way: its job root is for
+        // jobs, any other is the runner's state.
+        let first = real.ancestors().find_map(|folder| {
+            let id = identity(folder)?;
+            self.own
+                .iter()
+                .find(|(own, _)| *own == id)
+                .map(|(_, jobs)| *jobs)
+        })?;
+        (!first).then_some(true)
+    }
+}
+
+/// The device and inode of `path` (no link followed).
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 impl DataDir {
@@ -189,7 +249,11 @@ impl DataDir {
         let uid = nix::unistd::geteuid().as_raw();
         let (dir, real) = walk(path, uid)?;
         let views = crate::fsx::aliases::views(&real);
-        let dd = DataDir { path: real, views };
+        let mut dd = DataDir {
+            path: real,
+            views,
+            marks: Marks::default(),
+        };
         let mode = if group.is_some() { 0o710 } else { 0o700 };
         settle(&dir, &dd.path, group, mode)?;
         for (name, access) in LAYOUT {
@@ -201,6 +265,7 @@ impl DataDir {
             };
             settle(&fd, &sub, group, mode)?;
         }
+        dd.marks = Marks::of(&dd.path);
         Ok(dd)
     }
 
@@ -210,6 +275,7 @@ impl DataDir {
         DataDir {
             path: path.to_owned(),
             views: Vec::new(),
+            marks: Marks::default(),
         }
     }
 
@@ -233,13 +299,24 @@ impl DataDir {
     /// state: under one of the data dir's names ([`DataDir::places`]),
     /// that name and whether `real` is inside it (but its job root, under
     /// the same name) rather than above it.
+    ///
+    /// Then by what the folders are (device and inode, as found when it
+    /// was opened): a folder on `real`'s way that is the data dir or a
+    /// folder of its layout (the first such, if not its job root), or
+    /// `real` being a folder above the data dir, is its state under a name
+    /// the views do not know; that is said under the data dir's own path.
     pub fn state_at(&self, real: &Path) -> Option<(&Path, bool)> {
-        self.places().find_map(|(place, part)| {
-            let inside = real
-                .strip_prefix(place)
-                .is_ok_and(|rest| !part.join(rest).starts_with(JOB_ROOT));
-            (inside || place.starts_with(real)).then_some((place, inside))
-        })
+        self.places()
+            .find_map(|(place, part)| {
+                let inside = real
+                    .strip_prefix(place)
+                    .is_ok_and(|rest| !part.join(rest).starts_with(JOB_ROOT));
+                (inside || place.starts_with(real)).then_some((place, inside))
+            })
+            .or_else(|| {
+                let inside = self.marks.state_at(real)?;
+                Some((self.path.as_path(), inside))
+            })
     }
 
     /// `store/`: the package store ([`crate::package::store`]).

@@ -191,3 +191,30 @@ fn no_default_without_home_and_never_slash() {
     ));
     assert!(DataDirError::NoDefault.to_string().contains("HOME"));
 }
+
+/// By what its folders are (device and inode), whatever the name: a
+/// folder inside the data dir but its job root is its state, one above it
+/// too, and the job root, a managed workspace's way aside, and folders
+/// elsewhere are not.
+#[test]
+fn the_data_dirs_folders_are_known_by_what_they_are() {
+    let t = scratch();
+    let dd = DataDir::open(&t.path().join("data"), None).unwrap();
+    let data = dd.path().to_owned();
+    for sub in ["store/x", "state", "keys", "published/p/q", ""] {
+        let p = data.join(sub);
+        std::fs::create_dir_all(&p).unwrap();
+        assert_eq!(dd.marks.state_at(&p), Some(true), "{sub}");
+    }
+    let jobs = data.join("roots/ws/deep");
+    std::fs::create_dir_all(&jobs).unwrap();
+    assert_eq!(dd.marks.state_at(&jobs), None);
+    assert_eq!(dd.marks.state_at(&data.join("roots")), None);
+    assert_eq!(dd.marks.state_at(t.path()), Some(false));
+    assert_eq!(dd.marks.state_at(Path::new("/")), Some(false));
+    let elsewhere = t.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    assert_eq!(dd.marks.state_at(&elsewhere), None);
+    // A data dir seen only through its path knows nothing of the kind.
+    assert_eq!(DataDir::unchecked(&data).marks.state_at(&data), None);
+}
