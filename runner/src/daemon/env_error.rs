@@ -46,9 +46,9 @@ impl EnvApiError {
             EnvApiError::BuildBusy => K::Busy,
             EnvApiError::Write { .. } => K::StoreFailed,
             EnvApiError::Build(e) => match e {
-                EnvFetchError::Unavailable { .. } | EnvFetchError::RootMapped => {
-                    K::SandboxUnavailable
-                }
+                EnvFetchError::Unavailable { .. }
+                | EnvFetchError::LinuxOnly
+                | EnvFetchError::RootMapped => K::SandboxUnavailable,
                 EnvFetchError::Build(BuildError::Lock { .. } | BuildError::ReadLock { .. }) => {
                     K::BadRequest
                 }

@@ -46,6 +46,8 @@ pub enum EnvFetchError {
     Unavailable { reason: String },
     #[error("cannot prepare the fetch staging folder {}: {source}", path.display())]
     Prepare { path: PathBuf, source: io::Error },
+    #[error("env build runs on Linux only: its fetch step needs bubblewrap; build elsewhere and publish the tree with env add")]
+    LinuxOnly,
     #[error("env build cannot install here: this runner is root of a user namespace that maps no other uid, whose sandbox refuses the mode changes pip makes; build as root of the host or as an unprivileged user, or build elsewhere and publish the tree with env add")]
     RootMapped,
     #[error(transparent)]
@@ -277,8 +279,12 @@ impl SandboxFetcher {
     /// Makes the fetch's private staging folder (`<tmp>/skill-runner-fetch-<random>/`,
     /// owned by the sandbox user of a root runner) and reads pip's
     /// configuration from this process's environment. Refused with a
-    /// sentence where bubblewrap or user namespaces are not usable.
+    /// sentence where bubblewrap or user namespaces are not usable, and
+    /// off Linux, where there is no bubblewrap (docs/seatbelt.md).
     pub fn new(runner: &Runner, timeout: Duration) -> Result<SandboxFetcher, EnvFetchError> {
+        if cfg!(not(target_os = "linux")) {
+            return Err(EnvFetchError::LinuxOnly);
+        }
         let unavailable = |reason: String| EnvFetchError::Unavailable { reason };
         let bwrap = runner
             .host
@@ -388,6 +394,7 @@ impl SandboxFetch for SandboxFetcher {
     fn run_fetch(&mut self, argv: &[OsString]) -> Result<(), FetchFailed> {
         // Opened by the runner (following links, as pip would), passed as
         // descriptors: the sandbox user need not reach them by path.
+        #[cfg(target_os = "linux")]
         let open = |p: &Path| {
             use std::os::unix::fs::OpenOptionsExt;
             fs::OpenOptions::new()
@@ -398,6 +405,13 @@ impl SandboxFetch for SandboxFetcher {
                 .map_err(|e| FetchFailed::Sandbox {
                     reason: format!("cannot open {} for the fetch sandbox: {e}", p.display()),
                 })
+        };
+        // No bubblewrap to hand them to (`new` already refuses there).
+        #[cfg(not(target_os = "linux"))]
+        let open = |_: &Path| -> Result<std::os::fd::OwnedFd, FetchFailed> {
+            Err(FetchFailed::Sandbox {
+                reason: EnvFetchError::LinuxOnly.to_string(),
+            })
         };
         let mut fds = vec![(open(&self.staging)?, FD_STAGING)];
         if let Some(program) = &self.program {
