@@ -419,6 +419,13 @@ fn open_child(parent: &File, name: &OsStr) -> nix::Result<File> {
     openat(parent.as_fd(), name, flags, Mode::empty()).map(File::from)
 }
 
+/// The permission bits of `st` (with set-id and sticky).
+// `st_mode` is a u16 on macOS, a u32 on Linux.
+#[allow(clippy::useless_conversion)]
+fn permissions(st: &FileStat) -> u32 {
+    u32::from(st.st_mode & 0o7777)
+}
+
 fn is(st: &FileStat, kind: SFlag) -> bool {
     SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == kind
 }
@@ -432,7 +439,7 @@ fn check_above(st: &FileStat, path: &Path, uid: u32) -> Result<(), DataDirError>
             uid,
         });
     }
-    let mode = st.st_mode & 0o7777;
+    let mode = permissions(st);
     if mode & 0o022 != 0 && mode & 0o1000 == 0 {
         return Err(DataDirError::WritableByOthers {
             path: path.to_owned(),
@@ -579,7 +586,7 @@ fn check_data_dir(st: &FileStat, path: &Path, uid: u32) -> Result<(), DataDirErr
             uid,
         });
     }
-    let mode = st.st_mode & 0o7777;
+    let mode = permissions(st);
     if mode & 0o022 != 0 {
         return Err(DataDirError::DataDirWritable {
             path: path.to_owned(),
@@ -650,10 +657,13 @@ fn settle(fd: &File, path: &Path, group: Option<u32>, mode: u32) -> Result<(), D
             },
         )?;
     }
-    if st.st_mode & 0o7777 != mode {
-        fchmod(fd.as_fd(), Mode::from_bits_truncate(mode)).map_err(|e| DataDirError::Chmod {
-            path: path.to_owned(),
-            source: e.into(),
+    if permissions(&st) != mode {
+        // `mode_t` is a u16 on macOS: permission bits fit.
+        fchmod(fd.as_fd(), Mode::from_bits_truncate(mode as libc::mode_t)).map_err(|e| {
+            DataDirError::Chmod {
+                path: path.to_owned(),
+                source: e.into(),
+            }
         })?;
     }
     Ok(())

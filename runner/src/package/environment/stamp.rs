@@ -43,9 +43,12 @@ pub const FILE: &str = "stamp.bin";
 
 const FIELDS: usize = 7;
 
+// `st_dev` is an i32 on macOS, a u64 on Linux: widened (sign-extended
+// there), it is still one number per device, and is only compared.
+#[allow(clippy::unnecessary_cast)]
 fn fields(st: &FileStat) -> [u64; FIELDS] {
     [
-        st.st_dev,
+        st.st_dev as u64,
         st.st_ino,
         u64::from(st.st_mode),
         u64::from(st.st_uid),
