@@ -6,6 +6,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::datadir::DataDir;
 use crate::exec::error::ExecError;
 use crate::exec::folders::unusable;
 use crate::exec::job::Job;
@@ -69,7 +70,7 @@ pub fn environments_supported(_env: &crate::package::environment::EnvRef) -> Res
 
 /// No prepared `/etc` under Seatbelt.
 pub fn etc_view(
-    _data_dir: &Path,
+    _data: &DataDir,
     _mounts: &[profile::Mount],
     _identity: &Identity,
 ) -> Option<PathBuf> {
