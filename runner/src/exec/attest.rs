@@ -190,9 +190,9 @@ pub fn profile_sha256(profile: &crate::sandbox::profile::Profile) -> String {
 
 /// The profile and the seccomp programs this job's sandbox loads.
 fn profile_digest(job: &Job, host: &Host) -> ProfileDigest {
-    let mut seccomp = BTreeMap::new();
     #[cfg(target_os = "linux")]
-    {
+    let seccomp = {
+        let mut seccomp = BTreeMap::new();
         let root_mapped = host.identity.as_ref().is_ok_and(|i| i.root_mapped);
         let compiled =
             crate::sandbox::seccomp::compiled(&job.profile, job.network.mode(), root_mapped);
@@ -200,9 +200,14 @@ fn profile_digest(job: &Job, host: &Host) -> ProfileDigest {
             // The one program loaded (the guard is part of it).
             seccomp.insert("rules".into(), canonical::bytes_sha256_hex(&f.rules));
         }
-    }
+        seccomp
+    };
+    // No seccomp elsewhere (Seatbelt): none named.
     #[cfg(not(target_os = "linux"))]
-    let _ = host;
+    let seccomp = {
+        let _ = host;
+        BTreeMap::new()
+    };
     ProfileDigest {
         name: job.profile.name.clone(),
         sha256: profile_sha256(&job.profile),

@@ -26,7 +26,7 @@ use crate::exec::job::Job;
 use crate::exec::plan::{self, Content, EnvMount, Folders, Plan, Sandbox};
 use crate::package::environment::store::EnvStore;
 use crate::sandbox::bwrap::BwrapFeatures;
-use crate::sandbox::fds::{self, Holds};
+use crate::sandbox::fds;
 use crate::sandbox::host::Bwrap;
 use crate::sandbox::paths::DEFAULT_EXTENSIONS;
 use crate::sandbox::profile;
@@ -267,7 +267,7 @@ fn write_fds(plan: &Plan, dir: &Path) -> Result<PathBuf, ExplainError> {
         source,
     })?;
     let mut shim = None;
-    for row in fds::TABLE.iter().filter(|d| d.holds == Holds::File) {
+    for row in fds::TABLE.iter().filter(|d| d.holds == fds::Holds::File) {
         let path = dir.join(fds::file_name(row.fd));
         let content = plan.files.iter().find(|(fd, _)| *fd == row.fd);
         match content.map(|(_, c)| c) {

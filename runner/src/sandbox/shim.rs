@@ -267,13 +267,11 @@ pub fn run_if_shim() {
 /// A prepared sandbox's command: read to the end of its pipe, checked,
 /// its cwd entered and its environment made the whole one. Never returns
 /// on a message that is not right.
+#[cfg(target_os = "linux")]
 fn take_handover() -> Vec<std::ffi::OsString> {
     use crate::sandbox::handover::{Command, FD_HANDOVER, MAX_BYTES};
-    #[cfg(target_os = "linux")]
     let bytes = crate::supervise::sys::read_inherited(FD_HANDOVER, MAX_BYTES)
         .unwrap_or_else(|e| unfinished(&format!("cannot read the hand-over: {e}")));
-    #[cfg(not(target_os = "linux"))]
-    let bytes: Vec<u8> = unfinished("prepared sandboxes are bubblewrap's");
     let command = Command::decode(&bytes).unwrap_or_else(|e| unfinished(&e.to_string()));
     if let Err(e) = std::env::set_current_dir(&command.cwd) {
         unfinished(&format!(
@@ -291,6 +289,13 @@ fn take_handover() -> Vec<std::ffi::OsString> {
     // As bubblewrap does after its --chdir.
     std::env::set_var("PWD", &command.cwd);
     command.argv.into_iter().map(Into::into).collect()
+}
+
+/// Nothing hands a command over elsewhere: prepared sandboxes are
+/// bubblewrap's.
+#[cfg(not(target_os = "linux"))]
+fn take_handover() -> Vec<std::ffi::OsString> {
+    unfinished("prepared sandboxes are bubblewrap's")
 }
 
 /// Ends the shim before its report: the runner sees a sandbox that was
