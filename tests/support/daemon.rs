@@ -245,7 +245,11 @@ impl Daemon {
             if let Some(status) = child.try_wait().unwrap() {
                 return status;
             }
-            assert!(start.elapsed() < PATIENCE, "the daemon did not exit");
+            if start.elapsed() >= PATIENCE {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the daemon did not exit:\n{}", self.log());
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }

@@ -12,7 +12,8 @@
 //! discarded then ("changed"), and the request builds its own (a miss).
 //! Deleting a session, or its expiry, discards its sandboxes, and one
 //! being made for it then is discarded when made; a stopping daemon
-//! discards them all and waits for the one being made before it exits.
+//! discards them all when its drain starts (no new command will take
+//! one) and waits for the one being made before it exits.
 //! A sandbox is taken out of the pool before its command is handed over,
 //! so none runs two commands.
 
@@ -52,8 +53,8 @@ struct Refills {
 
 /// How long a stopping daemon waits for the sandbox being prepared (a
 /// preparation takes milliseconds; its measurement waits at most
-/// 200 ms).
-const REFILL_WAIT: Duration = Duration::from_secs(10);
+/// 200 ms): short, as it comes after the drain's grace.
+const REFILL_WAIT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Default)]
 struct State {
@@ -208,19 +209,26 @@ impl Pool {
         self.metrics.prepared_waiting(self.gauge());
     }
 
-    /// Discards every sandbox, prepares no more, and waits for the one
-    /// being prepared, which is discarded when made. Were the daemon to
-    /// exit under a preparation, its bubblewrap would die with the
-    /// refill thread, but not always its sandbox: a pid 1 cloned a
-    /// moment before then waits for ever on a user namespace its parent
-    /// never sets up, in a cgroup nobody removes.
-    pub fn shutdown(&self) {
+    /// Discards every sandbox and prepares no more: at the start of a
+    /// drain, when no new command will take one. Blocking (each discarded
+    /// sandbox is killed and reaped).
+    pub fn close(&self) {
         let gone: Vec<Warm> = {
             let mut st = self.lock();
             st.closed = true;
             st.sessions.drain().flat_map(|(_, v)| v).collect()
         };
         self.discard(gone, "shutdown");
+    }
+
+    /// [`Pool::close`], and waits for the one
+    /// being prepared, which is discarded when made. Were the daemon to
+    /// exit under a preparation, its bubblewrap would die with the
+    /// refill thread, but not always its sandbox: a pid 1 cloned a
+    /// moment before then waits for ever on a user namespace its parent
+    /// never sets up, in a cgroup nobody removes.
+    pub fn shutdown(&self) {
+        self.close();
         let refills = self
             .refills
             .lock()

@@ -647,7 +647,10 @@ impl Registry {
         kept: &Kept,
     ) -> Result<(Arc<Registry>, usize), StoreError> {
         let store = Arc::new(store);
-        let mut inner = Inner::default();
+        let mut inner = Inner {
+            admitted: store.highest_order(),
+            ..Inner::default()
+        };
         let mut interrupted = 0;
         for s in stored {
             inner.admitted = inner.admitted.max(s.record.order);

@@ -541,6 +541,12 @@ impl Connections {
 /// rest and wait for them to stop (each records its result).
 async fn shutdown(app: &App, signal: &str) {
     app.registry.start_draining();
+    // No new command will take a prepared sandbox.
+    #[cfg(target_os = "linux")]
+    {
+        let pool = app.prepared.clone();
+        tokio::task::spawn_blocking(move || pool.close());
+    }
     let (running, queued) = app.registry.counts();
     tracing::info!(
         signal,

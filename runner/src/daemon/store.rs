@@ -49,6 +49,7 @@ use std::sync::Mutex;
 
 use redb::{Database, Durability, ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
+use serde_json::error::Category;
 use tokio::sync::oneshot;
 
 // One table holds everything, keyed by the execution's admission order
@@ -284,6 +285,9 @@ pub struct Store {
     blobs: PathBuf,
     tx: Mutex<Option<mpsc::Sender<Message>>>,
     writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The highest admission order of any record found at the start, one
+    /// this daemon could not read included.
+    highest: u64,
 }
 
 /// Waits for one change to be durable.
@@ -393,7 +397,8 @@ impl Store {
             Ok(_) => {}
             Err(reason) => return Err(open_err(reason)),
         }
-        match quietly(|| migrate(&db)) {
+        let blobs = path.with_file_name("blobs");
+        match quietly(|| migrate(&db, &blobs)) {
             Ok(Ok(())) => {}
             Ok(Err(Failure::Full)) => return Err(StoreError::FullToMove(path.to_owned())),
             Ok(Err(Failure::Other(reason))) => return Err(open_err(reason)),
@@ -409,7 +414,6 @@ impl Store {
             tracing::warn!(path = %path.display(), error = %e, "could not compact the execution store");
         }
         sync_dir(path);
-        let blobs = path.with_file_name("blobs");
         match std::fs::create_dir(&blobs) {
             Ok(()) => {
                 let _ = std::fs::set_permissions(
@@ -447,6 +451,7 @@ impl Store {
             blobs,
             tx: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
+            highest: damage.highest,
         };
         if !damage.superseded.is_empty() || !damage.unreadable.is_empty() {
             // Gone for good, or a later removal of the newer record would
@@ -466,6 +471,13 @@ impl Store {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The highest admission order of any record the start found, one it
+    /// could not read included: a new admission is numbered past it, so
+    /// it never shares an order with a record kept for a later daemon.
+    pub fn highest_order(&self) -> u64 {
+        self.highest
     }
 
     /// The folder of the large results and event logs.
@@ -661,9 +673,11 @@ struct Damage {
     /// The id and order of each record superseded by a newer record of
     /// its id.
     superseded: Vec<(String, u64)>,
-    /// The order of each record that could not be read: its rows would
-    /// otherwise stay for ever, named by no execution.
+    /// The order of each record that is not JSON or is cut short: its
+    /// rows would otherwise stay for ever, named by no execution.
     unreadable: Vec<u64>,
+    /// The highest order of any record, read or not.
+    highest: u64,
 }
 
 /// Everything the store holds, by admission order, and what of it is
@@ -678,6 +692,7 @@ fn read_all(db: &Database, blobs: &Path) -> Result<(Vec<Stored>, Damage), String
     let mut all: Vec<Stored> = Vec::new();
     let mut superseded = Vec::new();
     let mut unreadable = Vec::new();
+    let mut highest = 0;
     // Where each id is in `all`: an id is admitted once at a time (its
     // record is removed before it can be admitted again), so a second
     // record of an id is damage; the newer one is kept.
@@ -690,11 +705,25 @@ fn read_all(db: &Database, blobs: &Path) -> Result<(Vec<Stored>, Damage), String
         }
         let (id, json) = v.value();
         let id = id.to_owned();
+        highest = highest.max(order);
         let mut record: Record = match serde_json::from_slice(json) {
             Ok(r) => r,
-            Err(e) => {
+            // Not JSON, or cut short: damage, removed.
+            Err(e)
+                if matches!(
+                    e.classify(),
+                    Category::Syntax | Category::Eof | Category::Io
+                ) =>
+            {
                 tracing::error!(id = %id.escape_debug(), order, error = %e, "removed an unreadable execution record from the store");
                 unreadable.push(order);
+                continue;
+            }
+            // JSON this daemon cannot read (a later version's, of the same
+            // layout): kept for the daemon that can, its order never given
+            // again ([`Store::highest_order`]).
+            Err(e) => {
+                tracing::error!(id = %id.escape_debug(), order, error = %e, "skipped an execution record this daemon cannot read; it is kept");
                 continue;
             }
         };
@@ -733,6 +762,7 @@ fn read_all(db: &Database, blobs: &Path) -> Result<(Vec<Stored>, Damage), String
     let damage = Damage {
         superseded,
         unreadable,
+        highest,
     };
     Ok((all, damage))
 }
@@ -759,8 +789,10 @@ fn has_table<K: redb::Key + 'static, V: redb::Value + 'static>(
 /// order) to [`ROWS`], in one durable transaction: a crash during it
 /// leaves the earlier layout as it was, moved again at the next open. A
 /// record that cannot be read is left out with an ERROR, as [`read_all`]
-/// would skip it.
-fn migrate(db: &Database) -> Result<(), Failure> {
+/// would skip it. `blobs` is the folder of result files. A store already
+/// in this layout only gets its version row, where a full disk leaves it
+/// without one (written at a later start) rather than stopping the start.
+fn migrate(db: &Database, blobs: &Path) -> Result<(), Failure> {
     let (by_id, by_order) = {
         let txn = db.begin_read()?;
         (
@@ -769,15 +801,32 @@ fn migrate(db: &Database) -> Result<(), Failure> {
         )
     };
     let versioned = layout(db).map_err(Failure::Other)?.is_some();
-    if !by_id && !by_order && versioned {
-        return Ok(());
+    if !by_id && !by_order {
+        if versioned {
+            return Ok(());
+        }
+        let mut txn = db.begin_write()?;
+        txn.set_durability(Durability::Immediate);
+        txn.open_table(LAYOUT)?.insert("version", LAYOUT_VERSION)?;
+        return match txn.commit().map_err(Failure::from) {
+            Err(Failure::Full) => {
+                tracing::warn!("the data dir's disk is full: the execution store's layout version is written at a later start");
+                Ok(())
+            }
+            other => other,
+        };
     }
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate);
     txn.open_table(LAYOUT)?.insert("version", LAYOUT_VERSION)?;
     let mut moved = 0usize;
+    let mut renamed: Vec<(u64, u64)> = Vec::new();
     {
         let mut rows = txn.open_table(ROWS)?;
+        let mut free = Free {
+            next: highest_order(&txn, &rows, (by_id, by_order), blobs)? + 1,
+            renamed: &mut renamed,
+        };
         if by_order {
             let records = txn.open_table(ORDER_RECORDS)?;
             let results = txn.open_table(ORDER_RESULTS)?;
@@ -791,7 +840,7 @@ fn migrate(db: &Database) -> Result<(), Failure> {
                     result.as_ref().map(|r| r.value()),
                     log.as_ref().map(|e| e.value()),
                 );
-                moved += usize::from(move_row(&mut rows, Some(order), id, json, bulk)?);
+                moved += usize::from(move_row(&mut rows, &mut free, Some(order), id, json, bulk)?);
             }
         }
         if by_id {
@@ -807,7 +856,7 @@ fn migrate(db: &Database) -> Result<(), Failure> {
                     result.as_ref().map(|r| r.value()),
                     log.as_ref().map(|e| e.value()),
                 );
-                moved += usize::from(move_row(&mut rows, None, id, json, bulk)?);
+                moved += usize::from(move_row(&mut rows, &mut free, None, id, json, bulk)?);
             }
         }
     }
@@ -822,8 +871,20 @@ fn migrate(db: &Database) -> Result<(), Failure> {
         txn.delete_table(ORDER_EVENTS)?;
     }
     txn.commit()?;
-    if !by_id && !by_order {
-        return Ok(());
+    // A renumbered record's files follow it. After a rollback every file
+    // of `blobs/` is the earlier daemon's (its start swept the others),
+    // so the one at the old order is this record's; the record of this
+    // layout there finds none and answers store_corrupted. A crash before
+    // the rename leaves the moved record's files missing: the same answer.
+    for (old, new) in renamed {
+        for what in ["result", "events"] {
+            let (from, to) = (blob(blobs, old, what), blob(blobs, new, what));
+            if let Err(e) = std::fs::rename(&from, &to) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::error!(from = %from.display(), to = %to.display(), error = %e, "could not move a renumbered execution's file");
+                }
+            }
+        }
     }
     tracing::info!(
         executions = moved,
@@ -835,6 +896,50 @@ fn migrate(db: &Database) -> Result<(), Failure> {
         "moved the execution store to one table keyed by admission order"
     );
     Ok(())
+}
+
+/// The orders a move gives the records whose own order is taken, and
+/// the files to rename after its commit: (old order, new order) of each
+/// such record whose result is kept as files.
+struct Free<'r> {
+    next: u64,
+    renamed: &'r mut Vec<(u64, u64)>,
+}
+
+/// The highest admission order anything of the store names: [`ROWS`],
+/// the earlier layouts' records and the files of `blobs` (so an order a
+/// renumbered record is given names no one's files).
+/// `(by_id, by_order)` say which earlier layouts the store has (opening
+/// a table in a write transaction would make one).
+fn highest_order(
+    txn: &redb::WriteTransaction,
+    rows: &Rows,
+    (by_id, by_order): (bool, bool),
+    blobs: &Path,
+) -> Result<u64, Failure> {
+    let mut high = rows.last()?.map_or(0, |(k, _)| k.value().0);
+    if by_order {
+        let t = txn.open_table(ORDER_RECORDS)?;
+        high = high.max(t.last()?.map_or(0, |(k, _)| k.value()));
+    }
+    if by_id {
+        let t = txn.open_table(ID_RECORDS)?;
+        for entry in t.iter()? {
+            let (_, v) = entry?;
+            if let Ok(r) = serde_json::from_slice::<Record>(v.value()) {
+                high = high.max(r.order);
+            }
+        }
+    }
+    for entry in std::fs::read_dir(blobs).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let order = name
+            .to_str()
+            .and_then(|n| n.split('.').next())
+            .and_then(|hex| u64::from_str_radix(hex, 16).ok());
+        high = high.max(order.unwrap_or(0));
+    }
+    Ok(high)
 }
 
 /// The store's layout version, where it has one.
@@ -850,35 +955,39 @@ fn layout(db: &Database) -> Result<Option<u64>, String> {
 /// Writes one execution of an earlier layout into [`ROWS`] under its
 /// admission order (`order`, else the record's own): its record and,
 /// where it had them, its result and events. A record that cannot be read
-/// is skipped with an ERROR; one whose order another record holds (a
+/// is skipped with an ERROR. One whose order another record holds (a
 /// daemon of an earlier version ran on this store after a later one had
 /// moved it, and numbered its admissions again from its own tables) is
-/// moved to the next order free, after every other, with a WARN: its
-/// result files, named by order, are then not found, so it answers
-/// `store_corrupted` rather than "never existed", and a retry of its id
-/// does not run the job again. Whether it was moved.
+/// given the next order `free` has, past every order the store names,
+/// with a WARN: its record says its new order, and its result files, if
+/// any, are renamed after the commit. Whether it was moved.
 fn move_row(
     rows: &mut Rows,
+    free: &mut Free,
     order: Option<u64>,
     id: &str,
     json: &[u8],
     (result, events): (Option<&[u8]>, Option<&[u8]>),
 ) -> Result<bool, Failure> {
-    let Ok(record) = serde_json::from_slice::<Record>(json) else {
+    let Ok(mut record) = serde_json::from_slice::<Record>(json) else {
         tracing::error!(id = %id.escape_debug(), "skipped an unreadable execution record while moving the store to its new layout");
         return Ok(false);
     };
-    let mut order = order.unwrap_or(record.order);
-    if rows.get((order, RECORD))?.is_some() {
-        let last = rows.last()?.map_or(0, |(k, _)| k.value().0);
-        let free = last + 1;
-        tracing::warn!(id = %id.escape_debug(), order, moved_to = free, "an execution record of an earlier layout has the admission order of another record; it is kept after every other");
-        order = free;
+    let old = order.unwrap_or(record.order);
+    record.order = old;
+    if rows.get((old, RECORD))?.is_some() {
+        record.order = free.next;
+        free.next += 1;
+        tracing::warn!(id = %id.escape_debug(), order = old, moved_to = record.order, "an execution record of an earlier layout has the admission order of another record; it is kept after every other");
+        if record.blobs {
+            free.renamed.push((old, record.order));
+        }
     }
-    rows.insert((order, RECORD), (id, json))?;
+    let json = encode(&record);
+    rows.insert((record.order, RECORD), (id, json.as_slice()))?;
     for (part, bytes) in [(RESULT, result), (EVENTS, events)] {
         if let Some(bytes) = bytes {
-            rows.insert((order, part), ("", bytes))?;
+            rows.insert((record.order, part), ("", bytes))?;
         }
     }
     Ok(true)
@@ -1165,6 +1274,8 @@ fn apply_batch(
                 (stored_id == id)
                     .then(|| serde_json::from_slice::<Record>(json).ok())
                     .flatten()
+                    // The key is its order, whatever the record says.
+                    .map(|r| Record { order, ..r })
             }))
         };
         // Where `id` is now: as staged by this batch, else as committed.
@@ -1783,17 +1894,74 @@ mod tests {
             [
                 ("exec-a", 1),
                 ("exec-b", 2),
-                ("exec-old", 3),
-                ("exec-older", 4),
-                ("exec-three", 5)
+                ("exec-three", 3),
+                ("exec-old", 4),
+                ("exec-older", 5)
             ]
         );
-        let old = &stored[2].record;
+        let old = &stored[3].record;
         assert_eq!(
             store.read_result(old).unwrap().as_deref(),
             Some(&b"result of exec-old"[..])
         );
         assert_eq!(layout(&store.db).unwrap(), Some(LAYOUT_VERSION));
+    }
+
+    /// A record renumbered by the move after a rollback is known by its
+    /// new order everywhere: its result files follow it (after a rollback
+    /// every file is the earlier daemon's), no order it is given names
+    /// another record's files, the record of this layout at its old order
+    /// answers store_corrupted (its files were swept), and removing the
+    /// renumbered record removes it alone.
+    #[test]
+    fn a_renumbered_record_reads_its_own_files_and_is_removed_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Store::file(dir.path());
+        let blobs = dir.path().join("blobs");
+        let filed = |order: u64, len: usize| {
+            let mut r = queued(order).finished("exited".into(), Some(0), "t".into());
+            r.blobs = true;
+            r.blob_lens = Some((len as u64, 3));
+            r
+        };
+        {
+            let (store, _) = Store::open(&path).unwrap();
+            store.close();
+        }
+        {
+            // This layout's record at order 1 (its files swept by the
+            // earlier daemon), and what that daemon wrote: orders 1 and 2
+            // again, their results files of the same length.
+            let db = Database::open(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut rows = txn.open_table(ROWS).unwrap();
+                let a = encode(&filed(1, 8));
+                rows.insert((1, RECORD), ("exec-a", a.as_slice())).unwrap();
+                let mut records = txn.open_table(ORDER_RECORDS).unwrap();
+                for (order, id) in [(1, "old-1"), (2, "old-2")] {
+                    let json = encode(&filed(order, 8));
+                    records.insert(order, (id, json.as_slice())).unwrap();
+                }
+            }
+            txn.commit().unwrap();
+            for (order, body) in [(1, b"old-1 r."), (2, b"old-2 r.")] {
+                std::fs::write(blob(&blobs, order, "result"), body).unwrap();
+                std::fs::write(blob(&blobs, order, "events"), b"evt").unwrap();
+            }
+        }
+        let (store, stored) = Store::open(&path).unwrap();
+        assert_eq!(listed(&stored), [("exec-a", 1), ("old-2", 2), ("old-1", 3)]);
+        let by = |id: &str| stored.iter().find(|s| s.id == id).unwrap();
+        assert!(by("exec-a").damaged.is_some(), "{:?}", by("exec-a"));
+        let read = |id: &str| store.read_result(&by(id).record).unwrap();
+        assert_eq!(read("old-1").as_deref(), Some(&b"old-1 r."[..]));
+        assert_eq!(read("old-2").as_deref(), Some(&b"old-2 r."[..]));
+        assert_eq!(by("old-1").record.order, 3);
+        // Retention drops the renumbered one: the others stay.
+        let stored = remove_and_reopen(store, &path, "old-1", 3);
+        assert_eq!(listed(&stored), [("exec-a", 1), ("old-2", 2)]);
+        assert!(blob(&blobs, 2, "result").exists());
     }
 
     /// A store of a later layout than this daemon knows is refused with
@@ -1936,6 +2104,40 @@ mod tests {
         store.send(put, true).wait().unwrap();
         assert_eq!(store.read_result(&next).unwrap(), None);
         assert_eq!(store.read_events(&next).unwrap(), None);
+    }
+
+    /// A record that is JSON this daemon cannot read (a later version's
+    /// state, of the same layout) is kept for the daemon that can, and its
+    /// order is never given to a new admission.
+    #[test]
+    fn a_record_of_json_this_daemon_cannot_read_is_kept_and_its_order_never_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = Store::file(dir.path());
+        let later = br#"{"digest":"d","order":2,"submitted_ms":0,"state":"paused"}"#;
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut rows = txn.open_table(ROWS).unwrap();
+                rows.insert((1, RECORD), ("a", encode(&queued(1)).as_slice()))
+                    .unwrap();
+                rows.insert((2, RECORD), ("later", &later[..])).unwrap();
+                rows.insert((2, RESULT), ("", &b"its doc"[..])).unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        for _ in 0..2 {
+            let (store, stored) = Store::open(&path).unwrap();
+            assert_eq!(listed(&stored), [("a", 1)]);
+            assert_eq!(store.highest_order(), 2);
+            let txn = store.db.begin_read().unwrap();
+            let rows = txn.open_table(ROWS).unwrap();
+            let row = rows.get((2, RECORD)).unwrap().unwrap();
+            assert_eq!(row.value().1, &later[..]);
+            assert!(rows.get((2, RESULT)).unwrap().is_some());
+            drop((row, rows, txn));
+            store.close();
+        }
     }
 
     #[test]
