@@ -284,9 +284,32 @@ pub fn listening_address(line: &str) -> Option<String> {
     )
 }
 
+/// How long a daemon a test leaves running is given to stop on SIGTERM
+/// before it is killed.
+const STOP_WAIT: Duration = Duration::from_secs(2);
+
 impl Drop for Daemon {
+    /// Stops the daemon as an operator would, SIGTERM first: killed
+    /// outright, it cannot clean up (a prepared sandbox being made when it
+    /// dies may leave a process waiting for ever, which only its next
+    /// start on the same data dir would sweep, and a test's data dir has
+    /// none). Killed if it does not stop within [`STOP_WAIT`].
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
+            // Never a panic here (this may run while a test unwinds): a
+            // daemon already gone makes kill(1) fail, which is fine.
+            let _ = Command::new("kill")
+                .arg(format!("-{}", libc::SIGTERM))
+                .arg(c.id().to_string())
+                .stderr(Stdio::null())
+                .status();
+            let start = Instant::now();
+            while start.elapsed() < STOP_WAIT {
+                if let Ok(Some(_)) = c.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
