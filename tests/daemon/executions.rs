@@ -140,27 +140,13 @@ fn reused_cgroups_start_every_execution_afresh() {
     assert_eq!(low["status"], "limit_exceeded", "{low:#}");
 }
 
-/// The folders of the pooled cgroup `name` in every mounted hierarchy.
-fn pooled_cgroup(name: &str) -> Vec<std::path::PathBuf> {
-    fn walk(dir: &std::path::Path, name: &str, depth: usize, out: &mut Vec<std::path::PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let path = e.path();
-            if !e.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            if e.file_name() == name {
-                out.push(path);
-            } else if depth > 0 {
-                walk(&path, name, depth - 1, out);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(std::path::Path::new("/sys/fs/cgroup"), name, 32, &mut out);
-    out
+/// The folders of the pooled cgroup `name` (`<owner>+<n>`) in every
+/// mounted hierarchy.
+fn pooled_cgroup(owner: &str, name: &str) -> Vec<std::path::PathBuf> {
+    pooled_cgroups(&[owner.to_owned()])
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == name))
+        .collect()
 }
 
 /// An idle cgroup of the pool can be removed from outside (another data
@@ -194,14 +180,10 @@ fn a_pooled_cgroup_removed_while_idle_is_replaced() {
     }
     // The pool names its cgroups `<owner>+<n>` after its folder in
     // `<data>/cgroups/`.
-    let owner = std::fs::read_dir(w.data_dir().join("cgroups"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .find(|n| !n.starts_with("run-"))
+    let owner = cgroup_owners(&w)
+        .pop()
         .expect("the daemon's cgroup owner folder");
-    let folders = pooled_cgroup(&format!("{owner}+0"));
+    let folders = pooled_cgroup(&owner, &format!("{owner}+0"));
     assert!(!folders.is_empty(), "no pooled cgroup {owner}+0 found");
     for f in &folders {
         std::fs::remove_dir(f).unwrap_or_else(|e| panic!("rmdir {}: {e}", f.display()));
@@ -218,7 +200,7 @@ fn a_pooled_cgroup_removed_while_idle_is_replaced() {
         );
     }
     assert!(
-        !pooled_cgroup(&format!("{owner}+1")).is_empty(),
+        !pooled_cgroup(&owner, &format!("{owner}+1")).is_empty(),
         "no new cgroup was made in place of the removed one"
     );
 }

@@ -268,17 +268,8 @@ fn the_data_dir_under_a_name_mounted_after_the_start_is_refused_as_a_job_folder(
     let (w, roots) = world_with_roots();
     // The daemon in a mount namespace of its own, where the test mounts.
     let daemon = Daemon::command(&w, &["--root", &roots]);
-    let mut unshared = Command::new("unshare");
-    unshared
-        .args(["--mount", "--propagation", "private"])
-        .arg(daemon.get_program())
-        .args(daemon.get_args());
-    for (k, v) in daemon.get_envs() {
-        match v {
-            Some(v) => unshared.env(k, v),
-            None => unshared.env_remove(k),
-        };
-    }
+    let private = ["--mount", "--propagation", "private"].map(std::ffi::OsStr::new);
+    let mut unshared = wrapped("unshare", &private, &daemon);
     unshared
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

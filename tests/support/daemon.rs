@@ -222,19 +222,8 @@ impl Daemon {
 
     /// Sends a signal and waits for the daemon to exit.
     pub fn signal_and_wait(&mut self, signal: i32) -> ExitStatus {
-        let mut child = self.child.take().expect("daemon already stopped");
-        kill(child.id() as i32, signal);
-        let start = Instant::now();
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                start.elapsed() < PATIENCE,
-                "daemon did not exit after signal {signal}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        kill(self.pid() as i32, signal);
+        self.wait()
     }
 
     /// Waits for the daemon to exit (told to by a signal sent already).

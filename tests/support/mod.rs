@@ -85,6 +85,21 @@ pub fn runner_command() -> Command {
     c
 }
 
+/// `cmd` run by `wrapper` with `args` before it (`unshare --mount …`):
+/// its program and arguments follow them, and its changes to the
+/// environment are kept.
+pub fn wrapped(wrapper: &str, args: &[&std::ffi::OsStr], cmd: &Command) -> Command {
+    let mut c = Command::new(wrapper);
+    c.args(args).arg(cmd.get_program()).args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c
+}
+
 /// Runs `cmd` in a mount namespace of its own in which each `(src,
 /// at)` of `binds` is bind-mounted (`unshare --mount`, private
 /// propagation): the host's mounts are left as they were. `None` when no
@@ -119,8 +134,7 @@ pub fn output_with_binds(binds: &[(&Path, &Path)], cmd: &Command) -> Option<Outp
         script.push_str(&format!("mount --bind \"${src}\" \"${at}\" || exit 99; "));
     }
     script.push_str(&format!("shift {}; exec \"$@\"", 2 * binds.len()));
-    let mut c = Command::new("unshare");
-    c.args([
+    let head = [
         "--mount",
         "--propagation",
         "private",
@@ -128,17 +142,12 @@ pub fn output_with_binds(binds: &[(&Path, &Path)], cmd: &Command) -> Option<Outp
         "-c",
         &script,
         "sh",
-    ]);
+    ];
+    let mut args: Vec<&std::ffi::OsStr> = head.iter().map(std::ffi::OsStr::new).collect();
     for (src, at) in binds {
-        c.arg(src).arg(at);
+        args.extend([src.as_os_str(), at.as_os_str()]);
     }
-    c.arg(cmd.get_program()).args(cmd.get_args());
-    for (k, v) in cmd.get_envs() {
-        match v {
-            Some(v) => c.env(k, v),
-            None => c.env_remove(k),
-        };
-    }
+    let mut c = wrapped("unshare", &args, cmd);
     c.stdin(Stdio::null());
     let out = c.output().ok()?;
     if out.status.code() == Some(99) {

@@ -646,6 +646,12 @@ fn blob(dir: &Path, order: u64, what: &str) -> PathBuf {
     dir.join(format!("{order:016x}.{what}"))
 }
 
+/// The admission order a file of `blobs/` is named by ([`blob`]).
+fn blob_order(name: &std::ffi::OsStr) -> Option<u64> {
+    let hex = name.to_str()?.split('.').next()?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
 /// Removes the files of `blobs/` no record names (a crash came between
 /// their write and the commit, or after the commit that dropped them).
 fn sweep_blobs(dir: &Path, stored: &[Stored]) {
@@ -655,12 +661,7 @@ fn sweep_blobs(dir: &Path, stored: &[Stored]) {
         .map(|s| s.record.order)
         .collect();
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let name = e.file_name();
-        let order = name
-            .to_str()
-            .and_then(|n| n.split('.').next())
-            .and_then(|h| u64::from_str_radix(h, 16).ok());
-        if !order.is_some_and(|o| named.contains(&o)) {
+        if !blob_order(&e.file_name()).is_some_and(|o| named.contains(&o)) {
             let _ = std::fs::remove_file(e.path());
         }
     }
@@ -824,7 +825,7 @@ fn migrate(db: &Database, blobs: &Path) -> Result<(), Failure> {
     {
         let mut rows = txn.open_table(ROWS)?;
         let mut free = Free {
-            next: highest_order(&txn, &rows, (by_id, by_order), blobs)? + 1,
+            next: highest_named_order(&txn, &rows, (by_id, by_order), blobs)? + 1,
             renamed: &mut renamed,
         };
         if by_order {
@@ -911,7 +912,7 @@ struct Free<'r> {
 /// renumbered record is given names no one's files).
 /// `(by_id, by_order)` say which earlier layouts the store has (opening
 /// a table in a write transaction would make one).
-fn highest_order(
+fn highest_named_order(
     txn: &redb::WriteTransaction,
     rows: &Rows,
     (by_id, by_order): (bool, bool),
@@ -932,12 +933,7 @@ fn highest_order(
         }
     }
     for entry in std::fs::read_dir(blobs).into_iter().flatten().flatten() {
-        let name = entry.file_name();
-        let order = name
-            .to_str()
-            .and_then(|n| n.split('.').next())
-            .and_then(|hex| u64::from_str_radix(hex, 16).ok());
-        high = high.max(order.unwrap_or(0));
+        high = high.max(blob_order(&entry.file_name()).unwrap_or(0));
     }
     Ok(high)
 }
