@@ -403,38 +403,55 @@ fn the_pool_holds_no_more_memory_than_prepared_memory() {
     if skip_without_sandbox() {
         return;
     }
-    // Unbounded but for the count: one waits, and the gauge says what it
-    // holds. Measured alone: a sandbox's PSS is at its largest when it
-    // shares its pages with no other sandbox, as the first one made
-    // below does (an average of four sharing theirs can be less than a
-    // half of it, and a bound made from that kept none).
-    let w = World::new();
-    let (d, id) = prepared_session(&w, &["--prepared-sandboxes", "1"]);
-    exec(&d, &id, &["true"], json!({}));
-    ready_n(&d, 1);
-    let one = sample(&d, "skill_runner_prepared_sandboxes_bytes");
-    assert!(one > 0.0, "no memory measured for a prepared sandbox");
-    drop(d);
+    // A sandbox's PSS depends on how many processes share its pages at
+    // the moment it is measured: in a debug build 7.4 MB with no other
+    // daemon running, 2.3 MB with six, as the suite's parallel tests come
+    // and go. A bound made from a measurement taken while many shared can
+    // be below what the next one measures when few do, and then rightly
+    // keeps none; only that precondition is tried again (the bound's own
+    // promises are asserted on every try).
+    let mut kept = None;
+    for _ in 0..3 {
+        // Unbounded but for the count: one waits, and the gauge says
+        // what it holds.
+        let w = World::new();
+        let (d, id) = prepared_session(&w, &["--prepared-sandboxes", "1"]);
+        exec(&d, &id, &["true"], json!({}));
+        ready_n(&d, 1);
+        let one = sample(&d, "skill_runner_prepared_sandboxes_bytes");
+        assert!(one > 0.0, "no memory measured for a prepared sandbox");
+        drop(d);
 
-    // A bound of one and a half of one: the first waits, and the refill
-    // stops short of four without building one only to discard it.
-    let w = World::new();
-    let bound = format!("{}", (one * 1.5).max((1 << 20) as f64) as u64);
-    let (d, id) = prepared_session(
-        &w,
-        &["--prepared-sandboxes", "4", "--prepared-memory", &bound],
-    );
-    exec(&d, &id, &["true"], json!({}));
-    ready(&d);
-    // The refill runs on; give it the time four would take.
-    std::thread::sleep(std::time::Duration::from_secs(2));
-    let waiting = sample(&d, "skill_runner_prepared_sandboxes");
-    let held = sample(&d, "skill_runner_prepared_sandboxes_bytes");
-    assert!((1.0..4.0).contains(&waiting), "{waiting} waiting");
-    assert!(
-        held <= bound.parse::<f64>().unwrap(),
-        "{held} bytes held, bound {bound}"
-    );
+        // A bound of one and a half of one: the first waits, and the
+        // refill stops short of four without building one only to
+        // discard it.
+        let w = World::new();
+        let bound = format!("{}", (one * 1.5).max((1 << 20) as f64) as u64);
+        let (d, id) = prepared_session(
+            &w,
+            &["--prepared-sandboxes", "4", "--prepared-memory", &bound],
+        );
+        exec(&d, &id, &["true"], json!({}));
+        let over = "skill_runner_prepared_sandboxes_discarded_total{reason=\"memory\"}";
+        wait_until("a prepared sandbox kept or discarded", || {
+            sample(&d, "skill_runner_prepared_sandboxes") >= 1.0 || sample(&d, over) >= 1.0
+        });
+        // The refill runs on; give it the time four would take.
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        let waiting = sample(&d, "skill_runner_prepared_sandboxes");
+        let held = sample(&d, "skill_runner_prepared_sandboxes_bytes");
+        assert!(waiting < 4.0, "{waiting} waiting");
+        assert!(
+            held <= bound.parse::<f64>().unwrap(),
+            "{held} bytes held, bound {bound}"
+        );
+        if waiting >= 1.0 {
+            kept = Some((w, d, id));
+            break;
+        }
+    }
+    let (_w, d, id) =
+        kept.expect("no prepared sandbox kept under 1.5 times one's measured size in 3 tries");
     // A second session finds the pool full: its refills make nothing.
     let r = d.post(
         "/v1/sessions",
