@@ -410,6 +410,7 @@ fn the_pool_holds_no_more_memory_than_prepared_memory() {
     // be below what the next one measures when few do, and then rightly
     // keeps none; only that precondition is tried again (the bound's own
     // promises are asserted on every try).
+    const OVER: &str = "skill_runner_prepared_sandboxes_discarded_total{reason=\"memory\"}";
     let mut kept = None;
     for _ in 0..3 {
         // Unbounded but for the count: one waits, and the gauge says
@@ -432,9 +433,8 @@ fn the_pool_holds_no_more_memory_than_prepared_memory() {
             &["--prepared-sandboxes", "4", "--prepared-memory", &bound],
         );
         exec(&d, &id, &["true"], json!({}));
-        let over = "skill_runner_prepared_sandboxes_discarded_total{reason=\"memory\"}";
         wait_until("a prepared sandbox kept or discarded", || {
-            sample(&d, "skill_runner_prepared_sandboxes") >= 1.0 || sample(&d, over) >= 1.0
+            sample(&d, "skill_runner_prepared_sandboxes") >= 1.0 || sample(&d, OVER) >= 1.0
         });
         // The refill runs on; give it the time four would take.
         std::thread::sleep(std::time::Duration::from_secs(2));
@@ -463,10 +463,7 @@ fn the_pool_holds_no_more_memory_than_prepared_memory() {
         exec(&d, &other, &["true"], json!({}));
     }
     std::thread::sleep(std::time::Duration::from_secs(1));
-    let wasted = sample(
-        &d,
-        "skill_runner_prepared_sandboxes_discarded_total{reason=\"memory\"}",
-    );
+    let wasted = sample(&d, OVER);
     assert!(
         wasted <= 1.0,
         "{wasted} sandboxes built only to be discarded"

@@ -286,12 +286,8 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
             // Never a panic here (this may run while a test unwinds): a
-            // daemon already gone makes kill(1) fail, which is fine.
-            let _ = Command::new("kill")
-                .arg(format!("-{}", libc::SIGTERM))
-                .arg(c.id().to_string())
-                .stderr(Stdio::null())
-                .status();
+            // daemon already gone is fine.
+            signal(c.id() as i32, libc::SIGTERM);
             let start = Instant::now();
             while start.elapsed() < STOP_WAIT {
                 if let Ok(Some(_)) = c.try_wait() {
@@ -305,14 +301,19 @@ impl Drop for Daemon {
     }
 }
 
-/// Sends `signal` to `pid` with kill(1).
-pub fn kill(pid: i32, signal: i32) {
-    let status = Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string())
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -{signal} {pid} failed");
+/// Sends `sig` to `pid`; whether it was delivered.
+fn signal(pid: i32, sig: i32) -> bool {
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    unsafe { libc::kill(pid, sig) == 0 }
+}
+
+/// Sends `signal` to `pid`; panics if it cannot be sent.
+pub fn kill(pid: i32, sig: i32) {
+    assert!(
+        signal(pid, sig),
+        "kill -{sig} {pid} failed: {}",
+        std::io::Error::last_os_error()
+    );
 }
 
 /// A connection to the daemon, over its socket or TCP.
