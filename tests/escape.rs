@@ -97,7 +97,10 @@ impl Fixture {
 /// prepared ahead, when this copy of the suite is the prepared one.
 fn prepared_env() -> &'static [(&'static str, &'static str)] {
     if super::PREPARED {
-        &[("SKILL_RUNNER_RUN_PREPARED", "1")]
+        &[
+            ("SKILL_RUNNER_RUN_PREPARED", "1"),
+            ("SKILL_RUNNER_RUN_TEMPLATE", "1"),
+        ]
     } else {
         &[]
     }
@@ -112,17 +115,27 @@ struct Run {
 
 impl Run {
     fn new(code: i32, doc: Value, out: &Output) -> Run {
-        // Every command that started ran in its prepared sandbox.
+        let runner_stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        // Every command that started ran in its prepared sandbox, and that
+        // sandbox started in a template mount namespace as the daemon's
+        // do, where this process may make one.
         if super::PREPARED && doc["status"] != "rejected" {
             assert_eq!(
                 doc["prepared_sandbox"], true,
                 "not in a prepared sandbox: {doc:#}"
             );
+            if may_make_mount_namespaces() {
+                assert!(
+                    runner_stderr
+                        .contains("in the template mount namespace: 1, in the runner's own: 0"),
+                    "the sandbox did not start in a template mount namespace: {runner_stderr}"
+                );
+            }
         }
         Run {
             code,
             doc,
-            runner_stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            runner_stderr,
         }
     }
 

@@ -859,10 +859,33 @@ pub(crate) fn emit(text: &str) -> anyhow::Result<()> {
 /// Runs the job; with `SKILL_RUNNER_RUN_PREPARED=1`, in a sandbox prepared
 /// first and handed the command, as the daemon runs a session's next
 /// command (docs/prepared.md).
+///
+/// With `SKILL_RUNNER_RUN_TEMPLATE=1`, bubblewrap starts in a template
+/// mount namespace, as the daemon starts it (docs/template.md), and where
+/// each launch started is said on stderr: how the escape suite runs every
+/// attempt through the daemon's path.
 fn run_job(runner: &Runner, job: &Job, opts: RunOptions<'_>) -> ExecResult {
     #[cfg(target_os = "linux")]
-    if std::env::var_os("SKILL_RUNNER_RUN_PREPARED").is_some_and(|v| v == "1") {
-        return runner.run_in_prepared(job, opts);
+    {
+        let template = std::env::var_os("SKILL_RUNNER_RUN_TEMPLATE").is_some_and(|v| v == "1");
+        if template {
+            if let Err(e) = skill_runner::sandbox::template::enable(std::slice::from_ref(
+                &runner.config.data_dir,
+            )) {
+                eprintln!("skill-runner: no template mount namespace can be made here: {e}");
+            }
+        }
+        let result = if std::env::var_os("SKILL_RUNNER_RUN_PREPARED").is_some_and(|v| v == "1") {
+            runner.run_in_prepared(job, opts)
+        } else {
+            runner.run(job, opts)
+        };
+        if template {
+            let (inside, own, _) = skill_runner::sandbox::template::counts();
+            eprintln!("skill-runner: sandboxes started in the template mount namespace: {inside}, in the runner's own: {own}");
+        }
+        result
     }
+    #[cfg(not(target_os = "linux"))]
     runner.run(job, opts)
 }

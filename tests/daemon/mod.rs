@@ -35,6 +35,7 @@ mod signal_sender; // a sandbox killed from outside says so; a command that kill
 mod signals; // SIGHUP is logged and ignored; SIGUSR1 drains like SIGTERM, with a log line
 mod streams; // NDJSON events in order, re-attached readers, heartbeats, stalled readers
 mod summaries; // retained results are read back from the store, byte for byte, not held in the daemon's memory
+mod template; // sandboxes start in the daemon's template mount namespace where it may make one; a host mount made or removed later reaches the next sandbox
 mod tracing; // each execution exported over OTLP/HTTP as spans under the caller's traceparent
 mod workspaces; // managed session workspaces: files in and out over HTTP, jobs in order, attacks refused
 

@@ -651,3 +651,17 @@ pub fn http_reply(reply: &[u8]) -> (u16, Vec<u8>) {
     }
     (status, body)
 }
+
+/// Whether this process may make and join mount namespaces
+/// (`CAP_SYS_ADMIN` in its user namespace: root, or root of a user
+/// namespace): the runner then starts bubblewrap in a template one
+/// (docs/template.md).
+pub fn may_make_mount_namespaces() -> bool {
+    const CAP_SYS_ADMIN: u32 = 21;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+}

@@ -237,6 +237,18 @@ pub const FAMILIES: &[FamilyInfo] = &[
         "Unreadable binding records skipped by store listings (each logged at ERROR).",
     ),
     family(
+        "skill_runner_sandbox_starts_total",
+        &["namespace"],
+        Kind::Counter,
+        "Sandboxes started, by the mount namespace bubblewrap started in: template (the daemon's, holding only what sandboxes bind) or own (the daemon's own).",
+    ),
+    family(
+        "skill_runner_template_namespaces_total",
+        &[],
+        Kind::Counter,
+        "Template mount namespaces made (one at start, then one after each change of the host's mount table that a launch saw).",
+    ),
+    family(
         "process_cpu_seconds_total",
         &[],
         Kind::Counter,
@@ -612,30 +624,64 @@ impl Collector for Process {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let p = ProcessStats::read();
         let skipped = ConstCounter::new(crate::package::store::skipped_records());
-        let families = &FAMILIES[FAMILIES.len() - 7..];
-        let mut put = |i: usize, m: &dyn EncodeMetric| -> Result<(), std::fmt::Error> {
-            let f = &families[i];
-            // The collector's help is written as given, period included.
-            let e = encoder.encode_descriptor(registered_name(f), f.help, None, m.metric_type())?;
-            m.encode(e)
-        };
-        put(0, &skipped)?;
-        put(1, &ConstCounter::new(p.cpu_seconds))?;
+        let families = &FAMILIES[FAMILIES.len() - 9..];
+        let mut put =
+            |i: usize, series: &[Series<'_>]| put_series(&mut encoder, &families[i], series);
+        put(0, &[(None, &skipped)])?;
+        #[cfg(target_os = "linux")]
+        {
+            let (template, own, made) = crate::sandbox::template::counts();
+            let (template, own) = (ConstCounter::new(template), ConstCounter::new(own));
+            put(
+                1,
+                &[
+                    (Some(("namespace", "template")), &template),
+                    (Some(("namespace", "own")), &own),
+                ],
+            )?;
+            put(2, &[(None, &ConstCounter::new(made))])?;
+        }
+        put(3, &[(None, &ConstCounter::new(p.cpu_seconds))])?;
         for (i, v) in [
-            (2, p.resident_bytes),
-            (3, p.virtual_bytes),
-            (4, p.open_fds),
-            (5, p.max_fds),
+            (4, p.resident_bytes),
+            (5, p.virtual_bytes),
+            (6, p.open_fds),
+            (7, p.max_fds),
         ] {
             if let Some(v) = v {
-                put(i, &ConstGauge::new(v))?;
+                put(i, &[(None, &ConstGauge::new(v))])?;
             }
         }
         if let Some(start) = p.start_time {
-            put(6, &ConstGauge::new(start))?;
+            put(8, &[(None, &ConstGauge::new(start))])?;
         }
         Ok(())
     }
+}
+
+/// One series of a family read at render time: its one label, if any,
+/// and its value.
+type Series<'a> = (Option<(&'a str, &'a str)>, &'a dyn EncodeMetric);
+
+/// One family read at render time: its series, each with one label (or
+/// one series without). The help is written as given, period included.
+fn put_series(
+    encoder: &mut DescriptorEncoder,
+    f: &FamilyInfo,
+    series: &[Series<'_>],
+) -> Result<(), std::fmt::Error> {
+    let Some((_, first)) = series.first() else {
+        return Ok(());
+    };
+    let mut e = encoder.encode_descriptor(registered_name(f), f.help, None, first.metric_type())?;
+    if let [(None, m)] = series {
+        return m.encode(e);
+    }
+    for (label, m) in series {
+        let label = label.ok_or(std::fmt::Error)?;
+        m.encode(e.encode_family(&[label])?)?;
+    }
+    Ok(())
 }
 
 /// The daemon process's figures, as the standard `process_*` metrics give

@@ -128,6 +128,17 @@ pub fn serve(args: ServeArgs, data_dir: Option<PathBuf>) -> Result<(), DaemonErr
     if let Err(m) = runner.host.bwrap.as_ref().and(runner.host.userns.as_ref()) {
         tracing::warn!("the sandbox is unavailable, executions will be refused (503): {m}");
     }
+    // bubblewrap starts in a namespace holding only what sandboxes bind
+    // (docs/template.md); before the self-check, which then tries it.
+    #[cfg(target_os = "linux")]
+    if std::env::var_os("SKILL_RUNNER_NO_TEMPLATE").is_none_or(|v| v.is_empty()) {
+        let mut roots = vec![config.data.path().to_owned()];
+        roots.extend(config.roots.iter().cloned());
+        match crate::sandbox::template::enable(&roots) {
+            Ok(()) => tracing::debug!("bubblewrap starts in the daemon's template mount namespace"),
+            Err(e) => tracing::info!("bubblewrap starts in the daemon's own mount namespace: no template namespace can be made here ({e})"),
+        }
+    }
     // A real job's sandbox, before listening: health answers from this
     // verdict (refreshed every minute), and a failure is said now.
     let verdict = selfcheck::Verdict::take(&runner);

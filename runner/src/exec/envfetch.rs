@@ -432,6 +432,7 @@ impl SandboxFetch for SandboxFetcher {
             stderr_fd: None,
             new_session: false,
             identity: self.identity,
+            mount_ns: None,
         };
         let policy = OutputPolicy {
             cap: 1 << 20,

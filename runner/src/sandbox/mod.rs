@@ -39,3 +39,5 @@ pub mod seccomp;
 pub mod shim;
 #[cfg(target_os = "linux")]
 pub mod syscalls;
+#[cfg(target_os = "linux")]
+pub mod template;

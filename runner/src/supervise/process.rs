@@ -138,6 +138,9 @@ pub struct Spawn {
     pub new_session: bool,
     /// The host `(uid, gid)` to launch as, when not the runner's own.
     pub identity: Option<(u32, u32)>,
+    /// The mount namespace to start in, when not the runner's own
+    /// ([`crate::sandbox::template`]); held until the child has it.
+    pub mount_ns: Option<std::sync::Arc<OwnedFd>>,
 }
 
 /// Output kept from one stream.
@@ -280,6 +283,7 @@ pub fn start(spawn: Spawn) -> io::Result<Started> {
         // a new group too.)
         process_group: true,
         identity: spawn.identity,
+        mount_ns: spawn.mount_ns.as_ref().map(|ns| ns.as_raw_fd()),
     };
     let has_report = spawn.report_fd.is_some();
 
@@ -787,6 +791,7 @@ mod tests {
             env: vec![],
             new_session: false,
             identity: None,
+            mount_ns: None,
         }
     }
 

@@ -19,7 +19,9 @@
 //!   offers only as `unsafe` functions;
 //! - [`release_program_pages`]: drops the resident pages of the program's
 //!   own code, to be read back as used (`madvise`);
-//! - [`has_access_acl`]: whether a file carries an ACL (`lgetxattr`).
+//! - [`has_access_acl`]: whether a file carries an ACL (`lgetxattr`);
+//! - [`open_in_root`]: opens a path resolved as if a folder were `/`
+//!   (`openat2` with `RESOLVE_IN_ROOT`).
 
 use std::ffi::{CString, OsString};
 use std::io;
@@ -56,6 +58,10 @@ pub struct ChildSetup {
     /// a runner started as root launches the sandbox as an unprivileged
     /// host user (see [`crate::sandbox::identity`]).
     pub identity: Option<(u32, u32)>,
+    /// A mount namespace to join before `exec` (Linux): the daemon's
+    /// template ([`crate::sandbox::template`]). The program's path is
+    /// resolved there.
+    pub mount_ns: Option<RawFd>,
 }
 
 impl ChildSetup {
@@ -113,6 +119,15 @@ impl ChildSetup {
             if n != 1 {
                 return Err(io::Error::last_os_error());
             }
+        }
+        // Before the descriptors move (one could land on its number) and
+        // while still privileged. The child has an fs context of its own
+        // (no CLONE_FS), as joining a mount namespace requires.
+        #[cfg(target_os = "linux")]
+        if let Some(ns) = self.mount_ns {
+            // SAFETY: setns takes a descriptor and a flag; it changes only
+            // this child's mount namespace, root and working directory.
+            check(unsafe { libc::setns(ns, libc::CLONE_NEWNS) })?;
         }
         // Two passes, so a source fd that happens to have a target number
         // of another mapping is not clobbered before it is moved.
@@ -1048,4 +1063,39 @@ pub fn limit_malloc_arenas(arenas: i32) {
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     let _ = arenas;
+}
+
+/// `path` (absolute or not) opened `O_PATH`, resolved with `root` as
+/// `/`: `..` and absolute symlinks stay inside it (`openat2`,
+/// `RESOLVE_IN_ROOT`, Linux 5.6).
+#[cfg(target_os = "linux")]
+pub fn open_in_root(root: std::os::fd::BorrowedFd<'_>, path: &Path) -> io::Result<OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    let rel = if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    };
+    let c = CString::new(rel.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: open_how is plain integers; all zero is a valid value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: openat2 reads the NUL-terminated path and `how`, of the size
+    // given, and returns a new descriptor or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            root.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: openat2 returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }

@@ -126,6 +126,36 @@ pub fn launcher(job: &Job, p: &Prepared, nproc: Option<u64>) -> Result<Launcher,
     Ok(Launcher { plan, fds })
 }
 
+/// The daemon's template mount namespace for this launch, when it holds
+/// every path the plan binds ([`crate::sandbox::template`]); `None`: the
+/// runner's own.
+#[cfg(target_os = "linux")]
+pub fn mount_ns(p: &Prepared, plan: &Plan) -> Option<std::sync::Arc<OwnedFd>> {
+    use crate::sandbox::template::{for_launch, Needs};
+    let mut needs = Needs::default();
+    needs
+        .folders
+        .extend(plan.folders.iter().map(|(_, path)| path.as_path()));
+    needs.sources.push(plan.program.as_path());
+    for m in &p.mounts {
+        if p.etc.is_some() && crate::sandbox::etcview::folded(m) {
+            continue;
+        }
+        match m {
+            profile::Mount::RoBind { src, .. } | profile::Mount::RoBindTry { src, .. } => {
+                needs.sources.push(src)
+            }
+            profile::Mount::Symlink { .. } => {}
+        }
+    }
+    for_launch(&needs).map(|t| t.ns())
+}
+
+#[cfg(not(target_os = "linux"))]
+pub fn mount_ns(_p: &Prepared, _plan: &Plan) -> Option<std::sync::Arc<OwnedFd>> {
+    None
+}
+
 /// The host folders of a prepared execution, as its plan binds them.
 pub fn folders(p: &Prepared) -> Folders {
     Folders {

@@ -103,3 +103,11 @@ pub fn launcher(job: &Job, p: &Prepared, nproc: Option<u64>) -> Result<Launcher,
         fds: Vec::new(),
     })
 }
+
+/// Seatbelt has no mount namespace: a command starts in the runner's view.
+pub fn mount_ns(
+    _p: &Prepared,
+    _plan: &crate::exec::plan::Plan,
+) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
+    None
+}

@@ -27,15 +27,15 @@ mod linux;
 #[cfg(not(target_os = "macos"))]
 pub use linux::{
     available, environments_supported, etc_view, folders, fresh_workspace, launcher, lease,
-    NEEDS_FOLDER, SANDBOX,
+    mount_ns, NEEDS_FOLDER, SANDBOX,
 };
 
 #[cfg(target_os = "macos")]
 mod macos;
 #[cfg(target_os = "macos")]
 pub use macos::{
-    available, environments_supported, etc_view, fresh_workspace, launcher, lease, NEEDS_FOLDER,
-    SANDBOX,
+    available, environments_supported, etc_view, fresh_workspace, launcher, lease, mount_ns,
+    NEEDS_FOLDER, SANDBOX,
 };
 
 /// An execution as prepared for its launch.
@@ -86,6 +86,7 @@ pub fn spawn(
     cgroup_procs: Vec<std::fs::File>,
 ) -> crate::supervise::Spawn {
     let Launcher { plan, fds } = launcher;
+    let mount_ns = mount_ns(p, &plan);
     crate::supervise::Spawn {
         program: plan.program,
         args: plan.args,
@@ -98,5 +99,6 @@ pub fn spawn(
         stderr_fd: plan.stderr_fd,
         new_session: plan.new_session,
         identity: p.identity.switch_to(),
+        mount_ns,
     }
 }

@@ -1,0 +1,126 @@
+//! Where the daemon may make mount namespaces, every sandbox starts in
+//! its template one (docs/template.md), and sees the host's mounts as
+//! they are at its start: one made on the host after the template is seen
+//! by the next command, one removed is gone from it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::json;
+use skill_runner_tests::daemon::*;
+use skill_runner_tests::*;
+
+use super::*;
+
+const IN_TEMPLATE: &str = "skill_runner_sandbox_starts_total{namespace=\"template\"}";
+const IN_OWN: &str = "skill_runner_sandbox_starts_total{namespace=\"own\"}";
+const MADE: &str = "skill_runner_template_namespaces_total";
+
+#[test]
+fn sandboxes_start_in_the_template_where_the_daemon_may_make_one() {
+    if !require_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let d = Daemon::start(&w, &[]);
+    let r = d.post("/v1/executions", &json!({"argv": ["echo", "hi"]}));
+    assert_eq!(r.json()["stdout"], "hi\n", "{:#}", r.json());
+    // The self-check's sandbox and this one.
+    if may_make_mount_namespaces() {
+        assert!(d.metric(IN_TEMPLATE) >= 2.0, "{}", d.log());
+        assert_eq!(d.metric(IN_OWN), 0.0, "{}", d.log());
+        assert!(d.metric(MADE) >= 1.0);
+    } else {
+        assert_eq!(d.metric(IN_TEMPLATE), 0.0);
+        assert!(d.metric(IN_OWN) >= 2.0);
+        assert!(
+            d.log().contains("no template namespace can be made here"),
+            "{}",
+            d.log()
+        );
+    }
+
+    // Turned off: the daemon's own namespace, with the same result.
+    let w = World::new();
+    let mut c = Daemon::command(&w, &[]);
+    c.env("SKILL_RUNNER_NO_TEMPLATE", "1");
+    let d = Daemon::spawn(c).unwrap();
+    let r = d.post("/v1/executions", &json!({"argv": ["echo", "hi"]}));
+    assert_eq!(r.json()["stdout"], "hi\n", "{:#}", r.json());
+    assert_eq!(d.metric(IN_TEMPLATE), 0.0);
+    assert!(d.metric(IN_OWN) >= 2.0);
+    assert_eq!(d.metric(MADE), 0.0);
+}
+
+/// A tmpfs mounted on the host, unmounted (lazily) when dropped.
+struct Mounted(PathBuf);
+
+impl Mounted {
+    fn tmpfs(at: &Path) -> Mounted {
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m,mode=0755", "tmpfs"])
+            .arg(at)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount: {}", text(&out.stderr));
+        Mounted(at.to_owned())
+    }
+
+    fn unmount(self) {
+        let out = Command::new("umount").arg(&self.0).output().unwrap();
+        assert!(out.status.success(), "umount: {}", text(&out.stderr));
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_host_mount_made_or_removed_after_the_template_reaches_the_next_sandbox() {
+    if !require_sandbox() || !may_make_mount_namespaces() {
+        return;
+    }
+    let (w, roots) = world_with_roots();
+    let d = Daemon::start(&w, &["--root", &roots]);
+    let ws = workspace_in(&w, "ws");
+    std::fs::create_dir(ws.join("m")).unwrap();
+    give_to_sandbox(&ws);
+    let look = json!({"argv": ["sh", "-c", "cat /workspace/m/f 2>&1 || true"], "workspace": ws});
+    let r = d.post("/v1/executions", &look);
+    assert!(
+        r.json()["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("No such file"),
+        "{:#}",
+        r.json()
+    );
+    let made = d.metric(MADE);
+
+    // A mount on the host after the template was made: the template
+    // holds a private copy of the host's mounts, so only a new one has it.
+    let mounted = Mounted::tmpfs(&ws.join("m"));
+    std::fs::write(ws.join("m/f"), "on the new mount\n").unwrap();
+    let r = d.post("/v1/executions", &look);
+    assert_eq!(r.json()["stdout"], "on the new mount\n", "{:#}", r.json());
+    assert!(d.metric(MADE) > made);
+    let made = d.metric(MADE);
+
+    // Removed on the host: gone from the next sandbox too.
+    mounted.unmount();
+    let r = d.post("/v1/executions", &look);
+    assert!(
+        r.json()["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("No such file"),
+        "{:#}",
+        r.json()
+    );
+    assert!(d.metric(MADE) > made);
+    assert_eq!(d.metric(IN_OWN), 0.0, "{}", d.log());
+}
