@@ -124,3 +124,34 @@ fn a_host_mount_made_or_removed_after_the_template_reaches_the_next_sandbox() {
     assert!(d.metric(MADE) > made);
     assert_eq!(d.metric(IN_OWN), 0.0, "{}", d.log());
 }
+
+#[test]
+fn a_daemon_that_may_make_a_template_but_not_join_one_runs_in_its_own() {
+    if !require_sandbox() || !may_make_mount_namespaces() {
+        return;
+    }
+    // CAP_SYS_ADMIN makes a namespace; joining one takes CAP_SYS_CHROOT
+    // too, which a service's bounding set may leave out.
+    let w = World::new();
+    let daemon = Daemon::command(&w, &[]);
+    let mut c = Command::new("setpriv");
+    c.args([
+        "--bounding-set",
+        "-sys_chroot",
+        "--inh-caps",
+        "-sys_chroot",
+        "--",
+    ])
+    .arg(daemon.get_program())
+    .args(daemon.get_args())
+    .envs(daemon.get_envs().filter_map(|(k, v)| Some((k, v?))))
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped());
+    let d = Daemon::spawn(c).unwrap();
+    let r = d.post("/v1/executions", &json!({"argv": ["echo", "hi"]}));
+    assert_eq!(r.json()["stdout"], "hi\n", "{:#}", r.json());
+    assert_eq!(d.metric(IN_TEMPLATE), 0.0, "{}", d.log());
+    assert!(d.metric(IN_OWN) >= 2.0);
+    assert!(d.log().contains("joining it"), "{}", d.log());
+}

@@ -299,6 +299,13 @@ fn build(roots: &[PathBuf]) -> io::Result<Template> {
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the template's thread panicked")))
     })?;
+    // Making one needs CAP_SYS_ADMIN, joining one CAP_SYS_CHROOT too: a
+    // template no launch could join would fail every launch.
+    std::thread::scope(|s| {
+        s.spawn(|| join(&ns))
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the template's thread panicked")))
+    })?;
     BUILT.fetch_add(1, Ordering::Relaxed);
     Ok(Template {
         ns: Arc::new(ns),
@@ -306,6 +313,14 @@ fn build(roots: &[PathBuf]) -> io::Result<Template> {
         roots,
         checked: Mutex::new(HashMap::new()),
     })
+}
+
+/// Joins `ns` from this thread alone, as a launch's child joins it.
+fn join(ns: &OwnedFd) -> io::Result<()> {
+    use nix::sched::{setns, unshare, CloneFlags};
+    unshare(CloneFlags::CLONE_FS)?;
+    setns(ns, CloneFlags::CLONE_NEWNS)
+        .map_err(|e| io::Error::new(io::Error::from(e).kind(), format!("joining it: {e}")))
 }
 
 /// The template's making, in the thread that enters it.
