@@ -869,9 +869,11 @@ fn run_job(runner: &Runner, job: &Job, opts: RunOptions<'_>) -> ExecResult {
     {
         let template = std::env::var_os("SKILL_RUNNER_RUN_TEMPLATE").is_some_and(|v| v == "1");
         if template {
-            if let Err(e) = skill_runner::sandbox::template::enable(std::slice::from_ref(
-                &runner.config.data_dir,
-            )) {
+            // The job's own folders are roots too: a template holds no
+            // folder outside its roots.
+            let mut roots = vec![runner.config.data_dir.clone()];
+            roots.extend(job.workspace.iter().chain(&job.extensions_dir).cloned());
+            if let Err(e) = skill_runner::sandbox::template::enable(&roots) {
                 eprintln!("skill-runner: no template mount namespace can be made here: {e}");
             }
         }

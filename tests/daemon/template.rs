@@ -21,18 +21,24 @@ fn sandboxes_start_in_the_template_where_the_daemon_may_make_one() {
     if !require_sandbox() {
         return;
     }
-    let w = World::new();
-    let d = Daemon::start(&w, &[]);
+    let (w, roots) = world_with_roots();
+    let d = Daemon::start(&w, &["--root", &roots]);
     let r = d.post("/v1/executions", &json!({"argv": ["echo", "hi"]}));
     assert_eq!(r.json()["stdout"], "hi\n", "{:#}", r.json());
-    // The self-check's sandbox and this one.
+    let (daemon_ns, bwrap_ns) = namespaces(&d, &w);
+    // The self-check's sandbox and these.
     if may_make_mount_namespaces() {
-        assert!(d.metric(IN_TEMPLATE) >= 2.0, "{}", d.log());
+        assert_ne!(
+            daemon_ns, bwrap_ns,
+            "bubblewrap started in the daemon's own mount namespace"
+        );
+        assert!(d.metric(IN_TEMPLATE) >= 3.0, "{}", d.log());
         assert_eq!(d.metric(IN_OWN), 0.0, "{}", d.log());
         assert!(d.metric(MADE) >= 1.0);
     } else {
+        assert_eq!(daemon_ns, bwrap_ns);
         assert_eq!(d.metric(IN_TEMPLATE), 0.0);
-        assert!(d.metric(IN_OWN) >= 2.0);
+        assert!(d.metric(IN_OWN) >= 3.0);
         assert!(
             d.log().contains("no template namespace can be made here"),
             "{}",
@@ -41,15 +47,55 @@ fn sandboxes_start_in_the_template_where_the_daemon_may_make_one() {
     }
 
     // Turned off: the daemon's own namespace, with the same result.
-    let w = World::new();
-    let mut c = Daemon::command(&w, &[]);
+    let (w, roots) = world_with_roots();
+    let mut c = Daemon::command(&w, &["--root", &roots]);
     c.env("SKILL_RUNNER_NO_TEMPLATE", "1");
     let d = Daemon::spawn(c).unwrap();
     let r = d.post("/v1/executions", &json!({"argv": ["echo", "hi"]}));
     assert_eq!(r.json()["stdout"], "hi\n", "{:#}", r.json());
+    let (daemon_ns, bwrap_ns) = namespaces(&d, &w);
+    assert_eq!(daemon_ns, bwrap_ns);
     assert_eq!(d.metric(IN_TEMPLATE), 0.0);
-    assert!(d.metric(IN_OWN) >= 2.0);
+    assert!(d.metric(IN_OWN) >= 3.0);
     assert_eq!(d.metric(MADE), 0.0);
+}
+
+/// The mount namespaces of the daemon and of the bubblewrap it started
+/// for a command (bubblewrap's first process stays in the namespace it
+/// was started in while its sandbox runs), read while the command runs.
+fn namespaces(d: &Daemon, w: &World) -> (String, String) {
+    let ws = w.path().join("roots/gate");
+    std::fs::create_dir_all(&ws).unwrap();
+    give_to_sandbox(&ws);
+    let conn = d.post_unanswered("/v1/executions", &gated_job("gated", &ws));
+    let mut bwrap = None;
+    wait_until("bubblewrap started by the daemon", || {
+        // Children of any of the daemon's threads.
+        let tasks = std::fs::read_dir(format!("/proc/{}/task", d.pid())).unwrap();
+        bwrap = tasks
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+            .flat_map(|kids| {
+                kids.split_whitespace()
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>()
+            })
+            .find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "bwrap")
+            });
+        bwrap.is_some()
+    });
+    let ns = |pid: &str| {
+        std::fs::read_link(format!("/proc/{pid}/ns/mnt"))
+            .unwrap()
+            .display()
+            .to_string()
+    };
+    let got = (ns(&d.pid().to_string()), ns(bwrap.as_deref().unwrap()));
+    std::fs::write(ws.join("go"), "").unwrap();
+    let res = read_response(std::io::BufReader::new(conn)).json();
+    assert_eq!(res["stdout"], "waiting\nreleased\n", "{res:#}");
+    got
 }
 
 /// A tmpfs mounted on the host, unmounted (lazily) when dropped.
@@ -154,4 +200,30 @@ fn a_daemon_that_may_make_a_template_but_not_join_one_runs_in_its_own() {
     assert_eq!(d.metric(IN_TEMPLATE), 0.0, "{}", d.log());
     assert!(d.metric(IN_OWN) >= 2.0);
     assert!(d.log().contains("joining it"), "{}", d.log());
+}
+
+#[test]
+fn a_root_replaced_on_the_host_is_bound_as_it_is_now() {
+    if !require_sandbox() {
+        return;
+    }
+    let (w, roots) = world_with_roots();
+    let d = Daemon::start(&w, &["--root", &roots]);
+    let ws = workspace_in(&w, "ws");
+    std::fs::write(ws.join("f"), "first\n").unwrap();
+    let cat = json!({"argv": ["cat", "/workspace/f"], "workspace": ws});
+    assert_eq!(d.post("/v1/executions", &cat).json()["stdout"], "first\n");
+    // The whole root moved aside and made again: no mount changed, so
+    // only the launch's own check can see that the template's copy of the
+    // root is another folder now.
+    let root = w.path().join("roots");
+    std::fs::rename(&root, w.path().join("roots.old")).unwrap();
+    let ws = workspace_in(&w, "ws");
+    std::fs::write(ws.join("f"), "second\n").unwrap();
+    give_to_sandbox(&ws);
+    let r = d.post("/v1/executions", &cat);
+    assert_eq!(r.json()["stdout"], "second\n", "{:#}", r.json());
+    if may_make_mount_namespaces() {
+        assert_eq!(d.metric(IN_OWN), 0.0, "{}", d.log());
+    }
 }

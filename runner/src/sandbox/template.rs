@@ -65,8 +65,9 @@ pub fn counts() -> (u64, u64, u64) {
 /// The paths one launch makes bubblewrap bind or run.
 #[derive(Debug, Default)]
 pub struct Needs<'a> {
-    /// Canonical paths (no symlink, no `..`): the folders on descriptors.
-    pub folders: Vec<&'a Path>,
+    /// The folders handed over on descriptors: each canonical path (no
+    /// symlink, no `..`) and the `(dev, ino)` of its descriptor.
+    pub folders: Vec<(&'a Path, (u64, u64))>,
     /// Paths bubblewrap resolves itself, following symlinks: the
     /// profile's sources and bubblewrap's own program.
     pub sources: Vec<&'a Path>,
@@ -79,9 +80,14 @@ pub struct Template {
     /// Its root (`O_PATH`), where sources are resolved to check them.
     root: OwnedFd,
     roots: Vec<PathBuf>,
-    /// Source path to whether it resolves to the host's object.
-    checked: Mutex<HashMap<PathBuf, bool>>,
+    /// Source path to the host's `(dev, ino)` it was checked with (`None`:
+    /// missing) and whether the template resolves it to the same.
+    checked: Mutex<HashMap<PathBuf, Checked>>,
 }
+
+/// A source's host object when it was checked (`(dev, ino)`, `None`:
+/// missing), and whether the template resolved it to the same.
+type Checked = (Option<(u64, u64)>, bool);
 
 /// What [`Template::covers`] found.
 #[derive(Debug, PartialEq, Eq)]
@@ -89,6 +95,9 @@ enum Cover {
     Yes,
     /// Not held; a template with these roots added would hold it.
     Add(Vec<PathBuf>),
+    /// A folder under a root is another object here than on the host: a
+    /// root was replaced on the host since the template was made.
+    Stale,
     No,
 }
 
@@ -99,15 +108,20 @@ impl Template {
     }
 
     fn covers(&self, needs: &Needs<'_>) -> Cover {
-        let mut add = Vec::new();
-        for f in &needs.folders {
-            if !f.is_absolute() || !canonical_form(f) {
+        for &(f, host) in &needs.folders {
+            // A folder outside the roots is not added: folders come and go
+            // (an environment build's), roots stay.
+            if !f.is_absolute()
+                || !canonical_form(f)
+                || !self.roots.iter().any(|r| f.starts_with(r))
+            {
                 return Cover::No;
             }
-            if !self.roots.iter().any(|r| f.starts_with(r)) {
-                add.push(f.to_path_buf());
+            if stat_in_root(&self.root, f, true).ok() != Some(host) {
+                return Cover::Stale;
             }
         }
+        let mut add = Vec::new();
         for s in &needs.sources {
             if self.resolves_same(s) {
                 continue;
@@ -126,23 +140,29 @@ impl Template {
     }
 
     /// Whether `path` resolves in the template to the object it resolves
-    /// to on the host, or is missing in both.
+    /// to on the host, or is missing in both. Remembered with the host's
+    /// object: a path that leads elsewhere on the host is checked again
+    /// (below the roots the two share their file systems, so only the
+    /// host's side can move).
     fn resolves_same(&self, path: &Path) -> bool {
+        let host = match std::fs::metadata(path) {
+            Ok(m) => Some((m.dev(), m.ino())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(_) => return false,
+        };
         let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&same) = checked.get(path) {
-            return same;
-        }
-        let host = std::fs::metadata(path).map(|m| (m.dev(), m.ino()));
-        let here = stat_in_root(&self.root, path);
-        let same = match (host, here) {
-            (Ok(a), Ok(b)) => a == b,
-            (Err(a), Err(b)) => {
-                a.kind() == io::ErrorKind::NotFound && b.kind() == io::ErrorKind::NotFound
+        if let Some(&(seen, same)) = checked.get(path) {
+            if seen == host {
+                return same;
             }
+        }
+        let same = match (host, stat_in_root(&self.root, path, false)) {
+            (Some(a), Ok(b)) => a == b,
+            (None, Err(e)) => e.kind() == io::ErrorKind::NotFound,
             _ => false,
         };
-        if checked.len() < MAX_CHECKED {
-            checked.insert(path.to_owned(), same);
+        if checked.len() < MAX_CHECKED || checked.contains_key(path) {
+            checked.insert(path.to_owned(), (host, same));
         }
         same
     }
@@ -155,10 +175,11 @@ fn canonical_form(p: &Path) -> bool {
         .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
 }
 
-/// `(dev, ino)` of `path` resolved with `root` as `/` (symlinks too).
-fn stat_in_root(root: &OwnedFd, path: &Path) -> io::Result<(u64, u64)> {
-    let file = File::from(crate::supervise::sys::open_in_root(root.as_fd(), path)?);
-    let m = file.metadata()?;
+/// `(dev, ino)` of `path` resolved with `root` as `/`: through symlinks,
+/// or with `no_symlinks` through none.
+fn stat_in_root(root: &OwnedFd, path: &Path, no_symlinks: bool) -> io::Result<(u64, u64)> {
+    let fd = crate::supervise::sys::open_in_root(root.as_fd(), path, no_symlinks)?;
+    let m = File::from(fd).metadata()?;
     Ok((m.dev(), m.ino()))
 }
 
@@ -168,11 +189,18 @@ struct State {
     roots: Vec<PathBuf>,
     current: Option<Arc<Template>>,
     /// The runner's own `mountinfo`: readable for a `poll` when its mount
-    /// table changes.
+    /// table changes (the watcher thread has a descriptor of its own).
     watch: File,
+    /// The last making failed: launches start in the runner's own
+    /// namespace until the host's mount table changes.
+    broken: bool,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
+
+fn state() -> std::sync::MutexGuard<'static, Option<State>> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Makes launches start in a template holding `roots` (and `/usr`,
 /// `/dev`, `/proc`); `Err` says why none can be made here, and launches
@@ -183,44 +211,66 @@ pub fn enable(roots: &[PathBuf]) -> io::Result<()> {
         .map(PathBuf::from)
         .filter(|p| p.exists())
         .collect();
-    for r in roots {
-        all.push(std::fs::canonicalize(r)?);
-    }
+    // A folder not there (yet) is no root: what lies below it is not held.
+    all.extend(roots.iter().filter_map(|r| std::fs::canonicalize(r).ok()));
     let watch = File::open("/proc/self/mountinfo")?;
+    let watcher = File::open("/proc/self/mountinfo")?;
     let first = build(&all)?;
-    *STATE.lock().unwrap_or_else(|e| e.into_inner()) = Some(State {
+    *state() = Some(State {
         roots: first.roots.clone(),
         current: Some(Arc::new(first)),
         watch,
+        broken: false,
     });
+    // An idle daemon must not hold a file system the host unmounted: the
+    // template goes as soon as the host's mount table changes.
+    std::thread::Builder::new()
+        .name("skill-runner-mounts".into())
+        .spawn(move || loop {
+            use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+            let mut fds = [PollFd::new(watcher.as_fd(), PollFlags::POLLPRI)];
+            if poll(&mut fds, PollTimeout::NONE).is_err() {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                continue;
+            }
+            if let Some(st) = state().as_mut() {
+                st.current = None;
+                st.broken = false;
+            }
+        })?;
     Ok(())
 }
 
 /// The template this launch starts in, or `None`: the runner's own
 /// namespace (templates not enabled, or none can hold what it binds).
 pub fn for_launch(needs: &Needs<'_>) -> Option<Arc<Template>> {
-    let mut guard = STATE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut guard = state();
     let Some(state) = guard.as_mut() else {
         IN_HOST.fetch_add(1, Ordering::Relaxed);
         return None;
     };
     if changed(&state.watch) {
         state.current = None;
+        state.broken = false;
     }
     for _ in 0..2 {
+        if state.broken {
+            break;
+        }
         let template = match &state.current {
             Some(t) => t.clone(),
             None => match build(&state.roots) {
                 Ok(t) => {
+                    // Roots that are gone were left out.
+                    state.roots = t.roots.clone();
                     let t = Arc::new(t);
                     state.current = Some(t.clone());
                     t
                 }
                 Err(e) => {
-                    tracing::warn!("bubblewrap starts in the runner's own mount namespace from now on: cannot make a template namespace: {e}");
-                    *guard = None;
-                    IN_HOST.fetch_add(1, Ordering::Relaxed);
-                    return None;
+                    tracing::warn!("bubblewrap starts in the runner's own mount namespace until the host's mount table changes: cannot make a template namespace: {e}");
+                    state.broken = true;
+                    break;
                 }
             },
         };
@@ -232,6 +282,10 @@ pub fn for_launch(needs: &Needs<'_>) -> Option<Arc<Template>> {
             Cover::Add(add) if state.roots.len() + add.len() <= MAX_ROOTS => {
                 tracing::debug!(roots = ?add, "a launch binds paths outside the template: making one that holds them");
                 state.roots.extend(add);
+                state.current = None;
+            }
+            Cover::Stale => {
+                tracing::debug!("a root was replaced on the host: making the template again");
                 state.current = None;
             }
             Cover::Add(_) | Cover::No => break,
@@ -286,13 +340,15 @@ fn top_level_links() -> io::Result<Vec<(std::ffi::OsString, PathBuf)>> {
 /// leaves the runner's namespace, builds the template and ends; the
 /// namespace lives on in its descriptor.
 fn build(roots: &[PathBuf]) -> io::Result<Template> {
-    let roots = outermost(roots);
+    let mut roots = outermost(roots);
     if roots.iter().any(|r| !r.is_absolute() || !canonical_form(r)) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "a template root is not a canonical path",
         ));
     }
+    // A root removed on the host (or made a symlink) is left out.
+    roots.retain(|r| std::fs::symlink_metadata(r).is_ok_and(|m| !m.file_type().is_symlink()));
     let links = top_level_links()?;
     let (ns, root) = std::thread::scope(|s| {
         s.spawn(|| inside(&roots, &links))
@@ -340,16 +396,27 @@ fn inside(
         .map_err(|e| err("making the namespace private", e))?;
     let ns = OwnedFd::from(File::open("/proc/thread-self/ns/mnt")?);
     // Every source is opened before the scratch tmpfs can cover one.
+    // Roots are canonical: one reached through a symlink (swapped in since
+    // it was chosen) is refused, never followed.
+    let slash = File::open("/")?;
     let mut sources = Vec::with_capacity(roots.len());
     for r in roots {
-        let f = nix::fcntl::open(
-            r.as_path(),
-            nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_CLOEXEC,
-            nix::sys::stat::Mode::empty(),
-        )
-        .map_err(|e| err(&format!("opening {}", r.display()), e))?;
+        let f = crate::supervise::sys::open_in_root(slash.as_fd(), r, true)
+            .map_err(|e| io::Error::new(e.kind(), format!("opening {}: {e}", r.display())))?;
         let is_dir = File::from(f.try_clone()?).metadata()?.is_dir();
         sources.push((f, is_dir));
+    }
+    // The mode and owner of every folder above a root, read before the
+    // scratch tmpfs covers `/tmp` (a root may lie below it).
+    let mut above: HashMap<PathBuf, (u32, u32, u32)> = HashMap::new();
+    for r in roots {
+        for a in r.ancestors().skip(1) {
+            if a == Path::new("/") || above.contains_key(a) {
+                continue;
+            }
+            let m = std::fs::symlink_metadata(a)?;
+            above.insert(a.to_owned(), (m.uid(), m.gid(), m.mode() & 0o7777));
+        }
     }
     let scratch = Path::new("/tmp");
     mount(
@@ -363,7 +430,7 @@ fn inside(
     let top = File::open(scratch)?;
     let top_dev = top.metadata()?.dev();
     for (r, (src, is_dir)) in roots.iter().zip(&sources) {
-        let target = mount_point(&top, top_dev, scratch, r, *is_dir)?;
+        let target = mount_point(&top, top_dev, scratch, r, *is_dir, &above)?;
         let from = format!("/proc/thread-self/fd/{}", src.as_raw_fd());
         mount(
             Some(from.as_str()),
@@ -375,10 +442,12 @@ fn inside(
         .map_err(|e| err(&format!("binding {}", r.display()), e))?;
     }
     for (name, target) in links {
-        // A root of the same name (a folder on this host) wins.
-        if !roots
-            .iter()
-            .any(|r| r.starts_with(Path::new("/").join(name)))
+        // A root of the same name (a folder on this host) wins; /tmp is
+        // always a folder (bubblewrap mounts on it).
+        if name != "tmp"
+            && !roots
+                .iter()
+                .any(|r| r.starts_with(Path::new("/").join(name)))
         {
             nix::unistd::symlinkat(target.as_path(), top.as_fd(), name.as_os_str())
                 .map_err(|e| err("remaking a top-level symlink", e))?;
@@ -427,6 +496,7 @@ fn mount_point(
     scratch: &Path,
     root: &Path,
     is_dir: bool,
+    above: &HashMap<PathBuf, (u32, u32, u32)>,
 ) -> io::Result<PathBuf> {
     use nix::fcntl::{openat, OFlag};
     use nix::sys::stat::{mkdirat, Mode};
@@ -442,6 +512,7 @@ fn mount_point(
         return Ok(scratch.to_owned());
     };
     let mut dir = top.try_clone()?;
+    let mut host = PathBuf::from("/");
     for name in parents {
         match mkdirat(dir.as_fd(), *name, Mode::from_bits_truncate(0o755)) {
             Ok(()) | Err(nix::Error::EEXIST) => {}
@@ -460,6 +531,21 @@ fn mount_point(
                 root.display()
             )));
         }
+        // The host folder's mode and owner, so that bubblewrap, as the
+        // sandbox user, passes here exactly where it passes on the host.
+        host.push(name);
+        let &(uid, gid, mode) = above
+            .get(&host)
+            .ok_or_else(|| io::Error::other(format!("no owner read for {}", host.display())))?;
+        std::os::unix::fs::fchown(&dir, Some(uid), Some(gid)).or_else(|e| {
+            // Root of a user namespace that maps only itself: modes still hold.
+            if e.raw_os_error() == Some(libc::EINVAL) {
+                Ok(())
+            } else {
+                Err(e)
+            }
+        })?;
+        dir.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))?;
     }
     if is_dir {
         mkdirat(dir.as_fd(), *last, Mode::from_bits_truncate(0o755))?;
@@ -533,8 +619,12 @@ mod tests {
             }
         };
         fn folders<'a>(f: &[&'a Path]) -> Needs<'a> {
+            let id = |p: &Path| {
+                let m = std::fs::metadata(p).unwrap();
+                (m.dev(), m.ino())
+            };
             Needs {
-                folders: f.to_vec(),
+                folders: f.iter().map(|p| (*p, id(p))).collect(),
                 sources: vec![],
             }
         }
@@ -548,14 +638,36 @@ mod tests {
             template.covers(&folders(&[&inside.join("sub")])),
             Cover::Yes
         );
-        assert_eq!(
-            template.covers(&folders(&[&outside])),
-            Cover::Add(vec![outside.clone()])
+        // The folders above a root have the host's modes and owners: a
+        // user the host keeps out of `base` is kept out here too.
+        let host = std::fs::metadata(&base).unwrap();
+        let fd = crate::supervise::sys::open_in_root(template.root.as_fd(), &base, true).unwrap();
+        let here = File::from(fd).metadata().unwrap();
+        assert_eq!(here.mode() & 0o7777, host.mode() & 0o7777);
+        assert_eq!((here.uid(), here.gid()), (host.uid(), host.gid()));
+        assert_ne!(
+            here.dev(),
+            host.dev(),
+            "a folder of the template's own tmpfs"
         );
+        // Folders outside the roots are not added: they come and go.
+        assert_eq!(template.covers(&folders(&[&outside])), Cover::No);
         assert_eq!(
             template.covers(&folders(&[&inside.join("sub/../../outside")])),
             Cover::No
         );
+        // A folder replaced on the host since: another object there.
+        std::fs::rename(inside.join("sub"), base.join("old-sub")).unwrap();
+        std::fs::create_dir(inside.join("sub")).unwrap();
+        let sub = inside.join("sub");
+        assert_eq!(template.covers(&folders(&[&sub])), Cover::Yes);
+        let old = folders(&[&base.join("old-sub")]).folders[0].1;
+        let moved = Needs {
+            folders: vec![(sub.as_path(), old)],
+            sources: vec![],
+        };
+        assert_eq!(template.covers(&moved), Cover::Stale);
+        std::fs::remove_dir(base.join("old-sub")).unwrap();
         // Sources resolve as bubblewrap resolves them: through symlinks.
         assert_eq!(
             template.covers(&sources(&[&inside.join("to-a")])),

@@ -1067,9 +1067,14 @@ pub fn limit_malloc_arenas(arenas: i32) {
 
 /// `path` (absolute or not) opened `O_PATH`, resolved with `root` as
 /// `/`: `..` and absolute symlinks stay inside it (`openat2`,
-/// `RESOLVE_IN_ROOT`, Linux 5.6).
+/// `RESOLVE_IN_ROOT`, Linux 5.6); with `no_symlinks`, a symlink anywhere
+/// on the way fails it (`ELOOP`).
 #[cfg(target_os = "linux")]
-pub fn open_in_root(root: std::os::fd::BorrowedFd<'_>, path: &Path) -> io::Result<OwnedFd> {
+pub fn open_in_root(
+    root: std::os::fd::BorrowedFd<'_>,
+    path: &Path,
+    no_symlinks: bool,
+) -> io::Result<OwnedFd> {
     use std::os::fd::{AsRawFd, FromRawFd};
     let rel = path.strip_prefix("/").unwrap_or(path);
     let rel = if rel.as_os_str().is_empty() {
@@ -1082,6 +1087,9 @@ pub fn open_in_root(root: std::os::fd::BorrowedFd<'_>, path: &Path) -> io::Resul
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
     how.flags = (libc::O_PATH | libc::O_CLOEXEC) as u64;
     how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    if no_symlinks {
+        how.resolve |= libc::RESOLVE_NO_SYMLINKS;
+    }
     // SAFETY: openat2 reads the NUL-terminated path and `how`, of the size
     // given, and returns a new descriptor or -1.
     let fd = unsafe {

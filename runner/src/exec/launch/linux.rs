@@ -130,12 +130,20 @@ pub fn launcher(job: &Job, p: &Prepared, nproc: Option<u64>) -> Result<Launcher,
 /// every path the plan binds ([`crate::sandbox::template`]); `None`: the
 /// runner's own.
 #[cfg(target_os = "linux")]
-pub fn mount_ns(p: &Prepared, plan: &Plan) -> Option<std::sync::Arc<OwnedFd>> {
+pub fn mount_ns(
+    p: &Prepared,
+    plan: &Plan,
+    fds: &[(OwnedFd, i32)],
+) -> Option<std::sync::Arc<OwnedFd>> {
     use crate::sandbox::template::{for_launch, Needs};
+    use std::os::unix::fs::MetadataExt;
     let mut needs = Needs::default();
-    needs
-        .folders
-        .extend(plan.folders.iter().map(|(_, path)| path.as_path()));
+    for (n, path) in &plan.folders {
+        // What bubblewrap will bind: the object on the descriptor.
+        let (fd, _) = fds.iter().find(|(_, target)| target == n)?;
+        let m = fs::File::from(fd.try_clone().ok()?).metadata().ok()?;
+        needs.folders.push((path.as_path(), (m.dev(), m.ino())));
+    }
     needs.sources.push(plan.program.as_path());
     for m in &p.mounts {
         if p.etc.is_some() && crate::sandbox::etcview::folded(m) {
@@ -152,7 +160,11 @@ pub fn mount_ns(p: &Prepared, plan: &Plan) -> Option<std::sync::Arc<OwnedFd>> {
 }
 
 #[cfg(not(target_os = "linux"))]
-pub fn mount_ns(_p: &Prepared, _plan: &Plan) -> Option<std::sync::Arc<OwnedFd>> {
+pub fn mount_ns(
+    _p: &Prepared,
+    _plan: &Plan,
+    _fds: &[(OwnedFd, i32)],
+) -> Option<std::sync::Arc<OwnedFd>> {
     None
 }
 

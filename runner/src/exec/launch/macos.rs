@@ -108,6 +108,7 @@ pub fn launcher(job: &Job, p: &Prepared, nproc: Option<u64>) -> Result<Launcher,
 pub fn mount_ns(
     _p: &Prepared,
     _plan: &crate::exec::plan::Plan,
+    _fds: &[(std::os::fd::OwnedFd, i32)],
 ) -> Option<std::sync::Arc<std::os::fd::OwnedFd>> {
     None
 }

@@ -86,7 +86,7 @@ pub fn spawn(
     cgroup_procs: Vec<std::fs::File>,
 ) -> crate::supervise::Spawn {
     let Launcher { plan, fds } = launcher;
-    let mount_ns = mount_ns(p, &plan);
+    let mount_ns = mount_ns(p, &plan, &fds);
     crate::supervise::Spawn {
         program: plan.program,
         args: plan.args,
