@@ -17,18 +17,24 @@
 //! Invariants:
 //! - a launch joins a template only if every path it binds resolves there
 //!   to the object it names on the host: folders (opened without
-//!   symlinks, so canonical) lie under a root; every other source and
-//!   bubblewrap itself resolve to the same device and inode, or are
-//!   missing in both ([`Template::covers`]);
+//!   symlinks, so canonical) lie under a root and have their descriptor's
+//!   device and inode there; every other source and bubblewrap itself
+//!   resolve to the same device and inode, or are missing in both
+//!   ([`Template::covers`]). Only such sources become new roots, never
+//!   folders;
 //! - the template is private: no mount of the host reaches it. Any change
-//!   of the host's mount table (seen by `poll` on its `mountinfo`) drops
-//!   it, and the next launch makes a new one;
-//! - nothing is made on the host: mount points are made in the template's
-//!   own tmpfs, never through a symlink or below a root;
-//! - a template is made only where the runner may join one (it has
-//!   `CAP_SYS_ADMIN`, as root or as root of a user namespace) and only by
-//!   the daemon ([`enable`]); `run` and an unprivileged daemon start
-//!   bubblewrap in their own namespace.
+//!   of the host's mount table (seen by `poll` on its `mountinfo`, by a
+//!   watcher thread and at each launch) drops it, and the next launch
+//!   makes a new one;
+//! - nothing is made on the host: roots are opened without following a
+//!   symlink, mount points are made in the template's own tmpfs, never
+//!   through a symlink or below a root, with the modes and owners of the
+//!   host's folders above each root;
+//! - a template is used only where the runner may make and join one
+//!   (`CAP_SYS_ADMIN` and `CAP_SYS_CHROOT`, as root or as root of a user
+//!   namespace; each new one is joined once first) and only where
+//!   [`enable`]d: by the daemon, and by `run` for the escape suite;
+//!   elsewhere bubblewrap starts in the runner's own namespace.
 
 use std::collections::HashMap;
 use std::fs::File;
