@@ -398,6 +398,100 @@ fn a_sandbox_prepared_from_anything_else_is_discarded_and_never_used() {
     assert_ne!(res["exit_code"], 0, "a 1 MiB /tmp took 2 MB: {res:#}");
 }
 
+/// The published root of the session's skill (`published/<identity>`).
+fn probe_root(w: &World) -> std::path::PathBuf {
+    let roots: Vec<_> = std::fs::read_dir(w.data_dir().join("published"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("skills/probe/scripts/hello.sh").exists())
+        .collect();
+    assert_eq!(roots.len(), 1, "{roots:?}");
+    roots.into_iter().next().unwrap()
+}
+
+#[test]
+fn a_published_root_changed_on_disk_is_not_served_by_the_sandbox_prepared_with_it() {
+    if skip_without_sandbox() {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    let (d, id) = prepared_session(&w, &[]);
+    exec(&d, &id, &["true"], json!({}));
+    ready(&d);
+    // A byte flipped from outside in the root the prepared sandbox has
+    // bound: the next request finds the root changed and rebuilds it from
+    // the store at the same path. The sandbox prepared with the old one
+    // still holds the flipped byte, and must not run the command.
+    let script = probe_root(&w).join("skills/probe/scripts/hello.sh");
+    let mode = |m| std::fs::set_permissions(&script, std::fs::Permissions::from_mode(m)).unwrap();
+    mode(0o644);
+    std::fs::write(&script, "Echo hello\n").unwrap();
+    mode(0o444);
+    let res = exec(
+        &d,
+        &id,
+        &["cat", "/skills/probe/scripts/hello.sh"],
+        json!({}),
+    );
+    assert_eq!(res["stdout"], "echo hello\n", "{res:#}");
+    assert!(res.get("prepared_sandbox").is_none(), "{res:#}");
+    assert_eq!(
+        sample(
+            &d,
+            "skill_runner_prepared_sandboxes_discarded_total{reason=\"changed\"}"
+        ),
+        1.0
+    );
+    // The one prepared next holds the rebuilt root.
+    let res = exec_prepared(
+        &d,
+        &id,
+        &["cat", "/skills/probe/scripts/hello.sh"],
+        json!({}),
+    );
+    assert_eq!(res["stdout"], "echo hello\n", "{res:#}");
+}
+
+#[test]
+fn a_workspace_replaced_on_the_host_is_not_served_by_the_sandbox_prepared_with_it() {
+    if skip_without_sandbox() {
+        return;
+    }
+    let w = World::new();
+    let (d, id) = prepared_session(&w, &[]);
+    exec(
+        &d,
+        &id,
+        &["sh", "-c", "echo old > /workspace/mark"],
+        json!({}),
+    );
+    ready(&d);
+    // From outside, the session's workspace folder is moved aside and
+    // another made at its path: the prepared sandbox has the old one bound.
+    let ws = w.data_dir().join("workspaces").join(&id);
+    let aside = ws.with_extension("aside");
+    std::fs::rename(&ws, &aside).unwrap();
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("mark"), "new\n").unwrap();
+    copy_owner(&aside, &ws);
+    copy_owner(&aside, &ws.join("mark"));
+    let res = exec(&d, &id, &["cat", "/workspace/mark"], json!({}));
+    assert_eq!(res["stdout"], "new\n", "{res:#}");
+    assert!(res.get("prepared_sandbox").is_none(), "{res:#}");
+}
+
+/// Gives `to` the owner and mode of `from`.
+fn copy_owner(from: &std::path::Path, to: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(from).unwrap();
+    std::os::unix::fs::chown(to, Some(m.uid()), Some(m.gid())).unwrap();
+    if to.is_dir() {
+        std::fs::set_permissions(to, m.permissions()).unwrap();
+    }
+}
+
 #[test]
 fn the_pool_holds_no_more_memory_than_prepared_memory() {
     if skip_without_sandbox() {

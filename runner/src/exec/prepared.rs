@@ -9,8 +9,9 @@
 //! of everything the launch of that canonical job would be given: the
 //! bwrap argv (every mount, the folders by path: the published root of
 //! its generation, the `/etc` view of its stamp, the workspace, the
-//! environment's tree), the seccomp programs and account files, and the
-//! limits but the timeout and output cap. A request takes a prepared
+//! environment's tree), what those paths lead to ([`Objects`]: a root
+//! rebuilt at its path is another folder), the seccomp programs and
+//! account files, and the limits but the timeout and output cap. A request takes a prepared
 //! sandbox only when its own canonical job has the same key, so it gets
 //! exactly the sandbox it would have been built; only its command (argv,
 //! environment, cwd: what the plan would have passed as `--setenv`,
@@ -223,12 +224,99 @@ pub fn command(job: &Job, p: &Prepared) -> Result<Command, ExecError> {
     })
 }
 
+/// What each host folder and bound source of a sandbox is: the device
+/// and inode of each folder in the plan's order, then of each profile
+/// source bubblewrap binds by path; `None` where there is none to open.
+/// Part of the key: a path that leads to another object than when the
+/// sandbox was prepared (a published root found changed and rebuilt at
+/// its path, a workspace or a host file replaced) gives another key, and
+/// that sandbox is never handed the command.
+type Objects = Vec<Option<(u64, u64)>>;
+
+/// The key of a sandbox: a digest of the plan of `canon` (a canonical
+/// job) in `p`, what its paths lead to (`objects`), its limits but the
+/// timeout and output cap, and the host identity.
+fn key(plan: &plan::Plan, canon: &Job, p: &Prepared, objects: &Objects) -> Key {
+    let mut limits = canon.limits;
+    limits.timeout_ms = 0;
+    limits.output_bytes = 0;
+    // Every byte, each field length-prefixed: no two plans hash alike
+    // by a shifted boundary.
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    field(plan.program.as_os_str().as_encoded_bytes());
+    for a in &plan.args {
+        field(a.as_encoded_bytes());
+    }
+    for (fd, content) in &plan.files {
+        field(&fd.to_le_bytes());
+        match content {
+            plan::Content::Bytes(b) => field(b),
+            plan::Content::Shim(kind) => field(format!("{kind:?}").as_bytes()),
+        }
+    }
+    for (fd, path) in &plan.folders {
+        field(&fd.to_le_bytes());
+        field(path.as_os_str().as_encoded_bytes());
+    }
+    for object in objects {
+        match object {
+            Some((dev, ino)) => field(&[dev.to_le_bytes(), ino.to_le_bytes()].concat()),
+            None => field(b"none"),
+        }
+    }
+    field(format!("{limits:?}\n{:?}", p.identity).as_bytes());
+    Key(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The device and inode of an open file.
+fn object_of(file: &File) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata().ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// What the plan's folders lead to now, each opened as a launch opens it
+/// (one component at a time, no symlink followed), then the sources.
+fn objects_now(plan: &plan::Plan, p: &Prepared) -> Objects {
+    let mut out: Objects = plan
+        .folders
+        .iter()
+        .map(|(_, path)| {
+            crate::fsx::open_dir_no_symlinks(path)
+                .ok()
+                .and_then(|f| object_of(&f))
+        })
+        .collect();
+    out.extend(sources_now(p));
+    out
+}
+
+/// What the profile's sources bubblewrap binds by path lead to now.
+fn sources_now(p: &Prepared) -> Objects {
+    use crate::sandbox::profile::Mount;
+    use std::os::unix::fs::MetadataExt;
+    p.mounts
+        .iter()
+        .filter(|m| !(p.etc.is_some() && crate::sandbox::etcview::folded(m)))
+        .filter_map(|m| match m {
+            Mount::RoBind { src, .. } | Mount::RoBindTry { src, .. } => Some(src),
+            Mount::Symlink { .. } => None,
+        })
+        .map(|src| std::fs::metadata(src).ok().map(|m| (m.dev(), m.ino())))
+        .collect()
+}
+
 impl Runner {
-    /// The key of the sandbox `job` (canonical) would get in `p`.
-    fn key(&self, canon: &Job, p: &Prepared) -> Result<Key, ExecError> {
+    /// The plan the key of a sandbox of `canon` (a canonical job) in `p`
+    /// is made from.
+    fn key_plan(&self, canon: &Job, p: &Prepared) -> Result<plan::Plan, ExecError> {
         let bwrap = p.bwrap.as_ref().ok_or(ExecError::FindBwrap)?;
         let folders = launch::folders(p);
-        let plan = plan::bwrap(
+        plan::bwrap(
             canon,
             plan::Sandbox {
                 program: &bwrap.path,
@@ -238,36 +326,7 @@ impl Runner {
                 identity: &p.identity,
                 nproc: None,
             },
-        )?;
-        let mut limits = canon.limits;
-        limits.timeout_ms = 0;
-        limits.output_bytes = 0;
-        // Every byte, each field length-prefixed: no two plans hash alike
-        // by a shifted boundary.
-        use sha2::Digest;
-        let mut h = sha2::Sha256::new();
-        let mut field = |bytes: &[u8]| {
-            h.update((bytes.len() as u64).to_le_bytes());
-            h.update(bytes);
-        };
-        field(plan.program.as_os_str().as_encoded_bytes());
-        for a in &plan.args {
-            field(a.as_encoded_bytes());
-        }
-        for (fd, content) in &plan.files {
-            field(&fd.to_le_bytes());
-            match content {
-                plan::Content::Bytes(b) => field(b),
-                plan::Content::Shim(kind) => field(format!("{kind:?}").as_bytes()),
-            }
-        }
-        for (fd, path) in &plan.folders {
-            field(&fd.to_le_bytes());
-            field(path.as_os_str().as_encoded_bytes());
-        }
-        field(format!("{limits:?}\n{:?}", p.identity).as_bytes());
-        let key = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
-        Ok(Key(key))
+        )
     }
 
     /// Prepares a sandbox for the next command of jobs like `job`, or
@@ -279,13 +338,13 @@ impl Runner {
         }
         let canon = canonical(job);
         let p = self.prepare(&canon)?;
-        let key = self.key(&canon, &p)?;
+        let plan = self.key_plan(&canon, &p)?;
         let l = canon.limits;
         let (cgroup, cg_note) = self.cgroup(&p, &l)?;
         let started = self.start_waiting(&canon, &p, cgroup.as_ref(), cg_note.clone());
         match started {
-            Ok((started, handover)) => Ok(Some(Warm {
-                key,
+            Ok((started, handover, bound)) => Ok(Some(Warm {
+                key: key(&plan, &canon, &p, &bound),
                 started,
                 handover,
                 cgroup,
@@ -303,14 +362,16 @@ impl Runner {
 
     /// Spawns bubblewrap with the canonical job's plan, its shim told to
     /// wait for the hand-over: the runner's own binary (the small shim
-    /// takes its command from its argv only).
+    /// takes its command from its argv only). With it, what it was given
+    /// to bind ([`Objects`]): the folders on the descriptors it gets, the
+    /// sources as their paths lead just before it starts.
     fn start_waiting(
         &self,
         canon: &Job,
         p: &Prepared,
         cgroup: Option<&Cgroup>,
         cg_note: Option<String>,
-    ) -> Result<(Started, File), ExecError> {
+    ) -> Result<(Started, File, Objects), ExecError> {
         let procs = cgroup.map(Cgroup::procs_files).transpose();
         let procs = procs
             .map_err(|source| ExecError::OpenCgroup { source })?
@@ -336,6 +397,16 @@ impl Runner {
                 *fd = shim::executable(ShimKind::Runner).map_err(io)?;
             }
         }
+        let mut bound: Objects = launcher
+            .plan
+            .folders
+            .iter()
+            .map(|(n, _)| {
+                let (fd, _) = launcher.fds.iter().find(|(_, target)| target == n)?;
+                object_of(&File::from(fd.try_clone().ok()?))
+            })
+            .collect();
+        bound.extend(sources_now(p));
         let (read, write) = crate::supervise::sys::pipe_cloexec().map_err(io)?;
         launcher.fds.push((read, FD_HANDOVER));
         let mut spawn = launch::spawn(canon, p, launcher, rlimits.runner, procs);
@@ -344,7 +415,7 @@ impl Runner {
         let program = spawn.program.clone();
         let started =
             supervise::start(spawn).map_err(|source| ExecError::Start { program, source })?;
-        Ok((started, File::from(write)))
+        Ok((started, File::from(write), bound))
     }
 
     /// Discards a prepared sandbox that will not be used: bubblewrap is
@@ -373,8 +444,9 @@ impl Runner {
             if !eligible(job) {
                 return self.launch(job, p, opts);
             }
-            let key = self.key(&canonical(job), &p)?;
-            match take(&key) {
+            let canon = canonical(job);
+            let plan = self.key_plan(&canon, &p)?;
+            match take(&key(&plan, &canon, &p, &objects_now(&plan, &p))) {
                 Some(warm) if warm.alive() => {
                     used = Use::Prepared;
                     self.hand_over(job, p, warm, opts)
