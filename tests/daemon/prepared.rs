@@ -20,17 +20,30 @@ pub fn prepared_session(w: &World, extra: &[&str]) -> (Daemon, String) {
         args.extend(["--prepared-sandboxes", "1"]);
     }
     let d = Daemon::start(w, &args);
+    let id = session_of(w, &d);
+    (d, id)
+}
+
+/// Publishes a small skill `probe` to `d` and makes a managed session of
+/// it: the session id.
+fn session_of(w: &World, d: &Daemon) -> String {
+    session_with(w, d, json!({"workspace": "managed"}))
+}
+
+/// [`session_of`], the session request's other members from `extra`.
+fn session_with(w: &World, d: &Daemon, extra: Value) -> String {
     let dir = w.skill("probe", &[("scripts/hello.sh", b"echo hello\n")]);
     let (bundle, binding) = bundle_of("probe", &dir);
     let r = d.post("/v1/skill-packages", &bundle);
     assert_eq!(r.status, 200, "{:#}", r.json());
-    let r = d.post(
-        "/v1/sessions",
-        &json!({"skills": [binding], "tools": ["bash"], "workspace": "managed"}),
-    );
+    let mut req = json!({"skills": [binding], "tools": ["bash"]});
+    if let (Some(r), Some(e)) = (req.as_object_mut(), extra.as_object()) {
+        r.extend(e.clone());
+    }
+    let r = d.post("/v1/sessions", &req);
     let doc = r.json();
     assert_eq!(r.status, 200, "{doc:#}");
-    (d, doc["id"].as_str().unwrap().to_owned())
+    doc["id"].as_str().unwrap().to_owned()
 }
 
 /// Runs a command of the session; the result.
@@ -181,6 +194,28 @@ fn nothing_of_one_command_is_seen_by_the_next() {
     let out = res["stdout"].as_str().unwrap();
     assert!(!out.contains("left"), "{out}");
     assert!(!out.contains(&marker), "{out}");
+}
+
+#[test]
+fn a_session_without_a_workspace_keeps_nothing_from_one_command_to_the_next() {
+    if skip_without_sandbox() {
+        return;
+    }
+    // Each command of such a session gets a fresh workspace, and in it
+    // the extensions dir: a prepared sandbox has its own, never the last
+    // command's.
+    let w = World::new();
+    let d = Daemon::start(&w, &["--prepared-sandboxes", "1"]);
+    let id = session_with(&w, &d, json!({}));
+    exec(&d, &id, &["true"], json!({}));
+    let leave = "echo x > /workspace/left && echo x > /skill-extensions/left && echo left";
+    let res = exec_prepared(&d, &id, &["sh", "-c", leave], json!({}));
+    assert_eq!(res["stdout"], "left\n", "{res:#}");
+    let look = "ls -A /workspace /skill-extensions/";
+    let res = exec_prepared(&d, &id, &["sh", "-c", look], json!({}));
+    let out = res["stdout"].as_str().unwrap();
+    assert!(!out.contains("left"), "{res:#}");
+    assert!(out.contains(".sciencediscovery"), "{res:#}");
 }
 
 #[test]
@@ -490,6 +525,77 @@ fn copy_owner(from: &std::path::Path, to: &std::path::Path) {
     if to.is_dir() {
         std::fs::set_permissions(to, m.permissions()).unwrap();
     }
+}
+
+#[test]
+fn a_change_of_the_etc_view_discards_the_sandbox_prepared_with_the_old_one() {
+    if skip_without_sandbox() {
+        return;
+    }
+    let alternatives = std::path::Path::new("/etc/alternatives");
+    if !alternatives.is_dir() {
+        skip("no /etc/alternatives to stand in for");
+        return;
+    }
+    // The daemon in a mount namespace of its own, where a copy of
+    // /etc/alternatives (a piece of the default profile's /etc view)
+    // stands in for the host's, so the test can change it.
+    let w = World::new();
+    let copy = w.path().join("alternatives");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(alternatives)
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(cp.status.success(), "{}", show(&cp));
+    let daemon = Daemon::command(&w, &["--prepared-sandboxes", "1"]);
+    let private = ["--mount", "--propagation", "private"].map(std::ffi::OsStr::new);
+    let mut unshared = wrapped("unshare", &private, &daemon);
+    unshared
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let d = match Daemon::spawn(unshared) {
+        Ok(d) => d,
+        Err(log) => {
+            skip(format!("no mount namespace for the daemon here: {log}"));
+            return;
+        }
+    };
+    let mounted = std::process::Command::new("nsenter")
+        .arg("-t")
+        .arg(d.pid().to_string())
+        .args(["-m", "mount", "--bind"])
+        .arg(&copy)
+        .arg(alternatives)
+        .output()
+        .unwrap();
+    assert!(mounted.status.success(), "{}", show(&mounted));
+    let id = session_of(&w, &d);
+    exec(&d, &id, &["true"], json!({}));
+    let look = [
+        "sh",
+        "-c",
+        "cat /etc/alternatives/marker 2>/dev/null || echo none",
+    ];
+    let res = exec_prepared(&d, &id, &look, json!({}));
+    assert_eq!(res["stdout"], "none\n", "{res:#}");
+    // An entry added to a piece of the view: the next request's view is a
+    // new generation, and the sandbox prepared with the old one is
+    // discarded, never handed the command.
+    ready(&d);
+    std::fs::write(copy.join("marker"), "added\n").unwrap();
+    let res = exec(&d, &id, &look, json!({}));
+    assert_eq!(res["stdout"], "added\n", "{res:#}");
+    assert!(res.get("prepared_sandbox").is_none(), "{res:#}");
+    assert_eq!(
+        sample(
+            &d,
+            "skill_runner_prepared_sandboxes_discarded_total{reason=\"changed\"}"
+        ),
+        1.0
+    );
 }
 
 #[test]
