@@ -230,3 +230,42 @@ fn a_pooled_cgroup_looks_in_use_to_other_data_dirs_sweeps() {
         let _ = fs::remove_dir(p);
     }
 }
+
+/// A prepared sandbox's cgroup is rebased at the hand-over of its command
+/// (docs/prepared.md): what ran in it before (the sandbox's preparation)
+/// is not the command's usage.
+#[test]
+fn a_rebased_cgroup_counts_nothing_of_what_ran_before() {
+    let _serial = crate::serial();
+    let Some(s) = support() else { return };
+    let prefix = format!("test-pool-rebase-{}", std::process::id());
+    let pool = cgroup::Pool::new(s.clone(), prefix.clone(), 4);
+    let mut cg = pool.take(64 << 20, 32).unwrap();
+    if cg.cpu_ms().is_none() {
+        crate::skip("no CPU accounting in this cgroup hierarchy");
+        pool.give(cg);
+        return;
+    }
+    // A busy process in it until the cgroup has counted some CPU.
+    let mut busy = std::process::Command::new("sh")
+        .args(["-c", "while :; do :; done"])
+        .spawn()
+        .unwrap();
+    for mut file in cg.procs_files().unwrap() {
+        use std::io::Write;
+        file.write_all(busy.id().to_string().as_bytes()).unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while cg.cpu_ms().unwrap() < 20 {
+        assert!(std::time::Instant::now() < deadline, "no CPU counted");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    busy.kill().unwrap();
+    busy.wait().unwrap();
+    assert!(cg.cpu_ms().unwrap() >= 20);
+    // Nothing runs in it any more: rebased, it has counted nothing.
+    cg.rebase();
+    assert_eq!(cg.cpu_ms(), Some(0));
+    pool.give(cg);
+    drop(pool);
+}

@@ -261,6 +261,39 @@ fn a_running_command_cannot_reach_the_sandbox_prepared_for_the_next() {
     );
 }
 
+/// The daemon's open descriptors.
+fn open_fds(d: &Daemon) -> usize {
+    std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
+        .unwrap()
+        .count()
+}
+
+#[test]
+fn a_prepared_sandbox_holds_no_more_descriptors_than_its_budget() {
+    if skip_without_sandbox() {
+        return;
+    }
+    // The descriptor budget checked at start counts PER_PREPARED for each
+    // sandbox the pool may hold; four waiting, then none.
+    let w = World::new();
+    let (d, id) = prepared_session(&w, &["--prepared-sandboxes", "4"]);
+    exec(&d, &id, &["true"], json!({}));
+    ready_n(&d, 4);
+    let with = open_fds(&d);
+    let r = d.delete(&format!("/v1/sessions/{id}"));
+    assert_eq!(r.status, 200, "{:#}", r.json());
+    wait_until("no prepared sandbox", || {
+        sample(&d, "skill_runner_prepared_sandboxes") == 0.0
+    });
+    let without = open_fds(&d);
+    let each = (with - without) as f64 / 4.0;
+    let budget = skill_runner::daemon::descriptors::PER_PREPARED as f64;
+    assert!(
+        each > 0.0 && each < budget,
+        "{each} descriptors a prepared sandbox, budget {budget}"
+    );
+}
+
 #[test]
 fn idle_prepared_sandboxes_are_discarded() {
     if skip_without_sandbox() {
@@ -517,6 +550,35 @@ fn a_workspace_replaced_on_the_host_is_not_served_by_the_sandbox_prepared_with_i
     assert!(res.get("prepared_sandbox").is_none(), "{res:#}");
 }
 
+#[test]
+fn an_extensions_dir_a_command_moved_aside_is_not_the_next_command_s() {
+    if skip_without_sandbox() {
+        return;
+    }
+    // Two prepared: the second was set up with the extensions dir the
+    // first command then moves aside and makes again. The next command
+    // must get the one at the path now, as a sandbox built for it would.
+    let w = World::new();
+    let (d, id) = prepared_session(&w, &["--prepared-sandboxes", "2"]);
+    exec(&d, &id, &["true"], json!({}));
+    ready_n(&d, 2);
+    let swap = "cd /workspace/.sciencediscovery && mv skill-extensions moved-away && \
+                mkdir skill-extensions && echo old > moved-away/marker && echo swapped";
+    let res = exec_prepared(&d, &id, &["sh", "-c", swap], json!({}));
+    assert_eq!(res["stdout"], "swapped\n", "{res:#}");
+    let look = "ls -A /skill-extensions; echo new > /skill-extensions/written";
+    let res = exec(&d, &id, &["sh", "-c", look], json!({}));
+    assert_eq!(res["status"], "exited", "{res:#}");
+    assert_eq!(res["stdout"], "", "the moved folder was bound: {res:#}");
+    let dot = w
+        .data_dir()
+        .join("workspaces")
+        .join(&id)
+        .join(".sciencediscovery");
+    assert!(dot.join("skill-extensions/written").exists());
+    assert!(!dot.join("moved-away/written").exists());
+}
+
 /// Gives `to` the owner and mode of `from`.
 fn copy_owner(from: &std::path::Path, to: &std::path::Path) {
     use std::os::unix::fs::MetadataExt;
@@ -596,6 +658,20 @@ fn a_change_of_the_etc_view_discards_the_sandbox_prepared_with_the_old_one() {
         ),
         1.0
     );
+}
+
+#[test]
+fn the_runner_starts_as_a_shim_in_the_address_space_prepared_sandboxes_ask_for() {
+    // Where RLIMIT_AS holds memory_bytes (no memory cgroup), a sandbox is
+    // prepared only for a job that leaves the runner's own binary this
+    // much to start in as its shim.
+    let limit = format!("--as={}", skill_runner::exec::prepared::SHIM_ADDRESS_SPACE);
+    let mut shim = runner_command();
+    shim.args(["--skill-runner-exec-shim", "--", "/bin/true"]);
+    let out = wrapped("prlimit", &[std::ffi::OsStr::new(&limit)], &shim)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
 }
 
 #[test]

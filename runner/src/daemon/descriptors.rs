@@ -35,8 +35,9 @@ pub const PER_SLOT: u64 = 2;
 /// and proxy listener (measured, with headroom: docs/daemon.md).
 pub const PER_EXECUTION: u64 = 48;
 /// Descriptors a prepared sandbox holds in the daemon while it waits
-/// (its pidfd and six pipe ends, docs/prepared.md), with one to spare.
-pub const PER_PREPARED: u64 = 8;
+/// (its pidfd, six pipe ends, the published root's lease and, with an
+/// environment, the environment's; docs/prepared.md), with one to spare.
+pub const PER_PREPARED: u64 = 10;
 /// The per-execution cap on proxy connections.
 pub const PER_EXECUTION_PROXY: u64 = proxy::Limits::DEFAULT_OPEN as u64;
 

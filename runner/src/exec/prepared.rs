@@ -191,6 +191,21 @@ pub enum Use {
     Died,
 }
 
+/// The address space the runner's own binary needs to start as a
+/// prepared sandbox's shim, with room to spare: it starts in 24 MiB
+/// (release build) and 48 MiB (debug build) under `RLIMIT_AS` here, where
+/// the small shim of a sandbox built for its command needs next to none.
+pub const SHIM_ADDRESS_SPACE: u64 = 128 << 20;
+
+/// Whether a prepared sandbox's shim can start under a job's
+/// `memory_bytes`: always where a memory cgroup holds it (it limits what
+/// is charged, not what is mapped), else where `RLIMIT_AS`, which holds it
+/// then, leaves [`SHIM_ADDRESS_SPACE`]. A sandbox prepared under less would
+/// die before its hand-over, and the next one after it.
+pub fn shim_fits(memory_bytes: u64, held_by_cgroup: bool) -> bool {
+    held_by_cgroup || memory_bytes >= SHIM_ADDRESS_SPACE
+}
+
 /// The job with its command taken out: what a sandbox is prepared from.
 pub fn canonical(job: &Job) -> Job {
     let mut c = job.clone();
@@ -341,6 +356,15 @@ impl Runner {
         let plan = self.key_plan(&canon, &p)?;
         let l = canon.limits;
         let (cgroup, cg_note) = self.cgroup(&p, &l)?;
+        let held_by_cgroup = cgroup.as_ref().is_some_and(Cgroup::limits_memory);
+        if !shim_fits(l.memory_bytes, held_by_cgroup) {
+            tracing::debug!(
+                memory_bytes = l.memory_bytes,
+                "no sandbox prepared: RLIMIT_AS holds memory_bytes, too little for the runner's binary as its shim"
+            );
+            self.give_cgroup(cgroup);
+            return Ok(None);
+        }
         let started = self.start_waiting(&canon, &p, cgroup.as_ref(), cg_note.clone());
         match started {
             Ok((started, handover, bound)) => Ok(Some(Warm {
@@ -444,12 +468,21 @@ impl Runner {
             if !eligible(job) {
                 return self.launch(job, p, opts);
             }
+            // A command that cannot be handed over (a NUL byte, which job
+            // validation refuses first) runs in a sandbox built for it.
+            let message = match command(job, &p).map(|c| c.encode()) {
+                Ok(Ok(message)) => message,
+                _ => {
+                    used = Use::Built;
+                    return self.launch(job, p, opts);
+                }
+            };
             let canon = canonical(job);
             let plan = self.key_plan(&canon, &p)?;
             match take(&key(&plan, &canon, &p, &objects_now(&plan, &p))) {
                 Some(warm) if warm.alive() => {
                     used = Use::Prepared;
-                    self.hand_over(job, p, warm, opts)
+                    self.hand_over(job, p, warm, message, opts)
                 }
                 Some(dead) => {
                     tracing::warn!("a prepared sandbox had died while it waited; building one");
@@ -500,17 +533,17 @@ impl Runner {
         job: &Job,
         p: Prepared,
         warm: Warm,
+        message: Vec<u8>,
         opts: RunOptions<'_>,
     ) -> Result<ExecResult, ExecError> {
         let Warm {
             mut started,
             mut handover,
-            cgroup,
+            mut cgroup,
             cg_note,
             prepared,
             ..
         } = warm;
-        let message = command(job, &p)?.encode();
         let l = job.limits;
         let disk = watch::disk_of(&p);
         let limits = limits_plan(
@@ -521,20 +554,21 @@ impl Runner {
             disk,
             self.config.strict_limits,
         );
-        let (message, applied) = match (message, limits) {
-            (Ok(m), Ok((_, applied))) => (m, applied),
-            (m, l) => {
+        let applied = match limits {
+            Ok((_, applied)) => applied,
+            Err(e) => {
                 drop(started);
                 self.give_cgroup(cgroup);
-                l.map_err(ExecError::Limits)?;
-                let source =
-                    std::io::Error::other(m.err().map(|e| e.to_string()).unwrap_or_default());
-                return Err(ExecError::PrepareDescriptors { source });
+                return Err(ExecError::Limits(e));
             }
         };
         let (cancel, disk_watch) = watch::disk(opts.cancel.as_ref(), disk, &p, job)?;
         let program = p.bwrap.as_ref().map(|b| b.path.clone()).unwrap_or_default();
         crate::supervise::Sink::launching(opts.sink, 0, p.staging);
+        // Its usage is counted from here, as its clock is.
+        if let Some(cg) = cgroup.as_mut() {
+            cg.rebase();
+        }
         started.hand_over(job.stdin.clone());
         // Cancelled at the launch (its running record could not be
         // written): the command is never handed over; the shim reads the
@@ -592,6 +626,14 @@ mod tests {
         assert_eq!(counted(Some(9 << 20), false), 9 << 20);
         assert_eq!(counted(None, true), ESTIMATE);
         assert_eq!(counted(Some(0), true), ESTIMATE);
+    }
+
+    #[test]
+    fn a_shim_under_rlimit_as_needs_its_address_space() {
+        assert!(shim_fits(16 << 20, true));
+        assert!(!shim_fits(16 << 20, false));
+        assert!(!shim_fits(SHIM_ADDRESS_SPACE - 1, false));
+        assert!(shim_fits(SHIM_ADDRESS_SPACE, false));
     }
 
     #[test]

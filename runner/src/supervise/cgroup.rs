@@ -629,21 +629,13 @@ impl Cgroup {
             self.set_limits(memory_bytes, pids)?;
             self.limits = Some((memory_bytes, pids));
         }
-        self.base_oom_events = self.oom_events();
-        self.base_pids_refused = self.pids_refused();
-        self.base_cpu_ns = self.cpu_ns().unwrap_or(0);
+        self.take_counters();
         // The peak restarts from what is charged now, and that is taken off
         // the figure reported for this execution.
-        let (peak, current) = match self.version {
-            Version::V1 => ("memory.max_usage_in_bytes", "memory.usage_in_bytes"),
-            Version::V2 => ("memory.peak", "memory.current"),
-        };
-        self.peak_is_own = match &self.memory {
-            // Linux 6.12 and later reset memory.peak (v2) on a write; older
-            // kernels refuse it, and the peak then also counts earlier
-            // executions, so it is not reported.
-            Some(dir) => fs::write(dir.join(peak), "0").is_ok(),
-            None => false,
+        self.peak_is_own = self.restart_peak();
+        let current = match self.version {
+            Version::V1 => "memory.usage_in_bytes",
+            Version::V2 => "memory.current",
         };
         self.base_usage = self
             .memory
@@ -652,6 +644,40 @@ impl Cgroup {
             .and_then(|t| t.trim().parse().ok())
             .unwrap_or(0);
         Ok(())
+    }
+
+    /// Takes its counters again as the baseline of what an execution
+    /// used, and restarts its peak from what is charged now: for a
+    /// prepared sandbox at the hand-over of its command, so that the
+    /// command's usage (CPU, peak memory, OOM kills, refused forks) is
+    /// counted from then, as its clock is, and not what its preparation
+    /// cost. What the waiting sandbox holds stays charged, as a sandbox
+    /// built for the command holds it too. The peak of a cgroup whose
+    /// peak could not be restarted stays unreported.
+    pub fn rebase(&mut self) {
+        self.take_counters();
+        self.peak_is_own = self.peak_is_own && self.restart_peak();
+    }
+
+    fn take_counters(&mut self) {
+        self.base_oom_events = self.oom_events();
+        self.base_pids_refused = self.pids_refused();
+        self.base_cpu_ns = self.cpu_ns().unwrap_or(0);
+    }
+
+    /// Restarts the peak from what is charged now; whether it could.
+    fn restart_peak(&self) -> bool {
+        let peak = match self.version {
+            Version::V1 => "memory.max_usage_in_bytes",
+            Version::V2 => "memory.peak",
+        };
+        match &self.memory {
+            // Linux 6.12 and later reset memory.peak (v2) on a write; older
+            // kernels refuse it, and the peak then also counts earlier
+            // executions, so it is not reported.
+            Some(dir) => fs::write(dir.join(peak), "0").is_ok(),
+            None => false,
+        }
     }
 
     /// Memory charged to it now (`None`: unreadable; 0 without a memory
