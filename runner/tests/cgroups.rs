@@ -233,9 +233,10 @@ fn a_pooled_cgroup_looks_in_use_to_other_data_dirs_sweeps() {
 
 /// A prepared sandbox's cgroup is rebased at the hand-over of its command
 /// (docs/prepared.md): what ran in it before (the sandbox's preparation)
-/// is not the command's usage.
+/// is not the command's usage, neither its CPU nor its peak memory.
 #[test]
 fn a_rebased_cgroup_counts_nothing_of_what_ran_before() {
+    use std::io::Write;
     let _serial = crate::serial();
     let Some(s) = support() else { return };
     let prefix = format!("test-pool-rebase-{}", std::process::id());
@@ -246,26 +247,52 @@ fn a_rebased_cgroup_counts_nothing_of_what_ran_before() {
         pool.give(cg);
         return;
     }
-    // A busy process in it until the cgroup has counted some CPU.
-    let mut busy = std::process::Command::new("sh")
-        .args(["-c", "while :; do :; done"])
+    // Once in the cgroup: 30 MB held by `dd` (its one block, read into),
+    // then a busy loop until the cgroup has counted some CPU. Killed when
+    // the test ends, however it ends; the loop ends by itself too.
+    const HELD: u64 = 30_000_000;
+    let script = format!(
+        "read go; dd if=/dev/zero of=/dev/null bs={HELD} count=1 status=none; \
+         i=0; while [ $i -lt 50000000 ]; do i=$((i + 1)); done"
+    );
+    let busy = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    for mut file in cg.procs_files().unwrap() {
-        use std::io::Write;
-        file.write_all(busy.id().to_string().as_bytes()).unwrap();
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
     }
+    let mut busy = Killed(busy);
+    for mut file in cg.procs_files().unwrap() {
+        file.write_all(busy.0.id().to_string().as_bytes()).unwrap();
+    }
+    busy.0.stdin.take().unwrap().write_all(b"go\n").unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while cg.cpu_ms().unwrap() < 20 {
         assert!(std::time::Instant::now() < deadline, "no CPU counted");
         std::thread::sleep(Duration::from_millis(5));
     }
-    busy.kill().unwrap();
-    busy.wait().unwrap();
+    drop(busy);
     assert!(cg.cpu_ms().unwrap() >= 20);
-    // Nothing runs in it any more: rebased, it has counted nothing.
+    let peak_before = cg.peak_memory();
+    if let Some(peak) = peak_before {
+        assert!(
+            peak >= HELD,
+            "a peak of {peak} bytes while {HELD} were held"
+        );
+    }
+    // Nothing runs in it any more: rebased, it has counted nothing, and
+    // its peak (where the kernel can restart it) is what is charged now.
     cg.rebase();
     assert_eq!(cg.cpu_ms(), Some(0));
+    if let Some(peak) = cg.peak_memory() {
+        assert!(peak < HELD / 2, "a peak of {peak} bytes after the rebase");
+    }
     pool.give(cg);
     drop(pool);
 }

@@ -36,8 +36,10 @@ pub const PER_SLOT: u64 = 2;
 pub const PER_EXECUTION: u64 = 48;
 /// Descriptors a prepared sandbox holds in the daemon while it waits
 /// (its pidfd, six pipe ends, the published root's lease and, with an
-/// environment, the environment's; docs/prepared.md), with one to spare.
-pub const PER_PREPARED: u64 = 10;
+/// environment, the environment's; without a cgroup, its execution
+/// name's lock; without pidfds, a waiter's pipe end; docs/prepared.md),
+/// with one to spare.
+pub const PER_PREPARED: u64 = 12;
 /// The per-execution cap on proxy connections.
 pub const PER_EXECUTION_PROXY: u64 = proxy::Limits::DEFAULT_OPEN as u64;
 

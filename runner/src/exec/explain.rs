@@ -81,6 +81,9 @@ pub struct Bubblewrap {
     plan: Plan,
     #[serde(skip)]
     allowlist: Option<String>,
+    /// `memory_bytes`, for what a prepared sandbox needs.
+    #[serde(skip)]
+    memory_bytes: u64,
 }
 
 /// A job's network allowlist, as explained.
@@ -186,6 +189,7 @@ fn bubblewrap(
         sandbox: "bubblewrap",
         shim,
         allowlist: allow.map(crate::sandbox::net::describe),
+        memory_bytes: job.limits.memory_bytes,
         plan,
     })
 }
@@ -369,9 +373,14 @@ impl fmt::Display for Bubblewrap {
         match &self.allowlist {
             None => writeln!(
                 f,
-                "# prepared: a session's command through a daemon with --prepared-sandboxes gets this sandbox prepared ahead, its shim started with {} and waiting on fd {} for this argv, environment and cwd (docs/prepared.md)",
+                "# prepared: a session's command through a daemon with --prepared-sandboxes gets this sandbox prepared ahead, its shim started with {} and waiting on fd {} for this argv, environment and cwd{} (docs/prepared.md)",
                 crate::sandbox::shim::HANDOVER_OPT,
-                fds::FD_HANDOVER
+                fds::FD_HANDOVER,
+                if crate::exec::prepared::shim_fits(self.memory_bytes, false) {
+                    ""
+                } else {
+                    "; only where a memory cgroup holds memory_bytes (under RLIMIT_AS this little leaves the runner's binary, the prepared shim, too little to start)"
+                }
             )?,
             Some(_) => writeln!(
                 f,

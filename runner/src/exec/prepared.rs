@@ -326,6 +326,12 @@ fn sources_now(p: &Prepared) -> Objects {
 }
 
 impl Runner {
+    /// Whether jobs like `job` get prepared sandboxes here: [`eligible`],
+    /// and a shim that can start under its memory limit ([`shim_fits`]).
+    pub fn may_prepare(&self, job: &Job) -> bool {
+        eligible(job) && shim_fits(job.limits.memory_bytes, self.host.cgroups.limits_memory())
+    }
+
     /// The plan the key of a sandbox of `canon` (a canonical job) in `p`
     /// is made from.
     fn key_plan(&self, canon: &Job, p: &Prepared) -> Result<plan::Plan, ExecError> {
@@ -348,7 +354,7 @@ impl Runner {
     /// `None` for a job that cannot use one ([`eligible`]). Everything
     /// but the command is done now; the shim then waits on its pipe.
     pub fn prepare_sandbox(&self, job: &Job) -> Result<Option<Warm>, ExecError> {
-        if !eligible(job) {
+        if !self.may_prepare(job) {
             return Ok(None);
         }
         let canon = canonical(job);
@@ -465,7 +471,7 @@ impl Runner {
         let _guard = span.enter();
         let mut used = Use::Ineligible;
         let run = self.prepare(job).and_then(|p| {
-            if !eligible(job) {
+            if !self.may_prepare(job) {
                 return self.launch(job, p, opts);
             }
             // A command that cannot be handed over (a NUL byte, which job

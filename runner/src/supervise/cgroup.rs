@@ -229,6 +229,15 @@ impl Support {
             Support::None { .. } => None,
         }
     }
+
+    /// Whether an execution's cgroup here holds its `memory_bytes`.
+    pub fn limits_memory(&self) -> bool {
+        match self {
+            Support::V2 { .. } => true,
+            Support::V1 { memory, .. } => memory.is_some(),
+            Support::None { .. } => false,
+        }
+    }
 }
 
 /// The usual layouts (`/sys/fs/cgroup` as cgroup2, or `memory` and `pids`
@@ -468,6 +477,10 @@ pub struct Cgroup {
     base_usage: u64,
     /// Whether the peak-memory figure covers this execution only.
     peak_is_own: bool,
+    /// v2's `memory.peak` as opened to restart it: since Linux 6.12 a
+    /// write resets the peak for reads through that descriptor only, so
+    /// the figure is read back through it.
+    peak_file: Option<fs::File>,
     /// The limits (memory bytes, pids) last written to the folders; a
     /// pooled cgroup reused with the same ones is not written again.
     limits: Option<(u64, u64)>,
@@ -574,6 +587,7 @@ impl Cgroup {
             base_pids_refused: 0,
             base_usage: 0,
             peak_is_own: true,
+            peak_file: None,
             limits: None,
             lease: None,
         }
@@ -666,17 +680,32 @@ impl Cgroup {
     }
 
     /// Restarts the peak from what is charged now; whether it could.
-    fn restart_peak(&self) -> bool {
-        let peak = match self.version {
-            Version::V1 => "memory.max_usage_in_bytes",
-            Version::V2 => "memory.peak",
+    fn restart_peak(&mut self) -> bool {
+        self.peak_file = None;
+        let Some(dir) = &self.memory else {
+            return false;
         };
-        match &self.memory {
-            // Linux 6.12 and later reset memory.peak (v2) on a write; older
-            // kernels refuse it, and the peak then also counts earlier
-            // executions, so it is not reported.
-            Some(dir) => fs::write(dir.join(peak), "0").is_ok(),
-            None => false,
+        match self.version {
+            // A write resets v1's peak for every reader.
+            Version::V1 => fs::write(dir.join("memory.max_usage_in_bytes"), "0").is_ok(),
+            // Linux 6.12 and later reset memory.peak on a write, for reads
+            // through the descriptor written; older kernels refuse it, and
+            // the peak then also counts what ran before, so it is not
+            // reported.
+            Version::V2 => {
+                use std::io::Write;
+                let opened = fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(dir.join("memory.peak"));
+                match opened {
+                    Ok(f) if (&f).write_all(b"reset\n").is_ok() => {
+                        self.peak_file = Some(f);
+                        true
+                    }
+                    _ => false,
+                }
+            }
         }
     }
 
@@ -856,15 +885,20 @@ impl Cgroup {
             return None;
         }
         let dir = self.memory.as_ref()?;
-        let file = match self.version {
-            Version::V2 => "memory.peak",
-            Version::V1 => "memory.max_usage_in_bytes",
+        let text = match (&self.peak_file, self.version) {
+            // Through the descriptor the reset was written to.
+            (Some(f), _) => {
+                use std::os::unix::fs::FileExt;
+                let mut buf = [0u8; 32];
+                let n = f.read_at(&mut buf, 0).ok()?;
+                String::from_utf8_lossy(&buf[..n]).into_owned()
+            }
+            (None, Version::V2) => fs::read_to_string(dir.join("memory.peak")).ok()?,
+            (None, Version::V1) => {
+                fs::read_to_string(dir.join("memory.max_usage_in_bytes")).ok()?
+            }
         };
-        let peak: u64 = fs::read_to_string(dir.join(file))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
+        let peak: u64 = text.trim().parse().ok()?;
         Some(peak.saturating_sub(self.base_usage))
     }
 
