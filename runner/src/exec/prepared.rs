@@ -568,7 +568,14 @@ impl Runner {
                 return Err(ExecError::Limits(e));
             }
         };
-        let (cancel, disk_watch) = watch::disk(opts.cancel.as_ref(), disk, &p, job)?;
+        let (cancel, disk_watch) = match watch::disk(opts.cancel.as_ref(), disk, &p, job) {
+            Ok(watching) => watching,
+            Err(e) => {
+                drop(started);
+                self.give_cgroup(cgroup);
+                return Err(e);
+            }
+        };
         let program = p.bwrap.as_ref().map(|b| b.path.clone()).unwrap_or_default();
         crate::supervise::Sink::launching(opts.sink, 0, p.staging);
         // Its usage is counted from here, as its clock is.
