@@ -677,7 +677,7 @@ fn the_runner_starts_as_a_shim_in_the_address_space_prepared_sandboxes_ask_for()
         skip("no prlimit (util-linux)");
         return;
     }
-    let limit = format!("--as={}", skill_runner::exec::prepared::SHIM_ADDRESS_SPACE);
+    let limit = format!("--as={}", skill_runner::sandbox::shim::SHIM_ADDRESS_SPACE);
     let mut shim = runner_command();
     shim.args(["--skill-runner-exec-shim", "--", "/bin/true"]);
     let out = wrapped("prlimit", &[std::ffi::OsStr::new(&limit)], &shim)

@@ -376,7 +376,7 @@ impl fmt::Display for Bubblewrap {
                 "# prepared: a session's command through a daemon with --prepared-sandboxes gets this sandbox prepared ahead, its shim started with {} and waiting on fd {} for this argv, environment and cwd{} (docs/prepared.md)",
                 crate::sandbox::shim::HANDOVER_OPT,
                 fds::FD_HANDOVER,
-                if crate::exec::prepared::shim_fits(self.memory_bytes, false) {
+                if crate::sandbox::shim::shim_fits(self.memory_bytes, false) {
                     ""
                 } else {
                     "; only where a memory cgroup holds memory_bytes (under RLIMIT_AS this little leaves the runner's binary, the prepared shim, too little to start)"

@@ -37,7 +37,7 @@ use crate::exec::{plan, watch};
 use crate::sandbox::fds::FD_SHIM;
 use crate::sandbox::handover::{Command, FD_HANDOVER};
 use crate::sandbox::paths::{self, Spelling, WORKSPACE_DIR};
-use crate::sandbox::shim::{self, ShimKind, HANDOVER_OPT};
+use crate::sandbox::shim::{self, shim_fits, ShimKind, HANDOVER_OPT};
 use crate::supervise::cgroup::Cgroup;
 use crate::supervise::{self, OutputPolicy, Started};
 
@@ -189,21 +189,6 @@ pub enum Use {
     Ineligible,
     /// A prepared one had died while it waited: built for it.
     Died,
-}
-
-/// The address space the runner's own binary needs to start as a
-/// prepared sandbox's shim, with room to spare: it starts in 24 MiB
-/// (release build) and 48 MiB (debug build) under `RLIMIT_AS` here, where
-/// the small shim of a sandbox built for its command needs next to none.
-pub const SHIM_ADDRESS_SPACE: u64 = 128 << 20;
-
-/// Whether a prepared sandbox's shim can start under a job's
-/// `memory_bytes`: always where a memory cgroup holds it (it limits what
-/// is charged, not what is mapped), else where `RLIMIT_AS`, which holds it
-/// then, leaves [`SHIM_ADDRESS_SPACE`]. A sandbox prepared under less would
-/// die before its hand-over, and the next one after it.
-pub fn shim_fits(memory_bytes: u64, held_by_cgroup: bool) -> bool {
-    held_by_cgroup || memory_bytes >= SHIM_ADDRESS_SPACE
 }
 
 /// The job with its command taken out: what a sandbox is prepared from.
@@ -645,8 +630,8 @@ mod tests {
     fn a_shim_under_rlimit_as_needs_its_address_space() {
         assert!(shim_fits(16 << 20, true));
         assert!(!shim_fits(16 << 20, false));
-        assert!(!shim_fits(SHIM_ADDRESS_SPACE - 1, false));
-        assert!(shim_fits(SHIM_ADDRESS_SPACE, false));
+        assert!(!shim_fits(shim::SHIM_ADDRESS_SPACE - 1, false));
+        assert!(shim_fits(shim::SHIM_ADDRESS_SPACE, false));
     }
 
     #[test]

@@ -315,6 +315,21 @@ pub fn exit_code_for(errno: i32) -> i32 {
     }
 }
 
+/// The address space the runner's own binary needs to start as a
+/// prepared sandbox's shim (docs/prepared.md), with room to spare: it starts in 24 MiB
+/// (release build) and 48 MiB (debug build) under `RLIMIT_AS` here, where
+/// the small shim of a sandbox built for its command needs next to none.
+pub const SHIM_ADDRESS_SPACE: u64 = 128 << 20;
+
+/// Whether a prepared sandbox's shim can start under a job's
+/// `memory_bytes`: always where a memory cgroup holds it (it limits what
+/// is charged, not what is mapped), else where `RLIMIT_AS`, which holds it
+/// then, leaves [`SHIM_ADDRESS_SPACE`]. A sandbox prepared under less would
+/// die before its hand-over, and the next one after it.
+pub fn shim_fits(memory_bytes: u64, held_by_cgroup: bool) -> bool {
+    held_by_cgroup || memory_bytes >= SHIM_ADDRESS_SPACE
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
