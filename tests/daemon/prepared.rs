@@ -429,6 +429,20 @@ fn children_named(pid: u32, name: &str) -> usize {
     count
 }
 
+/// Asserts that `res` ran in a sandbox built for it, and that the
+/// prepared sandboxes discarded as prepared from something else now
+/// number `changed`.
+fn assert_built_after_changed(d: &Daemon, res: &Value, changed: f64) {
+    assert!(res.get("prepared_sandbox").is_none(), "{res:#}");
+    assert_eq!(
+        sample(
+            d,
+            "skill_runner_prepared_sandboxes_discarded_total{reason=\"changed\"}"
+        ),
+        changed
+    );
+}
+
 #[test]
 fn a_sandbox_prepared_from_anything_else_is_discarded_and_never_used() {
     if skip_without_sandbox() {
@@ -447,14 +461,7 @@ fn a_sandbox_prepared_from_anything_else_is_discarded_and_never_used() {
         &["sh", "-c", "df -k /tmp | tail -1"],
         other.clone(),
     );
-    assert!(res.get("prepared_sandbox").is_none(), "{res:#}");
-    assert_eq!(
-        sample(
-            &d,
-            "skill_runner_prepared_sandboxes_discarded_total{reason=\"changed\"}"
-        ),
-        1.0
-    );
+    assert_built_after_changed(&d, &res, 1.0);
     // The one prepared after it has the new limits, and holds them.
     let res = exec_prepared(
         &d,
@@ -504,14 +511,7 @@ fn a_published_root_changed_on_disk_is_not_served_by_the_sandbox_prepared_with_i
         json!({}),
     );
     assert_eq!(res["stdout"], "echo hello\n", "{res:#}");
-    assert!(res.get("prepared_sandbox").is_none(), "{res:#}");
-    assert_eq!(
-        sample(
-            &d,
-            "skill_runner_prepared_sandboxes_discarded_total{reason=\"changed\"}"
-        ),
-        1.0
-    );
+    assert_built_after_changed(&d, &res, 1.0);
     // The one prepared next holds the rebuilt root.
     let res = exec_prepared(
         &d,
@@ -612,28 +612,14 @@ fn a_change_of_the_etc_view_discards_the_sandbox_prepared_with_the_old_one() {
         .unwrap();
     assert!(cp.status.success(), "{}", show(&cp));
     let daemon = Daemon::command(&w, &["--prepared-sandboxes", "1"]);
-    let private = ["--mount", "--propagation", "private"].map(std::ffi::OsStr::new);
-    let mut unshared = wrapped("unshare", &private, &daemon);
-    unshared
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    let d = match Daemon::spawn(unshared) {
+    let d = match Daemon::spawn_unshared(&daemon) {
         Ok(d) => d,
         Err(log) => {
             skip(format!("no mount namespace for the daemon here: {log}"));
             return;
         }
     };
-    let mounted = std::process::Command::new("nsenter")
-        .arg("-t")
-        .arg(d.pid().to_string())
-        .args(["-m", "mount", "--bind"])
-        .arg(&copy)
-        .arg(alternatives)
-        .output()
-        .unwrap();
-    assert!(mounted.status.success(), "{}", show(&mounted));
+    d.bind_in_its_namespace(&copy, alternatives);
     let id = session_of(&w, &d);
     exec(&d, &id, &["true"], json!({}));
     let look = [
@@ -650,14 +636,7 @@ fn a_change_of_the_etc_view_discards_the_sandbox_prepared_with_the_old_one() {
     std::fs::write(copy.join("marker"), "added\n").unwrap();
     let res = exec(&d, &id, &look, json!({}));
     assert_eq!(res["stdout"], "added\n", "{res:#}");
-    assert!(res.get("prepared_sandbox").is_none(), "{res:#}");
-    assert_eq!(
-        sample(
-            &d,
-            "skill_runner_prepared_sandboxes_discarded_total{reason=\"changed\"}"
-        ),
-        1.0
-    );
+    assert_built_after_changed(&d, &res, 1.0);
 }
 
 #[test]

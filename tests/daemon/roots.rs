@@ -268,13 +268,7 @@ fn the_data_dir_under_a_name_mounted_after_the_start_is_refused_as_a_job_folder(
     let (w, roots) = world_with_roots();
     // The daemon in a mount namespace of its own, where the test mounts.
     let daemon = Daemon::command(&w, &["--root", &roots]);
-    let private = ["--mount", "--propagation", "private"].map(std::ffi::OsStr::new);
-    let mut unshared = wrapped("unshare", &private, &daemon);
-    unshared
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    let d = match Daemon::spawn(unshared) {
+    let d = match Daemon::spawn_unshared(&daemon) {
         Ok(d) => d,
         Err(log) => {
             skip(format!("no mount namespace for the daemon here: {log}"));
@@ -284,15 +278,7 @@ fn the_data_dir_under_a_name_mounted_after_the_start_is_refused_as_a_job_folder(
     let data = w.data_dir().canonicalize().unwrap();
     let mirror = w.path().join("roots").join("mirror");
     std::fs::create_dir(&mirror).unwrap();
-    let mounted = Command::new("nsenter")
-        .arg("-t")
-        .arg(d.pid().to_string())
-        .args(["-m", "mount", "--bind"])
-        .arg(&data)
-        .arg(&mirror)
-        .output()
-        .unwrap();
-    assert!(mounted.status.success(), "{}", show(&mounted));
+    d.bind_in_its_namespace(&data, &mirror);
     for sub in ["", "store", "state", "keys"] {
         let ws = mirror.join(sub);
         let msg = d

@@ -134,6 +134,33 @@ impl Daemon {
         self.child.as_ref().expect("daemon already stopped").id()
     }
 
+    /// Starts `command` (from [`Daemon::command`]) in a mount namespace of
+    /// its own (`unshare --mount --propagation private`), where a test may
+    /// mount ([`Daemon::bind_in_its_namespace`]) without touching the
+    /// host's; where none can be made, the daemon's log is the error.
+    pub fn spawn_unshared(command: &Command) -> Result<Daemon, String> {
+        let private = ["--mount", "--propagation", "private"].map(std::ffi::OsStr::new);
+        let mut unshared = crate::wrapped("unshare", &private, command);
+        unshared
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        Daemon::spawn(unshared)
+    }
+
+    /// Binds `src` at `dst` in the daemon's mount namespace (`nsenter`).
+    pub fn bind_in_its_namespace(&self, src: &std::path::Path, dst: &std::path::Path) {
+        let mounted = Command::new("nsenter")
+            .arg("-t")
+            .arg(self.pid().to_string())
+            .args(["-m", "mount", "--bind"])
+            .arg(src)
+            .arg(dst)
+            .output()
+            .unwrap();
+        assert!(mounted.status.success(), "{}", crate::show(&mounted));
+    }
+
     /// Waits until the daemon's log has a line for which `found` holds,
     /// and returns it; panics, with the log, after [`PATIENCE`].
     pub fn wait_for_line(&self, what: &str, found: impl Fn(&str) -> bool) -> String {

@@ -297,15 +297,8 @@ fn objects_now(plan: &plan::Plan, p: &Prepared) -> Objects {
 
 /// What the profile's sources bubblewrap binds by path lead to now.
 fn sources_now(p: &Prepared) -> Objects {
-    use crate::sandbox::profile::Mount;
     use std::os::unix::fs::MetadataExt;
-    p.mounts
-        .iter()
-        .filter(|m| !(p.etc.is_some() && crate::sandbox::etcview::folded(m)))
-        .filter_map(|m| match m {
-            Mount::RoBind { src, .. } | Mount::RoBindTry { src, .. } => Some(src),
-            Mount::Symlink { .. } => None,
-        })
+    launch::bound_sources(p)
         .map(|src| std::fs::metadata(src).ok().map(|m| (m.dev(), m.ino())))
         .collect()
 }
@@ -412,15 +405,7 @@ impl Runner {
                 *fd = shim::executable(ShimKind::Runner).map_err(io)?;
             }
         }
-        let mut bound: Objects = launcher
-            .plan
-            .folders
-            .iter()
-            .map(|(n, _)| {
-                let (fd, _) = launcher.fds.iter().find(|(_, target)| target == n)?;
-                object_of(&File::from(fd.try_clone().ok()?))
-            })
-            .collect();
+        let mut bound = launch::folder_objects(&launcher.plan, &launcher.fds);
         bound.extend(sources_now(p));
         let (read, write) = crate::supervise::sys::pipe_cloexec().map_err(io)?;
         launcher.fds.push((read, FD_HANDOVER));

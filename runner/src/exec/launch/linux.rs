@@ -136,27 +136,40 @@ pub fn mount_ns(
     fds: &[(OwnedFd, i32)],
 ) -> Option<std::sync::Arc<OwnedFd>> {
     use crate::sandbox::template::{for_launch, Needs};
-    use std::os::unix::fs::MetadataExt;
     let mut needs = Needs::default();
-    for (n, path) in &plan.folders {
-        // What bubblewrap will bind: the object on the descriptor.
-        let (fd, _) = fds.iter().find(|(_, target)| target == n)?;
-        let m = fs::File::from(fd.try_clone().ok()?).metadata().ok()?;
-        needs.folders.push((path.as_path(), (m.dev(), m.ino())));
+    for ((_, path), object) in plan.folders.iter().zip(folder_objects(plan, fds)) {
+        needs.folders.push((path.as_path(), object?));
     }
     needs.sources.push(plan.program.as_path());
-    for m in &p.mounts {
-        if p.etc.is_some() && crate::sandbox::etcview::folded(m) {
-            continue;
-        }
-        match m {
-            profile::Mount::RoBind { src, .. } | profile::Mount::RoBindTry { src, .. } => {
-                needs.sources.push(src)
-            }
-            profile::Mount::Symlink { .. } => {}
-        }
-    }
+    needs.sources.extend(bound_sources(p));
     for_launch(&needs).map(|t| t.ns())
+}
+
+/// What bubblewrap will bind for each folder of the plan, in its order:
+/// the device and inode of the object on its descriptor (`None` where
+/// there is none, or it cannot be read).
+pub fn folder_objects(plan: &Plan, fds: &[(OwnedFd, i32)]) -> Vec<Option<(u64, u64)>> {
+    use std::os::unix::fs::MetadataExt;
+    let object = |n: &i32| {
+        let (fd, _) = fds.iter().find(|(_, target)| target == n)?;
+        let m = fs::File::from(fd.try_clone().ok()?).metadata().ok()?;
+        Some((m.dev(), m.ino()))
+    };
+    plan.folders.iter().map(|(n, _)| object(n)).collect()
+}
+
+/// The profile's sources bubblewrap binds by path (those the prepared
+/// `/etc` holds are not bound).
+pub fn bound_sources(p: &Prepared) -> impl Iterator<Item = &Path> {
+    p.mounts
+        .iter()
+        .filter(|m| !(p.etc.is_some() && crate::sandbox::etcview::folded(m)))
+        .filter_map(|m| match m {
+            profile::Mount::RoBind { src, .. } | profile::Mount::RoBindTry { src, .. } => {
+                Some(src.as_path())
+            }
+            profile::Mount::Symlink { .. } => None,
+        })
 }
 
 #[cfg(not(target_os = "linux"))]

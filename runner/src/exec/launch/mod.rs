@@ -26,8 +26,8 @@ use crate::sandbox::profile;
 mod linux;
 #[cfg(not(target_os = "macos"))]
 pub use linux::{
-    available, environments_supported, etc_view, folders, fresh_workspace, launcher, lease,
-    mount_ns, NEEDS_FOLDER, SANDBOX,
+    available, bound_sources, environments_supported, etc_view, folder_objects, folders,
+    fresh_workspace, launcher, lease, mount_ns, NEEDS_FOLDER, SANDBOX,
 };
 
 #[cfg(target_os = "macos")]
